@@ -1,0 +1,3 @@
+from fairgate.cli import main
+
+main()

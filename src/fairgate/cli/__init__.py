@@ -1,0 +1,33 @@
+"""The ``fairgate`` command line: flags in, a command or a Config out, no logic of its own.
+
+Each command group lives in its own module and is registered here, in one place.
+"""
+
+from __future__ import annotations
+
+import typer
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="fairgate",
+    help="fairgate: an OpenAI-compatible gateway with fair-share scheduling.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Imported here, not at module top, so `fairgate --help` stays fast and a
+    # command's heavy imports load only when that command runs.
+    from fairgate.cli import sim as _sim
+
+    app.command("sim", help=_sim.HELP)(_sim.sim)
+
+
+_register()
+
+
+def main() -> None:
+    app()
