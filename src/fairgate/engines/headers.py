@@ -1,0 +1,82 @@
+"""Upstream request headers, built from scratch for every request.
+
+Nothing the client sent reaches the engine except its ``Content-Type`` and
+``Accept``: not its ``Authorization``, not ``X-Vllm-Priority``, not
+``X-Forwarded-*``, cookies or hop-by-hop headers. The gateway adds exactly:
+
+    host              the replica's host (from config)
+    content-type      the client's, when it sent one
+    accept            the client's, when it sent one
+    authorization     "Bearer <internal key>", only when the replica has a key
+    x-request-id      the gateway's request id
+    x-vllm-priority   the fair-share priority (vLLM only, when decided)
+    accept-encoding   "identity": answers arrive uncompressed for usage capture
+"""
+
+from __future__ import annotations
+
+import re
+
+from fairgate.core.errors import BadRequest
+
+__all__ = ["upstream_headers"]
+
+# Visible ASCII, space and tab: RFC 9110 field-value without obs-text. Anything
+# else (CR, LF, NUL) could split a header in a lenient server.
+_FIELD_VALUE = re.compile(rb"[\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?")
+
+
+def _valid(value: bytes) -> bool:
+    return _FIELD_VALUE.fullmatch(value) is not None
+
+
+def _client_value(name: str, value: bytes | None) -> bytes | None:
+    if value is None:
+        return None
+    value = value.strip(b" \t")
+    if not value:
+        return None
+    if not _valid(value):
+        raise BadRequest(f"the {name} header holds characters that are not allowed")
+    return value
+
+
+def _gateway_value(name: str, value: str | bytes) -> bytes:
+    try:
+        raw = value.encode("ascii") if isinstance(value, str) else value
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} is not a valid header value") from None
+    if not _valid(raw):
+        raise ValueError(f"{name} is not a valid header value")
+    return raw
+
+
+def upstream_headers(
+    *,
+    internal_key: str | None,
+    content_type: bytes | None,
+    accept: bytes | None,
+    request_id: str,
+    priority: int | None,
+    host: bytes,
+) -> list[tuple[bytes, bytes]]:
+    """The complete header list of one upstream request, names in lower case.
+
+    ``priority`` is written as ``x-vllm-priority`` when not ``None``; callers
+    for other engine kinds pass ``None``. Raises ``BadRequest`` when the
+    client's content type or accept value holds control characters, and
+    ``ValueError`` when a gateway-made value does (a configuration error).
+    """
+    headers = [(b"host", _gateway_value("host", host))]
+    if (ctype := _client_value("Content-Type", content_type)) is not None:
+        headers.append((b"content-type", ctype))
+    if (acc := _client_value("Accept", accept)) is not None:
+        headers.append((b"accept", acc))
+    if internal_key:
+        key = _gateway_value("internal key", internal_key)
+        headers.append((b"authorization", b"Bearer " + key))
+    headers.append((b"x-request-id", _gateway_value("request id", request_id)))
+    if priority is not None:
+        headers.append((b"x-vllm-priority", str(int(priority)).encode()))
+    headers.append((b"accept-encoding", b"identity"))
+    return headers

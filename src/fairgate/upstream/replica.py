@@ -1,0 +1,123 @@
+"""One replica of one model: where it is, how to talk to it, and what is known of it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from yarl import URL
+
+from fairgate.core.replica import ReplicaSnapshot
+from fairgate.engines import EngineAdapter, EngineLoad
+from fairgate.upstream.breaker import Breaker
+
+__all__ = ["Replica"]
+
+
+class Replica:
+    """A running engine serving ``model`` at ``url`` (from configuration only).
+
+    Live state, written by the replica layer and the proxy on one event loop:
+
+    - ``in_flight``: requests the gateway has sent and not yet finished
+      (counted by the gateway itself, see ``ReplicaRegistry.lease``);
+    - ``healthy``: the last active health check's verdict. A replica starts
+      *unknown*, which counts as healthy so that a fresh gateway serves at
+      once; the first failed check takes it out (``health_known`` tells
+      whether any check has answered yet);
+    - ``load``/``load_at``: the last scraped engine load and when it was read
+      (seconds on ``clock``); ``snapshot()`` exposes it only while fresh;
+    - ``breaker``: fed by real request outcomes only.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        url: str,
+        weight: int,
+        internal_key: str | None,
+        adapter: EngineAdapter,
+        breaker: Breaker,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        base = URL(url)
+        if base.scheme not in ("http", "https") or not base.host:
+            raise ValueError(f"replica {name!r}: url must be http(s)://host[:port][/prefix]")
+        if base.user or base.password or base.query_string or base.fragment:
+            raise ValueError(f"replica {name!r}: url may not hold credentials, query or fragment")
+        if weight < 1:
+            raise ValueError(f"replica {name!r}: weight must be at least 1")
+        self.name = name
+        self.model = model
+        self.url = str(base).rstrip("/")
+        self.weight = weight
+        self.internal_key = internal_key
+        self.adapter = adapter
+        self.breaker = breaker
+        self.host_header = _host_header(base)
+        self.in_flight = 0
+        self.healthy = True
+        self.health_known = False
+        self.load: EngineLoad | None = None
+        self.load_at = 0.0
+        self._load_until = 0.0
+        self._clock = clock
+
+    def url_for(self, path: str) -> str:
+        """The absolute URL of ``path`` (which starts with ``/``) on this replica."""
+        if not path.startswith("/"):
+            raise ValueError("path must start with '/'")
+        return self.url + path
+
+    def set_health(self, healthy: bool) -> bool:
+        """Record a health verdict; True when it changed ``healthy``."""
+        changed = healthy != self.healthy
+        self.healthy = healthy
+        self.health_known = True
+        return changed
+
+    def record_load(self, load: EngineLoad, *, fresh_for: float) -> None:
+        """Store a scraped load, to be trusted for ``fresh_for`` seconds."""
+        now = self._clock()
+        self.load = load
+        self.load_at = now
+        self._load_until = now + fresh_for
+
+    def mark_load_stale(self) -> None:
+        self.load = None
+        self._load_until = 0.0
+
+    def fresh_load(self) -> EngineLoad | None:
+        """The scraped load if younger than its ``fresh_for``, else ``None``."""
+        if self.load is None or self._clock() >= self._load_until:
+            return None
+        return self.load
+
+    def snapshot(self) -> ReplicaSnapshot:
+        """What routing and admission see of this replica now (stale load hidden)."""
+        load = self.fresh_load() or EngineLoad()
+        return ReplicaSnapshot(
+            name=self.name,
+            model=self.model,
+            weight=self.weight,
+            healthy=self.healthy,
+            breaker_open=self.breaker.blocked(),
+            in_flight=self.in_flight,
+            running=load.running,
+            waiting=load.waiting,
+            kv_usage=load.kv_usage,
+        )
+
+    def __repr__(self) -> str:
+        return f"Replica({self.model}/{self.name} {self.url} in_flight={self.in_flight})"
+
+
+def _host_header(url: URL) -> bytes:
+    host = url.raw_host or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    if url.explicit_port is not None:
+        host = f"{host}:{url.explicit_port}"
+    return host.encode("ascii")  # yarl's raw_host is already IDNA-encoded
