@@ -1,0 +1,39 @@
+"""Options and helpers every command shares: ``-c FILE`` (default ``$FAIRGATE_CONFIG``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fairgate.config import Config, ConfigError, load_config
+
+__all__ = ["ConfigOption", "fail", "load_or_exit"]
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "-c", "--config", envvar="FAIRGATE_CONFIG", show_envvar=True,
+        help="The configuration file (YAML).", dir_okay=False,
+    ),
+]
+
+
+def fail(reason: str) -> typer.Exit:
+    """Print a one-line reason to stderr; return the Exit(1) to raise."""
+    typer.echo(f"fairgate: {reason}", err=True)
+    return typer.Exit(1)
+
+
+def load_or_exit(path: Path | None) -> Config:
+    """The validated configuration, or every diagnostic on stderr and exit status 1."""
+    if path is None:
+        raise fail("no configuration file: pass -c FILE or set FAIRGATE_CONFIG")
+    try:
+        return load_config(path, env=os.environ)
+    except ConfigError as error:
+        for diagnostic in error.diagnostics:
+            typer.echo(str(diagnostic), err=True)
+        raise typer.Exit(1) from None

@@ -1,0 +1,96 @@
+"""What the gateway serves and to whom: pools, organisations, models and their upstreams.
+
+Each class checks its own values; the rules that relate entries to each other
+(unique names, known pools and fallbacks, share sum) live in
+:mod:`fairgate.config.rules`, which sees the whole file.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
+
+from fairgate.config.fields import Name, NonEmpty, Section, normalise_upstream_url
+from fairgate.config.secrets import SecretRef
+
+__all__ = ["MAX_CAPACITY", "Cost", "EngineKind", "Model", "ModelClass", "Org", "Pool", "Upstream"]
+
+MAX_CAPACITY = 100_000
+"""Upper bound of a pool's capacity (concurrent requests)."""
+
+EngineKind = Literal["vllm", "llama-server", "openai"]
+ModelClass = Literal["interactive", "batch"]
+
+
+class Pool(Section):
+    """A pool of GPU capacity shared by models: ``capacity`` concurrent requests, 1..100000."""
+
+    name: Name
+    capacity: StrictInt = Field(ge=1, le=MAX_CAPACITY)
+
+
+class Org(Section):
+    """An organisation: its ``share`` of every pool, in (0, 1], and the names of its teams."""
+
+    name: Name
+    share: StrictFloat = Field(gt=0, le=1)
+    teams: tuple[Name, ...] = ()
+
+
+class Cost(Section):
+    """Prices in GPU-hours per million tokens (input, output, cached input), each >= 0."""
+
+    input_per_mtok: StrictFloat = Field(default=0.0, ge=0)
+    output_per_mtok: StrictFloat = Field(default=0.0, ge=0)
+    cached_per_mtok: StrictFloat = Field(default=0.0, ge=0)
+
+
+class Upstream(Section):
+    """One engine replica serving a model.
+
+    ``url`` is http(s) without credentials, query or fragment, stored with a
+    lower-case scheme and host and no trailing slash; ``key_file`` holds the
+    engine's API key; ``weight`` (1..1000) is its relative share of traffic.
+    """
+
+    name: Name
+    url: str
+    key_file: SecretRef | None = None
+    weight: StrictInt = Field(default=1, ge=1, le=1000)
+
+    @field_validator("url")
+    @classmethod
+    def _valid_url(cls, value: str) -> str:
+        return normalise_upstream_url(value)
+
+
+class Model(Section):
+    """A model clients may ask for, by ``name`` or any of its ``aliases``.
+
+    ``upstream_model`` is the name sent to the engine (defaults to ``name``);
+    ``pool`` names a pool (required when pools are declared); ``model_class``
+    (YAML key ``class``) sets the priority class; ``fallbacks`` are tried in
+    order when no upstream can serve, before anything reached the client.
+    """
+
+    name: Name
+    aliases: tuple[Name, ...] = ()
+    upstream_model: Name
+    engine: EngineKind = "vllm"
+    pool: Name | None = None
+    model_class: ModelClass = Field(default="interactive", alias="class")
+    fallbacks: tuple[Name, ...] = ()
+    cost: Cost = Field(default_factory=Cost)
+    upstreams: Annotated[tuple[Upstream, ...], NonEmpty]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_upstream_model(cls, data: Any) -> Any:
+        if (
+            isinstance(data, dict)
+            and "upstream_model" not in data
+            and isinstance(data.get("name"), str)
+        ):
+            return {**data, "upstream_model": data["name"]}
+        return data

@@ -1,0 +1,204 @@
+"""The mapping sections of the configuration: listeners, limits, timeouts and back ends.
+
+Every key has a default, so a section may be left out. Durations are float
+seconds, sizes are bytes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, field_validator
+from pydantic import model_validator as _model_validator
+
+from fairgate.config.fields import (
+    Count,
+    Name,
+    NonNegativeDuration,
+    Port,
+    PositiveDuration,
+    Section,
+    Size,
+)
+from fairgate.config.secrets import SecretRef
+
+__all__ = [
+    "AdminListen",
+    "Admission",
+    "Band",
+    "Breaker",
+    "CacheIsolation",
+    "Fairshare",
+    "Health",
+    "Landing",
+    "Limits",
+    "Listen",
+    "Logging",
+    "ProxySettings",
+    "State",
+    "Store",
+]
+
+_KiB = 1024
+_MiB = 1024 * 1024
+DEFAULT_STORE_URL = "sqlite:///fairgate.db"
+
+
+class Listen(Section):
+    """A listening socket: ``host`` (an address or name) and ``port`` (0 = any free port)."""
+
+    host: Name = "0.0.0.0"  # noqa: S104 - the client listener is meant to be reachable
+    port: Port = 8080
+
+
+class AdminListen(Listen):
+    """The admin listener (admin API, /metrics, health): loopback unless an operator opens it."""
+
+    host: Name = "127.0.0.1"
+    port: Port = 8081
+
+
+class Limits(Section):
+    """Bounds on one request: sizes in bytes, deadlines in seconds, caps on sampling."""
+
+    max_body_bytes: Size = 32 * _MiB
+    max_header_bytes: Size = 64 * _KiB
+    connect_timeout: PositiveDuration = 5.0
+    headers_timeout: PositiveDuration = 60.0
+    first_token_timeout: PositiveDuration = 120.0
+    idle_timeout: PositiveDuration = 30.0
+    total_timeout: PositiveDuration = 1800.0
+    max_response_bytes: Size = 64 * _MiB
+    stream_buffer_bytes: Size = 1 * _MiB
+    max_n: Count = 8
+    max_tokens: Count | None = None
+    max_grammar_bytes: Size = 64 * _KiB
+    client_head_timeout: PositiveDuration = 10.0
+    client_body_timeout: PositiveDuration = 60.0
+    slow_reader_timeout: PositiveDuration = 30.0
+
+
+class ProxySettings(Section):
+    """Retries on another replica (0 disables) and the grace period for open streams at shutdown."""
+
+    retries: StrictInt = Field(default=2, ge=0, le=100)
+    shutdown_grace: NonNegativeDuration = 30.0
+
+
+class Health(Section):
+    """Active health checks of upstreams: how often, and how long one check may take."""
+
+    interval: PositiveDuration = 5.0
+    timeout: PositiveDuration = 2.0
+
+
+class Breaker(Section):
+    """Circuit breaker per upstream: consecutive failures that open it, backoff before a probe."""
+
+    failures: Count = 3
+    backoff_initial: PositiveDuration = 1.0
+    backoff_max: PositiveDuration = 60.0
+
+    @field_validator("backoff_max")
+    @classmethod
+    def _not_below_initial(cls, value: float, info: ValidationInfo) -> float:
+        initial = info.data.get("backoff_initial")
+        if isinstance(initial, float) and value < initial:
+            raise ValueError("must not be shorter than breaker.backoff_initial")
+        return value
+
+
+with warnings.catch_warnings():
+    # `json` is the key operators write; BaseModel.json() is a deprecated method it replaces.
+    warnings.filterwarnings("ignore", message='Field name "json"', category=UserWarning)
+
+    class Logging(Section):
+        """Log level and format (``json: true`` writes one JSON object per line)."""
+
+        level: Literal["debug", "info", "warning", "error"] = "info"
+        json: StrictBool = False  # type: ignore[assignment]
+
+
+class Store(Section):
+    """The durable store: exactly one of ``url`` (no password in it) or ``url_file``."""
+
+    url: str | None = None
+    url_file: SecretRef | None = None
+
+    @_model_validator(mode="before")
+    @classmethod
+    def _default_url(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "url" not in data and "url_file" not in data:
+            return {**data, "url": DEFAULT_STORE_URL}
+        return data
+
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if not parts.scheme.startswith(("sqlite", "postgresql")):
+            raise ValueError("expected a sqlite:/// or postgresql:// URL")
+        if parts.password is not None:
+            raise ValueError(
+                "the URL holds a password: write the URL to a file and set store.url_file"
+            )
+        return value
+
+    @field_validator("url_file")
+    @classmethod
+    def _exactly_one(cls, value: SecretRef | None, info: ValidationInfo) -> SecretRef | None:
+        if value is not None and info.data.get("url") is not None:
+            raise ValueError("set store.url or store.url_file, not both")
+        return value
+
+
+class State(Section):
+    """Where shared counters live: ``memory`` (one process) or ``redis`` (needs ``url_file``)."""
+
+    backend: Literal["memory", "redis"] = "memory"
+    url_file: SecretRef | None = Field(default=None, validate_default=True)
+
+    @field_validator("url_file")
+    @classmethod
+    def _required_for_redis(cls, value: SecretRef | None, info: ValidationInfo) -> SecretRef | None:
+        if value is None and info.data.get("backend") == "redis":
+            raise ValueError("required with backend 'redis' (a file holding the Redis URL)")
+        return value
+
+
+class Fairshare(Section):
+    """Usage decay: past usage counts half as much after each ``half_life`` (default 7 days)."""
+
+    half_life: PositiveDuration = 168 * 3600.0
+
+
+class Band(Section):
+    """A priority band: admitted while pool saturation is below ``ceiling`` (> 0)."""
+
+    name: Name
+    ceiling: StrictFloat = Field(gt=0)
+
+
+class Admission(Section):
+    """The admission queue: ``queue_size`` waiting requests at most, each for ``queue_ttl``."""
+
+    queue_size: StrictInt = Field(default=1000, ge=0)
+    queue_ttl: PositiveDuration = 30.0
+    bands: tuple[Band, ...] = ()
+
+
+class CacheIsolation(Section):
+    """Prefix-cache isolation between tenants: the ``scope`` salted apart and the HMAC key."""
+
+    scope: Literal["org", "team", "key", "none"] = "org"
+    key_file: SecretRef | None = None
+
+
+class Landing(Section):
+    """The landing page: ``contact`` (an e-mail address, an http(s) URL or plain text)."""
+
+    contact: Name | None = None

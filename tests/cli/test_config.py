@@ -1,0 +1,116 @@
+"""``fairgate check-config`` as an operator runs it: a real process, its output and exit status."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SECRET = "sk-live-never-print-me-4242"
+
+
+def check_config(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FAIRGATE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "fairgate", "check-config", *args],
+        env={**clean, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def test_a_valid_file_prints_a_summary_and_exits_0() -> None:
+    result = check_config("-c", str(EXAMPLES / "gateway.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok: 2 models, 3 upstreams, 1 pools, 2 orgs\n"
+    assert result.stderr == ""
+
+
+def test_every_problem_is_one_line_on_stderr_and_the_exit_status_is_1(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "gateway.yaml",
+        """
+        proxy: {retires: 3}
+        listen: {port: abc}
+        models:
+          - name: m
+            fallbacks: [m]
+            upstreams: [{name: u, url: "http://user:pw@10.0.0.1:8000"}]
+        proxy: {}
+        """,
+    )
+    result = check_config("-c", str(path))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"{path}:1:9: unknown key 'retires' in 'proxy' (did you mean 'retries'?)",
+        f"{path}:2:16: listen.port: expected an integer, got 'abc'",
+        f"{path}:5:17: model 'm' falls back to itself",
+        f"{path}:6:32: models[0].upstreams[0].url: upstream URL must not contain credentials: "
+        "use key_file for the key",
+        f"{path}:7:1: duplicate key 'proxy' (first defined at 1:1)",
+    ]
+
+
+def test_the_config_file_defaults_to_fairgate_config_and_overrides_apply(tmp_path: Path) -> None:
+    minimal = str(EXAMPLES / "minimal.yaml")
+    result = check_config(env={"FAIRGATE_CONFIG": minimal})
+    assert (result.returncode, result.stdout) == (0, "ok: 1 models, 1 upstreams, 0 pools, 0 orgs\n")
+    result = check_config(env={"FAIRGATE_CONFIG": minimal, "FAIRGATE_LISTEN__PORT": "http"})
+    assert result.returncode == 1
+    assert result.stderr == (
+        "env:FAIRGATE_LISTEN__PORT: listen.port: expected an integer, got 'http'\n"
+    )
+
+
+def test_a_missing_file_or_no_file_is_a_one_line_reason(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    result = check_config("-c", str(missing))
+    assert result.returncode == 1
+    assert result.stderr == f"{missing}: configuration file not found\n"
+    result = check_config()
+    assert result.returncode == 1
+    assert len(result.stderr.splitlines()) == 1
+    assert "FAIRGATE_CONFIG" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_yaml_syntax_error_is_reported_without_a_traceback(tmp_path: Path) -> None:
+    path = write(tmp_path / "broken.yaml", "listen: {port: 8080\nmodels: []\n")
+    result = check_config("-c", str(path))
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert re.match(rf"{re.escape(str(path))}:2:7: invalid YAML: ", line)
+
+
+def test_secrets_are_never_printed(tmp_path: Path) -> None:
+    (tmp_path / "vllm.key").write_text(SECRET + "\n")
+    (tmp_path / "empty.key").write_text("")
+    path = write(
+        tmp_path / "gateway.yaml",
+        f"""
+        master_key_file: empty.key
+        store: {{url: "postgresql://app:{SECRET}@db/fairgate"}}
+        models:
+          - name: m
+            api_key: {SECRET}
+            upstreams:
+              - {{name: u, url: "http://10.0.0.1:8000", key_file: vllm.key, weight: heavy}}
+        """,
+    )
+    result = check_config("-c", str(path))
+    assert result.returncode == 1
+    assert len(result.stderr.splitlines()) == 4  # empty key file, store URL, inline key, weight
+    assert f"{tmp_path / 'empty.key'}" in result.stderr
+    assert SECRET not in result.stderr + result.stdout

@@ -1,0 +1,152 @@
+"""The mapping sections: durations, strict scalars, store and state back ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fairgate.config import Breaker, Logging, Store
+
+from .conftest import MINIMAL, Load, Problems, with_minimal
+
+
+def test_durations_are_strings_with_units_read_as_seconds(load: Load) -> None:
+    cfg = load(
+        with_minimal(
+            """
+        limits: {connect_timeout: 250ms, idle_timeout: 1m30s, total_timeout: 2h}
+        proxy: {shutdown_grace: 0s}
+        fairshare: {half_life: 7d}
+        admission: {queue_ttl: 1.5s}
+            """
+        )
+    )
+    assert cfg.limits.connect_timeout == 0.25
+    assert cfg.limits.idle_timeout == 90.0
+    assert cfg.limits.total_timeout == 7200.0
+    assert cfg.proxy.shutdown_grace == 0.0
+    assert cfg.fairshare.half_life == 7 * 86400.0
+    assert cfg.admission.queue_ttl == 1.5
+
+
+def test_bad_durations_are_refused_with_the_reason(problems: Problems) -> None:
+    found = problems(
+        with_minimal(
+            """
+        limits:
+          idle_timeout: 30
+          total_timeout: 30 minutes
+          connect_timeout: 0s
+          headers_timeout: -5s
+            """
+        )
+    )
+    assert found == [
+        "2:17: limits.idle_timeout: expected a duration such as 30s, 5m or 168h, got 30",
+        "3:18: limits.total_timeout: not a duration: '30 minutes' "
+        "(use e.g. 250ms, 30s, 5m, 168h, 7d)",
+        "4:20: limits.connect_timeout: must be longer than 0s, got '0s'",
+        "5:20: limits.headers_timeout: not a duration: '-5s' (use e.g. 250ms, 30s, 5m, 168h, 7d)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ("listen: {port: '8080'}", "listen.port: expected an integer, got '8080'"),
+        ("listen: {port: true}", "listen.port: expected an integer, got true"),
+        ("listen: {port: 80.0}", "listen.port: expected an integer, got 80.0"),
+        ("listen: {port: 70000}", "listen.port: must be at most 65535, got 70000"),
+        ("listen: {host: ''}", "listen.host: must not be empty"),
+        ("limits: {max_body_bytes: 0}", "limits.max_body_bytes: must be at least 1, got 0"),
+        ("limits: {max_tokens: -1}", "limits.max_tokens: must be at least 1, got -1"),
+        ("proxy: {retries: -1}", "proxy.retries: must be at least 0, got -1"),
+        ("logging: {json: 'yes'}", "logging.json: expected true or false, got 'yes'"),
+        ("logging: {json: yes}", "logging.json: expected true or false, got 'yes'"),
+        ("admission: {queue_size: .inf}", "admission.queue_size: expected an integer, got .inf"),
+        ("listen: [0.0.0.0, 8080]", "listen: expected a mapping, got a list"),
+    ],
+)
+def test_scalars_are_strict(problems: Problems, section: str, message: str) -> None:
+    [found] = problems(section + "\n" + MINIMAL)
+    assert found.split(": ", 1)[1] == message
+
+
+def test_non_finite_numbers_are_refused(problems: Problems) -> None:
+    found = problems("admission:\n  bands: [{name: g, ceiling: .nan}]\n" + MINIMAL)
+    assert found == ["2:30: admission.bands[0].ceiling: expected a finite number, got .nan"]
+
+
+def test_max_tokens_may_be_set_or_left_to_the_engine(load: Load) -> None:
+    assert load("limits: {max_tokens: 4096}\n" + MINIMAL).limits.max_tokens == 4096
+    assert load("limits: {max_tokens: null}\n" + MINIMAL).limits.max_tokens is None
+
+
+def test_breaker_backoff_max_may_not_be_shorter_than_the_initial_backoff(
+    problems: Problems,
+) -> None:
+    found = problems("breaker: {backoff_initial: 10s, backoff_max: 5s}\n" + MINIMAL)
+    assert found == ["1:46: breaker.backoff_max: must not be shorter than breaker.backoff_initial"]
+    assert Breaker(backoff_initial=1.0, backoff_max=1.0).backoff_max == 1.0
+
+
+def test_logging_json_is_a_plain_boolean_attribute(load: Load) -> None:
+    cfg = load("logging: {level: debug, json: true}\n" + MINIMAL)
+    assert cfg.logging.json is True
+    assert cfg.logging.level == "debug"
+    assert Logging().json is False
+
+
+def test_store_defaults_to_sqlite_and_takes_exactly_one_source(
+    load: Load, problems: Problems, tmp_path: Path
+) -> None:
+    assert Store().url == "sqlite:///fairgate.db"
+    cfg = load("store: {url: 'postgresql://fairgate@db.internal/fairgate'}\n" + MINIMAL)
+    assert cfg.store.url == "postgresql://fairgate@db.internal/fairgate"
+    found = problems("store: {url: 'sqlite:///x.db', url_file: secrets/db.url}\n" + MINIMAL)
+    assert found == [
+        "1:42: store.url_file: secret file does not exist: " + str(tmp_path / "secrets/db.url"),
+        "1:42: store.url_file: set store.url or store.url_file, not both",
+    ]
+    found = problems("store: {url: 'mysql://db/x'}\n" + MINIMAL)
+    assert found == ["1:14: store.url: expected a sqlite:/// or postgresql:// URL"]
+
+
+def test_a_store_url_with_a_password_is_refused_without_repeating_it(problems: Problems) -> None:
+    found = problems("store: {url: 'postgresql://app:hunter2@db/fairgate'}\n" + MINIMAL)
+    assert found == [
+        "1:14: store.url: the URL holds a password: write the URL to a file and set store.url_file"
+    ]
+    assert "hunter2" not in "".join(found)
+
+
+def test_redis_state_needs_a_url_file(problems: Problems) -> None:
+    found = problems("state: {backend: redis}\n" + MINIMAL)
+    assert found == [
+        "1:8: state.url_file: required with backend 'redis' (a file holding the Redis URL)"
+    ]
+    found = problems("state: {backend: etcd}\n" + MINIMAL)
+    assert found == ["1:18: state.backend: expected one of 'memory', 'redis', got 'etcd'"]
+
+
+def test_later_features_are_validated_now(load: Load, problems: Problems) -> None:
+    cfg = load(
+        with_minimal(
+            """
+        cache_isolation: {scope: team}
+        landing: {contact: "https://help.example.org"}
+        admission: {queue_size: 0, bands: [{name: gold, ceiling: 1.5}]}
+            """
+        )
+    )
+    assert cfg.cache_isolation.scope == "team"
+    assert cfg.landing.contact == "https://help.example.org"
+    assert cfg.admission.queue_size == 0
+    assert cfg.admission.bands[0].name == "gold"
+    assert cfg.admission.bands[0].ceiling == 1.5
+    found = problems("cache_isolation: {scope: tenant}\n" + MINIMAL)
+    assert found == [
+        "1:26: cache_isolation.scope: expected one of 'org', 'team', 'key', 'none', "
+        "got 'tenant' (did you mean 'team'?)"
+    ]
