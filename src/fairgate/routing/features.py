@@ -1,0 +1,23 @@
+"""What routing needs to know about one request, computed once by the caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["RequestFeatures"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFeatures:
+    """The request as the routing plugins see it.
+
+    ``model`` is the canonical model name (aliases already resolved);
+    ``session_key`` is the value session affinity hashes (a session header, or
+    the key id when there is none; ``None`` disables affinity for the request);
+    ``prefix_hashes`` are the chained hashes of the prompt's leading blocks
+    (:func:`fairgate.routing.prefix.prefix_hashes`), empty when unknown.
+    """
+
+    model: str
+    session_key: str | None = None
+    prefix_hashes: tuple[int, ...] = ()

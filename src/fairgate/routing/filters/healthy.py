@@ -1,0 +1,24 @@
+"""``healthy``: drops replicas whose health check fails."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fairgate.core.replica import ReplicaSnapshot
+from fairgate.routing.features import RequestFeatures
+
+__all__ = ["HealthyFilter"]
+
+
+@dataclass(frozen=True, slots=True)
+class HealthyFilter:
+    """Keeps replicas with ``healthy`` set. No parameters."""
+
+    name: ClassVar[str] = "healthy"
+
+    def filter(
+        self, replicas: Sequence[ReplicaSnapshot], request: RequestFeatures
+    ) -> list[ReplicaSnapshot]:
+        return [r for r in replicas if r.healthy]

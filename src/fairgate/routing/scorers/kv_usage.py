@@ -1,0 +1,34 @@
+"""``kv-usage``: prefers replicas with more free KV cache.
+
+score = 1 − kv_usage        (clamped to [0, 1])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fairgate.core.replica import ReplicaSnapshot
+from fairgate.routing.features import RequestFeatures
+from fairgate.routing.state import RoutingState
+
+__all__ = ["KvUsageScorer"]
+
+UNKNOWN = 0.5
+"""The score of a replica whose KV usage is unknown: neutral."""
+
+
+@dataclass(frozen=True, slots=True)
+class KvUsageScorer:
+    """Scores the scraped KV-cache occupancy (a fraction). No parameters."""
+
+    name: ClassVar[str] = "kv-usage"
+
+    def score(
+        self, replicas: Sequence[ReplicaSnapshot], request: RequestFeatures, state: RoutingState
+    ) -> list[float]:
+        return [
+            UNKNOWN if r.kv_usage is None else min(1.0, max(0.0, 1.0 - r.kv_usage))
+            for r in replicas
+        ]
