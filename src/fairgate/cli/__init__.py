@@ -24,6 +24,15 @@ def _register() -> None:
     from fairgate.cli import sim as _sim
 
     app.command("sim", help=_sim.HELP)(_sim.sim)
+    from fairgate.cli import config as _config
+
+    app.command("check-config", help=_config.HELP)(_config.check_config)
+    from fairgate.cli import serve as _serve
+
+    app.command("serve", help=_serve.HELP)(_serve.serve)
+    from fairgate.cli import demo as _demo
+
+    app.command("demo", help=_demo.HELP)(_demo.demo)
 
 
 _register()

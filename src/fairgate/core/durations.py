@@ -1,6 +1,6 @@
 """Durations written as strings in the configuration: ``250ms``, ``30s``, ``5m``, ``168h``, ``7d``.
 
-    parse_duration("1h30m") == 5400.0
+parse_duration("1h30m") == 5400.0
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The admin listener: health, readiness and metrics today; the admin API joins it later."""

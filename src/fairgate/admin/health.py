@@ -1,0 +1,61 @@
+"""``/healthz``, ``/readyz`` and ``/metrics`` on the admin listener (loopback by default).
+
+- ``/healthz``: 200 while the process runs its event loop.
+- ``/readyz``: 200 when the configuration is loaded, the gateway is not draining and
+  every model has at least one replica that passes health checks with its breaker
+  not open; otherwise 503 with the per-model detail.
+- ``/metrics``: Prometheus text format of the gateway's own registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from fairgate.core.errors import error_body
+
+__all__ = ["build_health_app"]
+
+
+def build_health_app(
+    *,
+    registry: CollectorRegistry,
+    models_ready: Callable[[], Mapping[str, bool]],
+    draining: Callable[[], bool],
+) -> Starlette:
+    async def healthz(request: Request) -> Response:
+        return Response(orjson.dumps({"status": "ok"}), media_type="application/json")
+
+    async def readyz(request: Request) -> Response:
+        models = dict(models_ready())
+        is_draining = draining()
+        ready = not is_draining and bool(models) and all(models.values())
+        body = {"ready": ready, "draining": is_draining, "models": models}
+        return Response(
+            orjson.dumps(body), status_code=200 if ready else 503, media_type="application/json"
+        )
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return Response(
+            error_body("unknown route", "not_found_error", "unknown_route"),
+            status_code=404,
+            media_type="application/json",
+        )
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+        ],
+        exception_handlers={404: not_found, 405: not_found},
+    )

@@ -1,0 +1,254 @@
+"""The composition root: a validated Config in, one Gateway out, every concrete class named here.
+
+No component reads the configuration file, the environment or a global: each
+gets what it needs in its constructor from here. Background work (health
+checks, metric scrapes) are asyncio tasks the Gateway owns and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterator, Sequence
+
+from fairgate.admin.health import build_health_app
+from fairgate.config import Config
+from fairgate.engines import EngineAdapter, adapter_for
+from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
+from fairgate.proxy.asgi import ProxyApp
+from fairgate.proxy.pipeline import Pipeline
+from fairgate.proxy.relay import Deadlines, Relay
+from fairgate.proxy.request import Caps
+from fairgate.proxy.routes import RouteTable
+from fairgate.proxy.settle import Settler
+from fairgate.server.runner import Listener, bind, serve
+from fairgate.upstream import (
+    Breaker,
+    HealthChecker,
+    MetricsScraper,
+    Replica,
+    ReplicaRegistry,
+    UpstreamSessions,
+)
+
+__all__ = ["Gateway", "run"]
+
+log = logging.getLogger("fairgate")
+
+
+class Gateway:
+    """Everything one gateway process runs, built from one Config."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.draining = False
+        limits = config.limits
+        adapters: dict[str, EngineAdapter] = {
+            kind: adapter_for(kind) for kind in sorted({m.engine for m in config.models})
+        }
+        self.registry = ReplicaRegistry(self._replicas(config, adapters))
+        self.metrics = GatewayMetrics(replicas=self._replica_gauges)
+        self.sessions = UpstreamSessions(connect_timeout=limits.connect_timeout)
+        self.relay = Relay(
+            Deadlines(
+                connect=limits.connect_timeout,
+                headers=limits.headers_timeout,
+                first_token=limits.first_token_timeout,
+                idle=limits.idle_timeout,
+                total=limits.total_timeout,
+                slow_reader=limits.slow_reader_timeout,
+                max_response_bytes=limits.max_response_bytes,
+            )
+        )
+        self.routes = RouteTable(config.models, adapters)
+        self.pipeline = Pipeline(
+            routes=self.routes,
+            caps=Caps(
+                max_body_bytes=limits.max_body_bytes,
+                body_timeout=limits.client_body_timeout,
+                max_n=limits.max_n,
+                max_tokens=limits.max_tokens,
+                max_grammar_bytes=limits.max_grammar_bytes,
+            ),
+            relay=self.relay,
+            registry=self.registry,
+            sessions=self.sessions,
+            settler=Settler(self.metrics),
+            retries=config.proxy.retries,
+            request_ids=_request_ids(),
+        )
+        self.proxy_app = ProxyApp(self.pipeline)
+        self.admin_app = build_health_app(
+            registry=self.metrics.registry,
+            models_ready=self.registry.ready,
+            draining=lambda: self.draining,
+        )
+        self.health = HealthChecker(
+            self.registry,
+            self.sessions,
+            interval=config.health.interval,
+            timeout=config.health.timeout,
+        )
+        self.scraper = MetricsScraper(
+            self.registry,
+            self.sessions,
+            interval=config.health.interval,
+            timeout=config.health.timeout,
+            stale_after=3 * config.health.interval,
+        )
+
+    @staticmethod
+    def _replicas(config: Config, adapters: dict[str, EngineAdapter]) -> list[Replica]:
+        b = config.breaker
+        return [
+            Replica(
+                name=upstream.name,
+                model=model.name,
+                url=upstream.url,
+                weight=upstream.weight,
+                internal_key=upstream.key_file.read() if upstream.key_file else None,
+                adapter=adapters[model.engine],
+                breaker=Breaker(
+                    failures=b.failures,
+                    backoff_initial=b.backoff_initial,
+                    backoff_max=b.backoff_max,
+                ),
+            )
+            for model in config.models
+            for upstream in model.upstreams
+        ]
+
+    def _replica_gauges(self) -> Iterator[ReplicaGauge]:
+        for model in self.config.models:
+            for replica in self.registry.replicas(model.name):
+                yield (
+                    model.name,
+                    replica.name,
+                    replica.healthy,
+                    replica.in_flight,
+                    replica.breaker.blocked(),
+                )
+
+    async def start(self) -> None:
+        """Start the background tasks (health checks, metric scrapes)."""
+        self.health.start()
+        self.scraper.start()
+
+    async def stop(self) -> None:
+        """Stop background tasks and close upstream connections."""
+        await self.health.stop()
+        await self.scraper.stop()
+        await self.sessions.close()
+
+
+def _request_ids() -> Callable[[], str]:
+    prefix = os.urandom(6).hex()
+    counter = itertools.count(1)
+
+    def next_id() -> str:
+        return f"{prefix}{next(counter):010x}"
+
+    return next_id
+
+
+def run(config: Config, *, workers: int = 1) -> int:
+    """Serve until a signal; ``workers`` processes share the listening sockets.
+
+    Prints one line to stdout once the listeners accept connections:
+    ``fairgate listening on http://HOST:PORT admin http://HOST:PORT``.
+    Returns the process exit status.
+    """
+    client = bind(config.listen.host, config.listen.port)
+    admin = bind(config.admin_listen.host, config.admin_listen.port)
+    announce = f"fairgate listening on {_url(client)} admin {_url(admin)}"
+    if workers <= 1:
+        _run_loop(_serve(config, client, admin, announce))
+        return 0
+    children: list[int] = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child process
+            status = 0
+            try:
+                _run_loop(_serve(config, client, admin, None))
+            except BaseException:
+                log.exception("worker failed")
+                status = 1
+            os._exit(status)
+        children.append(pid)
+    print(announce, flush=True)
+    return _supervise(children)
+
+
+def _supervise(children: list[int]) -> int:
+    def forward(signum: int, _frame: object) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    status = 0
+    for pid in children:
+        _, code = os.waitpid(pid, 0)
+        status = status or os.waitstatus_to_exitcode(code)
+    return status
+
+
+async def _serve(
+    config: Config, client: socket.socket, admin: socket.socket, announce: str | None
+) -> None:
+    gateway = Gateway(config)
+    await gateway.start()
+    limits = config.limits
+    listeners: Sequence[Listener] = (
+        Listener(
+            "client",
+            gateway.proxy_app,
+            client,
+            limits.client_head_timeout,
+            limits.max_header_bytes,
+            limits.stream_buffer_bytes,
+        ),
+        Listener(
+            "admin",
+            gateway.admin_app,
+            admin,
+            limits.client_head_timeout,
+            limits.max_header_bytes,
+            64 * 1024,
+        ),
+    )
+
+    def started(_: Sequence[Listener]) -> None:
+        if announce:
+            print(announce, flush=True)
+
+    def draining() -> None:
+        gateway.draining = True
+
+    try:
+        await serve(
+            listeners, grace=config.proxy.shutdown_grace, on_started=started, on_draining=draining
+        )
+    finally:
+        await gateway.stop()
+
+
+def _run_loop(main: asyncio.Future[None] | object) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - platforms without uvloop
+        asyncio.run(main)  # type: ignore[arg-type]
+        return
+    uvloop.run(main)  # type: ignore[arg-type]
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

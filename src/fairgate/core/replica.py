@@ -1,0 +1,32 @@
+"""What the algorithms see of a replica: a frozen snapshot, never the live object.
+
+Routing and admission receive ``Sequence[ReplicaSnapshot]`` built by the replica
+layer at decision time, so they stay pure and can be tested without sockets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ReplicaSnapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSnapshot:
+    """One replica of one model at one instant.
+
+    ``running``, ``waiting`` and ``kv_usage`` come from the engine's scraped
+    metrics and are ``None`` when unknown or stale; ``in_flight`` is counted by
+    the gateway itself and is always known. ``kv_usage`` is a fraction in [0, 1].
+    ``breaker_open`` is true while the circuit breaker refuses traffic.
+    """
+
+    name: str
+    model: str
+    weight: int = 1
+    healthy: bool = True
+    breaker_open: bool = False
+    in_flight: int = 0
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None

@@ -1,0 +1,150 @@
+"""The gateway's Prometheus metric families, built once per Gateway on its own registry.
+
+Label children are cached per (model, route, …) so the hot path pays a dict
+lookup and an ``inc``/``observe``, never a label resolution. Replica state
+(health, in-flight, breaker) is not pushed on every change: a collector reads
+it from the registry when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["GatewayMetrics", "ReplicaGauge"]
+
+# Latency buckets for end-to-end and first-token times (seconds).
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# The gateway's own added time is sub-millisecond when healthy.
+_OVERHEAD = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
+
+# (model, replica, healthy, in_flight, breaker_open)
+ReplicaGauge = tuple[str, str, bool, int, bool]
+
+
+class _ReplicaCollector(Collector):
+    def __init__(self, read: Callable[[], Iterable[ReplicaGauge]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        healthy = GaugeMetricFamily(
+            "fairgate_upstream_healthy",
+            "1 when the replica passes health checks",
+            labels=["model", "replica"],
+        )
+        in_flight = GaugeMetricFamily(
+            "fairgate_upstream_in_flight",
+            "Requests the gateway has in flight on the replica",
+            labels=["model", "replica"],
+        )
+        breaker = GaugeMetricFamily(
+            "fairgate_upstream_breaker_open",
+            "1 while the replica's circuit breaker is open",
+            labels=["model", "replica"],
+        )
+        for model, replica, ok, count, is_open in self._read():
+            healthy.add_metric([model, replica], 1.0 if ok else 0.0)
+            in_flight.add_metric([model, replica], float(count))
+            breaker.add_metric([model, replica], 1.0 if is_open else 0.0)
+        yield healthy
+        yield in_flight
+        yield breaker
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+class GatewayMetrics:
+    """Every metric family of one Gateway, on a private ``CollectorRegistry``."""
+
+    def __init__(self, replicas: Callable[[], Iterable[ReplicaGauge]] | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self.requests = Counter(
+            "fairgate_requests",
+            "Client requests by model, route and status",
+            ["model", "route", "status"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "fairgate_request_duration_seconds",
+            "Time from request arrival to the last byte sent",
+            ["model", "route"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "fairgate_ttft_seconds",
+            "Time from request arrival to the first byte sent to the client",
+            ["model"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "fairgate_tokens",
+            "Tokens by model and kind (prompt, completion, cached)",
+            ["model", "kind"],
+            registry=r,
+        )
+        self.usage_estimated = Counter(
+            "fairgate_usage_estimated",
+            "Requests whose usage was estimated (no usage from the engine)",
+            ["model"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "fairgate_upstream_retries",
+            "Upstream attempts beyond the first, by model",
+            ["model"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "fairgate_fallbacks",
+            "Requests served by a fallback model",
+            ["model", "fallback"],
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "fairgate_upstream_errors",
+            "Failed upstream attempts by replica and reason",
+            ["replica", "reason"],
+            registry=r,
+        )
+        self.denials = Counter(
+            "fairgate_denials",
+            "Requests the gateway refused itself, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.stream_aborts = Counter(
+            "fairgate_stream_aborts",
+            "Streams ended early, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "fairgate_overhead_seconds",
+            "Time the gateway itself added to a request (total minus time waiting on the upstream)",
+            buckets=_OVERHEAD,
+            registry=r,
+        )
+        self.streams_open = Gauge(
+            "fairgate_streams_open",
+            "Streams currently relayed to clients",
+            registry=r,
+        )
+        if replicas is not None:
+            r.register(_ReplicaCollector(replicas))
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def child(self, family: Any, *labels: str) -> Any:
+        """The cached label child of ``family`` for ``labels``."""
+        key = (id(family), *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = family.labels(*labels)
+        return found

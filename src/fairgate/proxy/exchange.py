@@ -1,0 +1,59 @@
+"""One request's state, passed down the pipeline: a single typed object, not a bag."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairgate.proxy.usage import Usage
+
+__all__ = ["Exchange", "Outcome"]
+
+
+class Outcome:
+    """How a request ended, as recorded (one word each, stable for reports)."""
+
+    OK = "ok"  # the engine's answer was relayed whole (whatever its status)
+    REFUSED = "refused"  # the gateway answered itself (4xx/5xx) without an upstream answer
+    UPSTREAM_ERROR = "upstream_error"  # no usable answer from any replica
+    TIMEOUT = "timeout"  # a deadline fired
+    TRUNCATED = "truncated"  # the engine broke a stream off after the first byte
+    CLIENT_ABORT = "client_abort"  # the client went away; the upstream was cancelled
+    SLOW_READER = "slow_reader"  # the client fell too far behind and was cut off
+
+
+@dataclass(slots=True)
+class Exchange:
+    request_id: str
+    method: str
+    path: str
+    started: float  # monotonic
+    client: str = ""
+    route: str = ""
+    model: str = ""  # canonical name of the model that served (after fallback)
+    requested_model: str = ""  # canonical name of the model asked for
+    client_model: str = ""  # the name the client used (may be an alias)
+    stream: bool = False
+    client_wants_usage: bool = False
+    prompt_bytes: int = 0
+    parsed: dict[str, Any] | None = None
+    body: bytes = b""
+    content_type: bytes | None = None
+    accept: bytes | None = None
+    replica: str = ""
+    attempts: int = 0
+    status: int = 0
+    outcome: str = Outcome.OK
+    reason: str = ""  # server-side reason for a failure (logged, never sent)
+    first_byte_at: float | None = None
+    finished: float | None = None
+    upstream_time: float = 0.0  # seconds spent waiting on upstreams
+    content_events: int = 0
+    usage: Usage | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    upstream_bodies: dict[str, bytes] = field(default_factory=dict)  # per candidate model
+
+    @property
+    def responded(self) -> bool:
+        """True once a byte reached the client: from then on, no retry and no fallback."""
+        return self.first_byte_at is not None

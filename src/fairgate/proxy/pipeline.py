@@ -1,0 +1,247 @@
+"""The hot path: read → (identify, limit, admit: later stages) → route → relay → settle.
+
+Each stage is a call on an object built once by the Gateway; nothing here reads
+the configuration file, the store or the environment. Retries and fallbacks
+happen only while nothing has reached the client (``Exchange.responded``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fairgate.core.errors import (
+    BadRequest,
+    GatewayError,
+    NotFound,
+    ServiceUnavailable,
+)
+from fairgate.proxy.exchange import Exchange, Outcome
+from fairgate.proxy.relay import AttemptFailed, Relay, SlowReader, estimate_for
+from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, read_body
+from fairgate.proxy.routes import ModelEntry, RouteTable
+from fairgate.proxy.settle import Settler
+
+__all__ = ["Pipeline"]
+
+log = logging.getLogger("fairgate.proxy")
+
+
+class Pipeline:
+    """Serves one client request end to end; stateless between requests."""
+
+    def __init__(
+        self,
+        *,
+        routes: RouteTable,
+        caps: Caps,
+        relay: Relay,
+        registry: Any,
+        sessions: Any,
+        settler: Settler,
+        retries: int,
+        request_ids: Callable[[], str],
+    ) -> None:
+        self._routes = routes
+        self._caps = caps
+        self._relay = relay
+        self._registry = registry
+        self._sessions = sessions
+        self._settler = settler
+        self._retries = retries
+        self._ids = request_ids
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        client = scope.get("client")
+        ex = Exchange(
+            request_id=self._ids(),
+            method=scope["method"],
+            path=scope["path"],
+            started=time.monotonic(),
+            client=client[0] if client else "",
+        )
+        watcher: asyncio.Task[None] | None = None
+        try:
+            route = self._routes.resolve_path(scope.get("raw_path") or scope["path"].encode())
+            ex.route = route.name
+            if route.local is not None:
+                await route.local(scope, ex, send)
+                return
+            if scope["method"] != "POST":
+                raise NotFound(
+                    f"unknown route {scope['method']} {scope['path']}", code="unknown_route"
+                )
+            await self._read(scope, receive, ex)
+            entry = self._routes.model_for(ex)
+            watcher = _watch_disconnect(receive, ex)
+            await self._forward(ex, entry, send)
+        except GatewayError as error:
+            ex.status = error.status
+            ex.reason = ex.reason or (error.code or type(error).__name__)
+            if ex.outcome == Outcome.OK:
+                ex.outcome = Outcome.REFUSED if not ex.attempts else Outcome.UPSTREAM_ERROR
+            if not ex.responded:
+                await _send_error(send, error, ex)
+        except ClientGone:
+            ex.outcome, ex.reason = Outcome.CLIENT_ABORT, "client_gone_before_body"
+        except SlowReader:
+            ex.outcome, ex.reason = Outcome.SLOW_READER, "client_fell_behind"
+        except asyncio.CancelledError:
+            if ex.extra.get("disconnected"):
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                ex.outcome, ex.reason = Outcome.CLIENT_ABORT, "client_disconnected"
+            else:
+                raise
+        finally:
+            ex.extra["complete"] = True
+            if watcher is not None:
+                watcher.cancel()
+            ex.finished = time.monotonic()
+            if ex.replica:
+                estimate_for(ex)
+            self._settler.settle(ex)
+
+    async def _read(self, scope: dict[str, Any], receive: Any, ex: Exchange) -> None:
+        declared = None
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                ex.content_type = value
+            elif name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise BadRequest("invalid Content-Length header") from None
+            elif name == b"accept":
+                ex.accept = value
+        ex.body = await read_body(receive, declared, self._caps)
+        ex.prompt_bytes = len(ex.body)
+        content_type = ex.content_type or b"application/json"
+        if content_type.startswith(b"application/json"):
+            ex.parsed = parse_json(ex.body)
+            check_caps(ex.parsed, self._caps)
+            ex.stream = ex.parsed.get("stream") is True
+            options = ex.parsed.get("stream_options")
+            ex.client_wants_usage = (
+                isinstance(options, dict) and options.get("include_usage") is True
+            )
+
+    async def _forward(self, ex: Exchange, entry: ModelEntry, send: Any) -> None:
+        budget = 1 + self._retries
+        last: AttemptFailed | None = None
+        for position, candidate in enumerate(entry.chain):
+            tried: set[str] = set()
+            while budget > 0:
+                replica = self._registry.pick(candidate.name, exclude=tried)
+                if replica is None:
+                    break
+                tried.add(replica.name)
+                budget -= 1
+                ex.attempts += 1
+                if ex.attempts > 1:
+                    self._settler.retried(ex.requested_model)
+                try:
+                    await self._attempt(ex, candidate, replica, send)
+                except AttemptFailed as failed:
+                    self._settler.attempt_failed(replica.name, failed.reason)
+                    if failed.reason in ("total_timeout", "response_too_large"):
+                        replica.breaker.abandon()  # not the replica's fault
+                    else:
+                        replica.breaker.failure()
+                    last = failed
+                    ex.reason = failed.reason
+                    if not failed.retryable:
+                        budget = 0
+                    continue
+                if position:
+                    self._settler.fell_back(ex.requested_model, candidate.name)
+                return
+        if last is None:
+            raise ServiceUnavailable(
+                f"no replica of model '{entry.chain[0].name}' is available right now",
+                code="no_replica",
+            )
+        if last.answer is None:
+            ex.outcome = Outcome.TIMEOUT if last.error.status == 504 else Outcome.UPSTREAM_ERROR
+            raise last.error
+        status, content_type, body = last.answer
+        ex.outcome, ex.status = Outcome.UPSTREAM_ERROR, status
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", content_type),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"x-request-id", ex.request_id.encode()),
+                ],
+            }
+        )
+        ex.first_byte_at = time.monotonic()
+        await send({"type": "http.response.body", "body": body})
+
+    async def _attempt(self, ex: Exchange, candidate: Any, replica: Any, send: Any) -> None:
+        adapter = replica.adapter
+        body = candidate.body_for(ex)
+        headers = candidate.headers_for(ex, replica)
+        url = replica.url + candidate.upstream_path(ex.route)
+        with self._registry.lease(replica):
+            try:
+                opened = await self._relay.open(
+                    ex,
+                    self._sessions.session_for(replica),
+                    url,
+                    headers,
+                    body,
+                    replica.internal_key,
+                )
+            except (asyncio.CancelledError, ClientGone):
+                # The outcome is unknown: free a half-open probe slot, count nothing.
+                replica.breaker.abandon()
+                raise
+            if opened.status >= 500:
+                replica.breaker.failure()
+            else:
+                replica.breaker.success()
+            ex.model, ex.replica = candidate.name, replica.name
+            extra = [(b"x-request-id", ex.request_id.encode())]
+            if opened.streaming:
+                await self._relay.stream(
+                    ex,
+                    opened,
+                    send,
+                    extra,
+                    strip_usage=adapter.rewrites_body and not ex.client_wants_usage,
+                )
+            else:
+                await self._relay.send_whole(ex, opened, send, extra)
+
+
+def _watch_disconnect(receive: Any, ex: Exchange) -> asyncio.Task[None]:
+    """Cancel the request's task the moment its client disconnects (upstream cancelled with it)."""
+    task = asyncio.current_task()
+
+    async def watch() -> None:
+        message = await receive()
+        if message["type"] == "http.disconnect" and not ex.extra.get("complete") and task:
+            ex.extra["disconnected"] = True
+            task.cancel()
+
+    return asyncio.ensure_future(watch())
+
+
+async def _send_error(send: Any, error: GatewayError, ex: Exchange) -> None:
+    body = error.body()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", ex.request_id.encode()),
+        *error.headers(),
+    ]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    ex.first_byte_at = time.monotonic()
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,380 @@
+"""One upstream attempt, and the relay of its answer to the client.
+
+An attempt is *open* once the engine's status line and headers arrived and —
+for a stream — its first event, or — for a plain answer — its whole body.
+Until then nothing has reached the client, so a failure is an ``AttemptFailed``
+the pipeline may retry on another replica or a fallback model. Once the relay
+starts writing, the answer is committed: a later failure ends the stream with
+an error event and no ``[DONE]``, and is recorded as truncated.
+
+Deadlines (all from the configuration's ``limits``):
+
+- connect      TCP connect to the engine                      → 502/504, retried
+- headers      request sent → status line and headers          → 504, retried
+- first token  headers → first stream event                     → 504, retried
+- idle         between two reads of the engine's body           → 504 before the first
+                                                                   byte, truncation after
+- total        request arrival → last byte                      → 504 / truncation
+- slow reader  a write to the client blocked this long          → client cut off,
+                                                                   upstream cancelled
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from fairgate.core.errors import BadGateway, GatewayError, GatewayTimeout
+from fairgate.proxy.exchange import Exchange, Outcome
+from fairgate.proxy.sse import SseSplitter, classify, error_event
+from fairgate.proxy.usage import estimate_usage, usage_from
+
+__all__ = ["AttemptFailed", "Deadlines", "Opened", "Relay", "SlowReader"]
+
+log = logging.getLogger("fairgate.proxy")
+
+_RETRY_STATUSES = frozenset({502, 503, 504})
+_SCRUB_LIMIT = 64 * 1024
+_SSE = b"text/event-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    connect: float
+    headers: float
+    first_token: float
+    idle: float
+    total: float
+    slow_reader: float
+    max_response_bytes: int
+
+
+class AttemptFailed(Exception):
+    """An attempt failed before anything reached the client.
+
+    ``error`` is what the client gets if no other attempt succeeds; ``answer``,
+    when set, is the engine's own failed answer (status, content type, body),
+    relayed instead when it is the last one.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        error: GatewayError,
+        *,
+        retryable: bool,
+        answer: tuple[int, bytes, bytes] | None = None,
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
+        self.retryable = retryable
+        self.answer = answer
+
+
+class SlowReader(Exception):
+    """The client did not accept bytes for longer than the slow-reader deadline."""
+
+
+@dataclass(slots=True)
+class Opened:
+    response: aiohttp.ClientResponse
+    status: int
+    content_type: bytes
+    body: bytes  # the whole body (plain answer) or the first chunk (stream)
+    streaming: bool
+
+
+class Relay:
+    """Opens attempts on replicas and relays their answers; one per Gateway."""
+
+    def __init__(self, deadlines: Deadlines) -> None:
+        self.deadlines = deadlines
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=deadlines.connect, sock_read=None
+        )
+
+    def _remaining(self, ex: Exchange, limit: float) -> float:
+        left = ex.started + self.deadlines.total - time.monotonic()
+        if left <= 0:
+            raise AttemptFailed("total_timeout", _total_timeout(), retryable=False)
+        return min(limit, left)
+
+    async def open(
+        self,
+        ex: Exchange,
+        session: aiohttp.ClientSession,
+        url: str,
+        headers: dict[str, str],
+        body: bytes,
+        internal_key: str | None,
+    ) -> Opened:
+        """Send the request and read up to the point of no return (see module docstring)."""
+        d = self.deadlines
+        start = time.monotonic()
+        try:
+            try:
+                async with asyncio.timeout(self._remaining(ex, d.headers)):
+                    response = await session.request(
+                        "POST",
+                        url,
+                        data=body,
+                        headers=headers,
+                        allow_redirects=False,
+                        timeout=self._timeout,
+                    )
+            except TimeoutError:
+                reason = "total_timeout" if _past(ex, d.total) else "headers_timeout"
+                raise AttemptFailed(
+                    reason,
+                    GatewayTimeout("the model did not answer in time"),
+                    retryable=reason == "headers_timeout",
+                ) from None
+            except aiohttp.ServerTimeoutError:
+                raise AttemptFailed(
+                    "connect_timeout",
+                    GatewayTimeout("could not reach the model in time"),
+                    retryable=True,
+                ) from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise AttemptFailed(
+                    "connect_error", BadGateway("could not reach the model"), retryable=True
+                ) from exc
+            return await self._read_head(ex, response, internal_key)
+        finally:
+            ex.upstream_time += time.monotonic() - start
+
+    async def _read_head(
+        self, ex: Exchange, response: aiohttp.ClientResponse, internal_key: str | None
+    ) -> Opened:
+        status = response.status
+        content_type = response.headers.get("Content-Type", "application/json").encode("latin-1")
+        streaming = status == 200 and content_type.startswith(_SSE)
+        try:
+            if streaming:
+                first = await self._read_first_event(ex, response)
+                return Opened(response, status, content_type, first, True)
+            body = await self._read_whole(ex, response)
+        except BaseException:
+            response.close()
+            raise
+        response.release()
+        if status >= 400 and internal_key and len(body) < _SCRUB_LIMIT:
+            body = body.replace(internal_key.encode(), b"[redacted]")
+        if status in _RETRY_STATUSES:
+            raise AttemptFailed(
+                f"upstream_{status}",
+                BadGateway("the model failed to answer"),
+                retryable=True,
+                answer=(status, content_type, body),
+            )
+        return Opened(response, status, content_type, body, False)
+
+    async def _read_first_event(self, ex: Exchange, response: aiohttp.ClientResponse) -> bytes:
+        try:
+            async with asyncio.timeout(self._remaining(ex, self.deadlines.first_token)):
+                first = await response.content.readany()
+        except TimeoutError:
+            reason = "total_timeout" if _past(ex, self.deadlines.total) else "first_token_timeout"
+            raise AttemptFailed(
+                reason,
+                GatewayTimeout("the model produced no output in time"),
+                retryable=reason == "first_token_timeout",
+            ) from None
+        except (aiohttp.ClientError, OSError):
+            raise AttemptFailed(
+                "broken_stream", BadGateway("the model broke off its answer"), retryable=True
+            ) from None
+        if not first:
+            raise AttemptFailed(
+                "empty_stream", BadGateway("the model sent an empty stream"), retryable=True
+            )
+        return first
+
+    async def _read_whole(self, ex: Exchange, response: aiohttp.ClientResponse) -> bytes:
+        limit = self.deadlines.max_response_bytes
+        declared = response.content_length
+        if declared is not None and declared > limit:
+            raise AttemptFailed(
+                "response_too_large",
+                BadGateway("the model's answer is too large"),
+                retryable=False,
+            )
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                async with asyncio.timeout(self._remaining(ex, self.deadlines.idle)):
+                    chunk = await response.content.readany()
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > limit:
+                    raise AttemptFailed(
+                        "response_too_large",
+                        BadGateway("the model's answer is too large"),
+                        retryable=False,
+                    )
+                chunks.append(chunk)
+        except TimeoutError:
+            reason = "total_timeout" if _past(ex, self.deadlines.total) else "idle_timeout"
+            raise AttemptFailed(
+                reason, GatewayTimeout("the model stopped answering"), retryable=False
+            ) from None
+        except (aiohttp.ClientError, OSError):
+            raise AttemptFailed(
+                "broken_answer", BadGateway("the model broke off its answer"), retryable=True
+            ) from None
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    # -- after the point of no return -------------------------------------------------
+
+    async def send_whole(
+        self, ex: Exchange, opened: Opened, send: Any, extra_headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        """Relay a plain (non-stream) answer and take its usage."""
+        if opened.status == 200 and opened.content_type.startswith(b"application/json"):
+            try:
+                parsed = orjson.loads(opened.body)
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict):
+                ex.usage = usage_from(parsed.get("usage"))
+        headers = [
+            (b"content-type", opened.content_type),
+            (b"content-length", str(len(opened.body)).encode()),
+            *extra_headers,
+        ]
+        await self._send(
+            send, {"type": "http.response.start", "status": opened.status, "headers": headers}
+        )
+        ex.first_byte_at = time.monotonic()
+        ex.status = opened.status
+        await self._send(send, {"type": "http.response.body", "body": opened.body})
+
+    async def stream(
+        self,
+        ex: Exchange,
+        opened: Opened,
+        send: Any,
+        extra_headers: list[tuple[bytes, bytes]],
+        *,
+        strip_usage: bool,
+    ) -> None:
+        """Relay an SSE stream event by event until the engine ends it or a deadline fires."""
+        response = opened.response
+        splitter = SseSplitter()
+        terminal = False
+        completed = False
+        headers = [
+            (b"content-type", opened.content_type),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+            *extra_headers,
+        ]
+        try:
+            await self._send(
+                send, {"type": "http.response.start", "status": 200, "headers": headers}
+            )
+            ex.first_byte_at = time.monotonic()
+            ex.status = 200
+            chunk = opened.body
+            while chunk:
+                out: list[bytes] = []
+                for raw in splitter.feed(chunk):
+                    event = classify(raw)
+                    kind = event.kind
+                    if event.usage is not None:
+                        ex.usage = event.usage
+                    if kind == "content":
+                        ex.content_events += 1
+                    elif kind == "done" or kind == "final":
+                        terminal = True
+                    elif kind == "error":
+                        ex.outcome = Outcome.TRUNCATED
+                        ex.reason = "engine_error_event"
+                    elif kind == "usage" and strip_usage:
+                        continue
+                    out.append(raw)
+                if out:
+                    await self._send(
+                        send,
+                        {
+                            "type": "http.response.body",
+                            "body": out[0] if len(out) == 1 else b"".join(out),
+                            "more_body": True,
+                        },
+                    )
+                chunk = await self._read_more(ex, response)
+            if not terminal and ex.outcome == Outcome.OK:
+                ex.outcome, ex.reason = Outcome.TRUNCATED, "engine_closed_stream"
+            completed = True
+        except _StreamBroken as broken:
+            ex.outcome, ex.reason = broken.outcome, broken.reason
+        finally:
+            if completed and terminal:
+                response.release()
+            else:
+                response.close()  # cancels the engine's work: it sees the connection go
+        if ex.outcome in (Outcome.TRUNCATED, Outcome.TIMEOUT):
+            tail = (
+                b""
+                if ex.reason == "engine_error_event"
+                else error_event("the model's stream broke off before it ended", "upstream_error")
+            )
+            await self._send(send, {"type": "http.response.body", "body": tail, "more_body": False})
+        elif ex.outcome == Outcome.OK:
+            await self._send(send, {"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _read_more(self, ex: Exchange, response: aiohttp.ClientResponse) -> bytes:
+        start = time.monotonic()
+        try:
+            async with asyncio.timeout(self._remaining_stream(ex)):
+                return await response.content.readany()
+        except TimeoutError:
+            raise _StreamBroken(
+                Outcome.TIMEOUT,
+                "idle_timeout" if not _past(ex, self.deadlines.total) else "total_timeout",
+            ) from None
+        except (aiohttp.ClientError, OSError, ValueError):
+            raise _StreamBroken(Outcome.TRUNCATED, "engine_broke_stream") from None
+        finally:
+            ex.upstream_time += time.monotonic() - start
+
+    def _remaining_stream(self, ex: Exchange) -> float:
+        left = ex.started + self.deadlines.total - time.monotonic()
+        return max(0.0, min(self.deadlines.idle, left))
+
+    async def _send(self, send: Any, message: dict[str, Any]) -> None:
+        try:
+            async with asyncio.timeout(self.deadlines.slow_reader):
+                await send(message)
+        except TimeoutError:
+            raise SlowReader() from None
+
+
+class _StreamBroken(Exception):
+    def __init__(self, outcome: str, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+        self.reason = reason
+
+
+def _past(ex: Exchange, total: float) -> bool:
+    return time.monotonic() >= ex.started + total - 0.001
+
+
+def _total_timeout() -> GatewayTimeout:
+    return GatewayTimeout("the request took longer than the gateway allows")
+
+
+def estimate_for(ex: Exchange) -> None:
+    """Fill in the flagged estimate when the engine reported no usage."""
+    if ex.usage is None:
+        ex.usage = estimate_usage(ex.prompt_bytes, ex.content_events)

@@ -1,0 +1,116 @@
+"""Reading and checking the client's request before anything is sent upstream.
+
+The body is read once, bounded by ``max_body_bytes`` and by a deadline (a
+client trickling its body is cut off), parsed once with orjson, and checked
+against the caps an operator sets (``n``, ``max_tokens``, grammar size).
+Every refusal here is a 4xx in the OpenAI envelope, never a 422.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from fairgate.core.errors import BadRequest, PayloadTooLarge
+
+__all__ = ["Caps", "ClientGone", "check_caps", "parse_json", "read_body"]
+
+# Fields whose value is a grammar, a schema or a pattern the engine compiles:
+# their size is capped because compiling them costs the engine, not the gateway.
+_GRAMMAR_FIELDS = (
+    "grammar",
+    "guided_grammar",
+    "guided_regex",
+    "guided_json",
+    "guided_choice",
+    "json_schema",
+    "structured_outputs",
+    "response_format",
+    "regex",
+)
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request was read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    max_body_bytes: int
+    body_timeout: float
+    max_n: int
+    max_tokens: int | None
+    max_grammar_bytes: int
+
+
+async def read_body(receive: Any, declared: int | None, caps: Caps) -> bytes:
+    """The whole request body, or PayloadTooLarge / BadRequest / ClientGone."""
+    limit = caps.max_body_bytes
+    if declared is not None and declared > limit:
+        raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(caps.body_timeout):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientGone()
+                body: bytes = message.get("body", b"")
+                size += len(body)
+                if size > limit:
+                    raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+                if not message.get("more_body", False):
+                    if not chunks:
+                        return body
+                    chunks.append(body)
+                    return b"".join(chunks)
+                chunks.append(body)
+    except TimeoutError:
+        raise BadRequest("the request body was not received in time", code="body_timeout") from None
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or BadRequest saying why not."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise BadRequest("request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(parsed, dict):
+        raise BadRequest("request body must be a JSON object", code="invalid_json")
+    return parsed
+
+
+def check_caps(parsed: dict[str, Any], caps: Caps) -> None:
+    """Refuse values the operator capped; the message names the field and the cap."""
+    n = parsed.get("n")
+    if n is not None:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise BadRequest("'n' must be a positive integer", code="invalid_value")
+        if n > caps.max_n:
+            raise BadRequest(f"'n' must be at most {caps.max_n}", code="n_too_large")
+    for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = parsed.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadRequest(f"'{field}' must be a non-negative integer", code="invalid_value")
+        if caps.max_tokens is not None and value > caps.max_tokens:
+            raise BadRequest(
+                f"'{field}' must be at most {caps.max_tokens}", code="max_tokens_too_large"
+            )
+    stream = parsed.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequest("'stream' must be true or false", code="invalid_value")
+    for field in _GRAMMAR_FIELDS:
+        value = parsed.get(field)
+        if value is None:
+            continue
+        size = len(value) if isinstance(value, str) else len(orjson.dumps(value))
+        if size > caps.max_grammar_bytes:
+            raise BadRequest(
+                f"'{field}' is larger than {caps.max_grammar_bytes} bytes", code="grammar_too_large"
+            )

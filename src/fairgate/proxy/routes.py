@@ -1,0 +1,203 @@
+"""Which route a request takes and which models can serve it.
+
+The path is normalised first (``engines.normalize_path``) and must be on the
+allowlist of at least one configured engine kind, else 404 — engine-internal
+routes are never reachable, whatever their spelling. The model named in the
+body (JSON or multipart) then selects a ``ModelEntry``: the model and its
+fallbacks, each a ``Candidate`` that knows its engine adapter. A model the
+body does not name, or names unreadably, is refused (fail-closed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from fairgate.core.errors import BadRequest, NotFound
+from fairgate.engines import (
+    EngineAdapter,
+    ModelUnreadable,
+    RouteKind,
+    UpstreamRequestBody,
+    extract_model,
+    normalize_path,
+)
+from fairgate.proxy.exchange import Exchange
+
+__all__ = ["Candidate", "ModelEntry", "Route", "RouteTable"]
+
+LocalHandler = Callable[[dict[str, Any], Exchange, Any], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    name: str  # the normalised path
+    local: LocalHandler | None = None
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One model able to serve a request: its name, the engine's name for it, its adapter."""
+
+    name: str
+    upstream_model: str
+    adapter: EngineAdapter
+    _routes: dict[str, RouteKind | None] = field(default_factory=dict)
+
+    def route_kind(self, route: str) -> RouteKind | None:
+        try:
+            return self._routes[route]
+        except KeyError:
+            kind = self._routes[route] = self.adapter.route(route)
+            return kind
+
+    def upstream_path(self, route: str) -> str | None:
+        kind = self.route_kind(route)
+        return kind.path if kind is not None else None
+
+    def body_for(self, ex: Exchange) -> bytes:
+        cached = ex.upstream_bodies.get(self.name)
+        if cached is None:
+            cached = ex.upstream_bodies[self.name] = self.adapter.prepare_body(
+                UpstreamRequestBody(
+                    raw=ex.body,
+                    parsed=ex.parsed,
+                    upstream_model=self.upstream_model,
+                    client_model=ex.client_model or None,
+                    stream=ex.stream,
+                    include_usage=ex.stream and self._usage_in_stream(ex.route),
+                    cache_salt=None,
+                    content_type=ex.content_type,
+                )
+            )
+        return cached
+
+    def _usage_in_stream(self, route: str) -> bool:
+        kind = self.route_kind(route)
+        return kind is not None and kind.usage in ("chat", "completion")
+
+    def headers_for(self, ex: Exchange, replica: Any) -> dict[str, str]:
+        pairs = self.adapter.headers(
+            internal_key=replica.internal_key,
+            content_type=ex.content_type,
+            accept=ex.accept,
+            request_id=ex.request_id,
+            priority=None,
+            host=replica.host_header,
+        )
+        return {name.decode("latin-1"): value.decode("latin-1") for name, value in pairs}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    chain: Sequence[Candidate]  # the model itself first, then its fallbacks in order
+
+
+class RouteTable:
+    """Paths and model names resolved against the configuration, built once at start-up."""
+
+    def __init__(self, models: Sequence[Any], adapters: dict[str, EngineAdapter]) -> None:
+        candidates = {
+            m.name: Candidate(m.name, m.upstream_model, adapters[m.engine]) for m in models
+        }
+        self._entries: dict[str, ModelEntry] = {}
+        for m in models:
+            chain = [candidates[m.name], *(candidates[f] for f in m.fallbacks)]
+            entry = ModelEntry(tuple(chain))
+            self._entries[m.name] = entry
+            for alias in m.aliases:
+                self._entries[alias] = entry
+        self._canonical = {alias: m.name for m in models for alias in (m.name, *m.aliases)}
+        self._adapters = tuple({id(a): a for a in adapters.values()}.values())
+        created = int(time.time())
+        self._listing = orjson.dumps(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": created,
+                        "owned_by": "fairgate",
+                        "root": self._canonical[name],
+                    }
+                    for name in self._canonical
+                ],
+            }
+        )
+        self._created = created
+
+    def resolve_path(self, raw_path: bytes) -> Route:
+        path = normalize_path(raw_path)
+        if path is None:
+            raise NotFound("unknown route", code="unknown_route")
+        if path == "/v1/models":
+            return Route(path, self._list_models)
+        if path.startswith("/v1/models/"):
+            return Route(path, self._get_model)
+        if not any(adapter.route(path) is not None for adapter in self._adapters):
+            raise NotFound("unknown route", code="unknown_route")
+        return Route(path)
+
+    def model_for(self, ex: Exchange) -> ModelEntry:
+        """The entry for the model the body names; fills the exchange's model fields."""
+        name = extract_model(
+            ex.content_type.decode("latin-1") if ex.content_type else None, ex.body, ex.parsed
+        )
+        if isinstance(name, ModelUnreadable):
+            raise BadRequest("the request's model could not be read", code="model_unreadable")
+        if name is None:
+            raise BadRequest("'model' is required", code="model_required")
+        entry = self._entries.get(name)
+        if entry is None:
+            raise NotFound(f"The model '{_printable(name)}' does not exist", code="model_not_found")
+        chain = [c for c in entry.chain if c.upstream_path(ex.route) is not None]
+        if not chain:
+            raise NotFound("unknown route for this model", code="unknown_route")
+        ex.client_model = name
+        ex.requested_model = ex.model = entry.chain[0].name
+        return ModelEntry(tuple(chain)) if len(chain) != len(entry.chain) else entry
+
+    async def _list_models(self, scope: dict[str, Any], ex: Exchange, send: Any) -> None:
+        await _send_json(send, 200, self._listing, ex)
+
+    async def _get_model(self, scope: dict[str, Any], ex: Exchange, send: Any) -> None:
+        name = scope["path"][len("/v1/models/") :]
+        canonical = self._canonical.get(name)
+        if canonical is None:
+            raise NotFound(f"The model '{_printable(name)}' does not exist", code="model_not_found")
+        body = orjson.dumps(
+            {
+                "id": name,
+                "object": "model",
+                "created": self._created,
+                "owned_by": "fairgate",
+                "root": canonical,
+            }
+        )
+        await _send_json(send, 200, body, ex)
+
+
+def _printable(name: str) -> str:
+    return name[:200].encode("ascii", "backslashreplace").decode()
+
+
+async def _send_json(send: Any, status: int, body: bytes, ex: Exchange) -> None:
+    ex.status = status
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"x-request-id", ex.request_id.encode()),
+            ],
+        }
+    )
+    ex.first_byte_at = time.monotonic()
+    await send({"type": "http.response.body", "body": body})

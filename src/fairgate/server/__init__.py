@@ -1,0 +1,1 @@
+"""Listeners: uvicorn servers with the gateway's own limits, run side by side in one event loop."""

@@ -1,0 +1,47 @@
+"""The gateway as a child process, for tests, the demo and benchmarks.
+
+with GatewayProcess(config_path) as gw:
+    openai.OpenAI(base_url=gw.url + "/v1", api_key="…")
+    urllib.request.urlopen(gw.admin_url + "/readyz")
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Self
+
+from fairgate.sim.process import ServerProcess
+
+__all__ = ["READY_PREFIX", "GatewayProcess"]
+
+READY_PREFIX = "fairgate listening on "
+
+
+class GatewayProcess(ServerProcess):
+    """``fairgate serve -c CONFIG *args``; ``.url`` (client listener) and ``.admin_url``."""
+
+    def __init__(
+        self,
+        config: str | Path,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        startup_timeout: float = 30.0,
+        stop_timeout: float = 30.0,
+    ) -> None:
+        argv: Sequence[str] = [sys.executable, "-m", "fairgate", "serve", "-c", str(config), *args]
+        super().__init__(
+            argv,
+            READY_PREFIX,
+            env=env,
+            startup_timeout=startup_timeout,
+            stop_timeout=stop_timeout,
+        )
+        self.admin_url = ""
+
+    def start(self) -> Self:
+        super().start()
+        client, _, admin = self.url.partition(" admin ")
+        self.url, self.admin_url = client.strip(), admin.strip()
+        return self

@@ -1,0 +1,100 @@
+"""The SSE splitter and classifier: events cut whole, usage found, stripping decided."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from fairgate.proxy.sse import SseSplitter, classify, error_event
+
+
+def chunk(payload: dict) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def test_events_are_cut_whole_whatever_the_chunking() -> None:
+    stream = (
+        chunk({"choices": [{"delta": {"content": "a"}}]})
+        + chunk({"choices": [{"delta": {"content": "b"}}]})
+        + b"data: [DONE]\n\n"
+    )
+    for size in (1, 2, 7, 64, len(stream)):
+        splitter = SseSplitter()
+        events: list[bytes] = []
+        for i in range(0, len(stream), size):
+            events.extend(splitter.feed(stream[i : i + size]))
+        assert b"".join(events) == stream
+        assert len(events) == 3
+        assert splitter.pending() == b""
+
+
+def test_crlf_separated_events_are_recognised() -> None:
+    splitter = SseSplitter()
+    events = splitter.feed(b"data: {}\r\n\r\ndata: [DONE]\r\n\r\n")
+    assert len(events) == 2
+    assert classify(events[1]).kind == "done"
+
+
+def test_an_endless_event_is_refused() -> None:
+    splitter = SseSplitter(max_event_bytes=100)
+    with pytest.raises(ValueError):
+        splitter.feed(b"data: " + b"x" * 200)
+
+
+def test_usage_chunk_is_classified_with_its_figures() -> None:
+    event = classify(
+        chunk(
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 12,
+                    "completion_tokens": 5,
+                    "prompt_tokens_details": {"cached_tokens": 8},
+                },
+            }
+        )
+    )
+    assert event.kind == "usage"
+    assert event.usage is not None
+    assert (
+        event.usage.prompt_tokens,
+        event.usage.completion_tokens,
+        event.usage.cached_tokens,
+    ) == (12, 5, 8)
+
+
+def test_content_chunk_with_null_usage_is_content() -> None:
+    event = classify(chunk({"choices": [{"delta": {"content": "x"}}], "usage": None}))
+    assert event.kind == "content"
+    assert event.usage is None
+
+
+def test_responses_api_completion_carries_usage() -> None:
+    raw = (
+        b"event: response.completed\ndata: "
+        + orjson.dumps(
+            {
+                "type": "response.completed",
+                "response": {
+                    "usage": {
+                        "input_tokens": 3,
+                        "output_tokens": 4,
+                        "input_tokens_details": {"cached_tokens": 0},
+                    }
+                },
+            }
+        )
+        + b"\n\n"
+    )
+    event = classify(raw)
+    assert event.kind == "final"
+    assert event.usage is not None and event.usage.completion_tokens == 4
+
+
+def test_engine_error_event_is_recognised() -> None:
+    assert classify(chunk({"error": {"message": "boom"}})).kind == "error"
+    assert classify(error_event("broken")).kind == "error"
+
+
+def test_done_inside_content_is_not_done() -> None:
+    assert classify(chunk({"choices": [{"delta": {"content": "[DONE]"}}]})).kind == "content"
