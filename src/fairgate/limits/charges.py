@@ -1,0 +1,118 @@
+"""What a request charges, what it gets back, and what it settles later.
+
+A request is admitted by charging several counters in one atomic step; each
+counter is described by one charge. The counter's identity is its ``key``
+(unique within one acquisition); everything a later settle needs travels in the
+``Lease``, so a correction lands where the reservation was made even if the day,
+the month or the window has moved on since.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fairgate.limits.window import DEFAULT_GRANULES
+
+__all__ = [
+    "IN_FLIGHT_RETRY_AFTER",
+    "Charge",
+    "InFlightCharge",
+    "Lease",
+    "PeriodCharge",
+    "Verdict",
+    "WindowCharge",
+    "check_distinct",
+]
+
+# Retry-After for a refused in-flight slot: nobody knows when one frees, so a short pause.
+IN_FLIGHT_RETRY_AFTER = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class WindowCharge:
+    """Add ``amount`` to a sliding window of ``window`` seconds capped at ``limit``.
+
+    Admitted when the window's counted weight plus ``amount`` stays ``<= limit``
+    (see ``fairgate.limits.window`` for the algorithm and its guarantee).
+    ``amount`` and ``limit`` are non-negative integers (requests, tokens).
+    """
+
+    key: str
+    amount: int
+    limit: int
+    window: float = 60.0
+    granules: int = DEFAULT_GRANULES
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodCharge:
+    """Add ``amount`` to the counter of one calendar period (its label is in ``key``).
+
+    Admitted when ``counter + amount <= limit``; with ``overdraft`` (budgets) when
+    the counter is still below ``limit``, so the last admission may end above it
+    by at most its own amount. ``resets_at`` (Unix seconds) is when the period
+    ends, for Retry-After; the counter is kept until ``keep_until`` so that late
+    corrections still find it, then forgotten.
+    """
+
+    key: str
+    amount: int
+    limit: int
+    resets_at: float
+    keep_until: float
+    overdraft: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightCharge:
+    """Hold one of ``limit`` concurrent slots until the lease is settled (or expires)."""
+
+    key: str
+    limit: int
+
+
+Charge = WindowCharge | PeriodCharge | InFlightCharge
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """What an admitted acquisition charged: settle it exactly once.
+
+    ``id`` is unique per acquisition (it names the in-flight slots);
+    ``charged_at`` is the ``now`` of the acquisition, from which the window
+    buckets of the reservation are derived.
+    """
+
+    id: str
+    charges: tuple[Charge, ...]
+    charged_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answer of one acquisition.
+
+    Admitted: ``lease`` is set, ``refused`` is None, ``totals[i]`` is counter
+    ``i``'s usage after the charge. Refused: nothing was charged, ``refused`` is
+    the index of the first charge (in the order given) that did not fit and
+    ``retry_after`` the seconds until it would fit if nothing else were charged
+    (window: when enough weight leaves; period: when it resets; in-flight: a
+    short fixed pause, since nobody knows when a slot frees).
+    """
+
+    lease: Lease | None
+    refused: int | None = None
+    retry_after: float | None = None
+    totals: tuple[int, ...] = ()
+
+    @property
+    def admitted(self) -> bool:
+        return self.lease is not None
+
+
+def check_distinct(charges: Sequence[Charge]) -> None:
+    """``ValueError`` unless every charge names a different counter."""
+    keys = {c.key for c in charges}
+    if len(keys) != len(charges):
+        raise ValueError("one acquisition must not charge the same counter twice")

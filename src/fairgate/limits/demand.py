@@ -1,0 +1,50 @@
+"""What a request asks the limiter for, and what it holds once admitted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fairgate.core.money import Money
+from fairgate.limits.budgets import Budget
+from fairgate.limits.charges import Lease
+from fairgate.limits.key_limits import Limits
+from fairgate.limits.subject import Subject
+
+__all__ = ["Admission", "Demand"]
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """One request at admission: who, under which limits and budgets, and its estimates.
+
+    ``tokens`` is the estimate from ``estimate_tokens`` (>= 1); ``cost`` the
+    estimated cost of those tokens under the model's prices (>= 0, zero when the
+    model has no price: budgets then still refuse once spent, but do not grow).
+    ``budgets`` are the ones the request falls under (``BudgetBook.applicable``).
+    """
+
+    subject: Subject
+    limits: Limits
+    model: str
+    tokens: int
+    cost: Money
+    budgets: tuple[Budget, ...] = ()
+
+
+@dataclass(slots=True)
+class Admission:
+    """An admitted request's claim on the counters; give it back to ``Limiter.settle``
+    in a ``finally`` (also on error and client disconnect).
+
+    ``lease`` is None when nothing was charged: no limit applied, or the state back
+    end was unavailable and the limiter fails open (then ``degraded`` is True).
+    ``soft_crossed`` lists the budgets whose soft limit this request's reservation
+    crossed (an alert is due, once per budget and period, by whoever sends them).
+    """
+
+    lease: Lease | None
+    tpm_key: str | None = None
+    budget_keys: tuple[str, ...] = ()
+    soft_crossed: tuple[Budget, ...] = ()
+    degraded: bool = False
+    settled: bool = False

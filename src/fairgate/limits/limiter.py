@@ -1,0 +1,179 @@
+"""The limiter: one atomic check-and-charge per request, one settle, one failure policy.
+
+    limiter = Limiter(store, fail_open=False, day_zone=ZoneInfo("Europe/Paris"))
+    admission = await limiter.admit(demand, now)      # RateLimited / ServiceUnavailable
+    try:
+        ...                                            # serve the request
+    finally:
+        await limiter.settle(admission, tokens=used, cost=cost, now=clock.wall())
+
+When the state back end is unavailable (``StateUnavailable``), this module alone
+decides: fail closed (default) answers 503 ``ServiceUnavailable`` naming the limit
+service; fail open serves the request uncounted. Either way ``on_unavailable``
+is called with what happened (``"refused"``, ``"served_without_limits"``,
+``"settle_lost"``), so a metric can count it, and the log says so once per outage.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, tzinfo
+from typing import Literal
+
+from fairgate.core.errors import ServiceUnavailable
+from fairgate.core.money import Money
+from fairgate.limits.budgets import Budget
+from fairgate.limits.charges import Lease
+from fairgate.limits.demand import Admission, Demand
+from fairgate.limits.key_limits import Limits
+from fairgate.limits.periods import Calendar
+from fairgate.limits.plan import Plan, Planner
+from fairgate.limits.store import CounterStore, StateUnavailable
+from fairgate.limits.subject import Subject
+from fairgate.limits.usage import BudgetUsage, Usage
+
+__all__ = ["UNAVAILABLE_MESSAGE", "Limiter", "Outage"]
+
+log = logging.getLogger(__name__)
+
+# what happened to a request while the back end was unavailable, for a metric
+Outage = Literal["refused", "served_without_limits", "settle_lost"]
+
+UNAVAILABLE_MESSAGE = (
+    "The rate-limit and budget service is unavailable, so the request was not served. "
+    "Try again shortly."
+)
+
+
+class Limiter:
+    """Admits requests against a key's limits and the budgets they fall under.
+
+    ``admit`` raises ``RateLimited`` (429; Retry-After for rate limits, none for a
+    spent budget) or ``ServiceUnavailable`` (503, back end down and fail closed).
+    ``settle`` never raises but ``CancelledError``: it runs in a ``finally``, and
+    what it cannot write is reported through ``on_unavailable`` (the in-flight
+    slot then expires by itself on Redis). Cancelling either is safe: the store
+    finishes a started settle and gives back a charge whose caller is gone.
+    Period counters outlive their period by ``grace`` seconds so that late
+    settles still land in them.
+    """
+
+    def __init__(
+        self,
+        store: CounterStore,
+        *,
+        fail_open: bool = False,
+        day_zone: tzinfo = UTC,
+        grace: float = 86400.0,
+        on_unavailable: Callable[[Outage], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._fail_open = fail_open
+        self._planner = Planner(Calendar(day_zone), grace)
+        self._on_unavailable = on_unavailable
+        self._outage = False
+
+    async def admit(self, demand: Demand, now: float) -> Admission:
+        """Charge every limit and budget of ``demand`` at once, or refuse it."""
+        plan = self._planner.plan(demand, now)
+        if not plan.charges:
+            return Admission(lease=None)
+        try:
+            verdict = await self._store.acquire(plan.charges, now)
+        except StateUnavailable as exc:
+            self._note_outage(exc)
+            if self._fail_open:
+                self._report("served_without_limits")
+                return Admission(lease=None, degraded=True)
+            self._report("refused")
+            raise ServiceUnavailable(UNAVAILABLE_MESSAGE, code="limits_unavailable") from exc
+        self._note_recovery()
+        if verdict.lease is None:
+            index = verdict.refused if verdict.refused is not None else 0
+            raise plan.refusals[index](verdict.retry_after)
+        return _admission(plan, verdict.lease, verdict.totals, demand)
+
+    async def settle(
+        self, admission: Admission, *, tokens: int | None, cost: Money | None, now: float
+    ) -> None:
+        """Release the in-flight slot and correct tokens and cost with the real usage
+        (None: keep the estimate), in the windows and periods the admission charged.
+        A second settle of the same admission does nothing."""
+        if admission.settled:
+            return
+        admission.settled = True
+        lease = admission.lease
+        if lease is None:
+            return
+        actual: dict[str, int] = {}
+        if tokens is not None and admission.tpm_key is not None:
+            actual[admission.tpm_key] = max(0, tokens)
+        if cost is not None:
+            actual.update((key, max(0, cost.micro)) for key in admission.budget_keys)
+        try:
+            await self._store.settle(lease, actual, now)
+        except StateUnavailable as exc:
+            # the slot then expires by itself (lease TTL); the correction is lost
+            self._note_outage(exc)
+            self._report("settle_lost")
+
+    async def usage(
+        self, subject: Subject, limits: Limits, budgets: Sequence[Budget], now: float
+    ) -> Usage:
+        """What ``subject`` has used of each limit and budget now (nothing is charged)."""
+        plan = self._planner.plan(Demand(subject, limits, "", 1, Money(0), tuple(budgets)), now)
+        try:
+            totals = await self._store.read(plan.charges, now) if plan.charges else ()
+        except StateUnavailable as exc:
+            self._note_outage(exc)
+            raise ServiceUnavailable(UNAVAILABLE_MESSAGE, code="limits_unavailable") from exc
+        by_kind = {kind: totals[index] for kind, index in plan.rates.items()}
+        spans = [self._planner.budget_counter(b, now) for b, _ in plan.budgets]
+        return Usage(
+            limits=limits,
+            requests_last_minute=by_kind.get("rpm"),
+            tokens_last_minute=by_kind.get("tpm"),
+            requests_today=by_kind.get("rpd"),
+            in_flight=by_kind.get("inflight"),
+            budgets=tuple(
+                BudgetUsage(budget, span, Money(totals[index]), Money(counter.limit))
+                for (budget, index), (counter, span) in zip(plan.budgets, spans, strict=True)
+            ),
+        )
+
+    async def restore(self, budget: Budget, spent: Money, now: float) -> None:
+        """Raise ``budget``'s counter for the period holding ``now`` to at least ``spent``
+        (spend recorded in the store), so that a restart never hands out a fresh
+        allowance. Raises ``StateUnavailable`` when the back end is down."""
+        counter, _ = self._planner.budget_counter(budget, now)
+        await self._store.seed(counter, spent.micro, now)
+
+    def _report(self, outcome: Outage) -> None:
+        if self._on_unavailable is not None:
+            self._on_unavailable(outcome)
+
+    def _note_outage(self, exc: StateUnavailable) -> None:
+        if not self._outage:
+            self._outage = True
+            policy = "serving without limits" if self._fail_open else "refusing requests"
+            log.error("limits state back end unavailable (%s): %s", policy, exc)
+
+    def _note_recovery(self) -> None:
+        if self._outage:
+            self._outage = False
+            log.warning("limits state back end available again")
+
+
+def _admission(plan: Plan, lease: Lease, totals: tuple[int, ...], demand: Demand) -> Admission:
+    crossed = []
+    for budget, index in plan.budgets:
+        after = totals[index] if index < len(totals) else 0
+        if budget.soft is not None and after - demand.cost.micro < budget.soft.micro <= after:
+            crossed.append(budget)
+    return Admission(
+        lease=lease,
+        tpm_key=plan.tpm_key,
+        budget_keys=tuple(plan.charges[i].key for _, i in plan.budgets),
+        soft_crossed=tuple(crossed),
+    )

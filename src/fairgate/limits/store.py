@@ -1,0 +1,83 @@
+"""The counters the limits need, declared by their consumer: ``CounterStore``.
+
+``fairgate.state`` implements it (``MemoryCounterStore``, ``RedisCounterStore``);
+``tests/limits/test_store.py`` is the conformance suite every implementation passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from fairgate.limits.charges import Charge, Lease, PeriodCharge, Verdict
+
+__all__ = ["CounterStore", "StateUnavailable"]
+
+
+class StateUnavailable(Exception):
+    """The back end could not answer in time (down, timed out, or its breaker is open).
+
+    Raised by every ``CounterStore`` operation instead of the back end's own
+    errors; whether a request is then refused or served is decided once, in
+    ``fairgate.limits.limiter``.
+    """
+
+
+class CounterStore(Protocol):
+    """Atomic counters for rate windows, calendar periods and in-flight slots.
+
+    Time is always the caller's ``now`` (Unix seconds), so tests drive it and
+    several gateways agree as far as their clocks do. Every operation either
+    completes or raises ``StateUnavailable``; none blocks longer than the
+    back end's configured timeout.
+
+    Cancellation (a client that disconnects) is safe: an ``acquire`` cancelled
+    mid-way leaves nothing charged once the back end has answered (what landed
+    is given back), and a ``settle`` cancelled mid-way still completes.
+    ``aclose`` waits for such unfinished work.
+    """
+
+    @property
+    def refresh_interval(self) -> float | None:
+        """Seconds between the ``refresh`` calls a live gateway must make so that its
+        in-flight leases do not expire; None when leases never expire (one process)."""
+        ...
+
+    async def acquire(self, charges: Sequence[Charge], now: float) -> Verdict:
+        """Check and charge every counter in one atomic step: all or none.
+
+        Charges must name distinct counters (``ValueError`` otherwise). Two
+        concurrent acquisitions, from this process or another one sharing the
+        back end, never both see the same room.
+        """
+        ...
+
+    async def settle(self, lease: Lease, actual: Mapping[str, int], now: float) -> None:
+        """Release the lease's in-flight slots and correct its estimates.
+
+        ``actual`` maps a charge's key to the amount really used (missing keys
+        keep their estimate). A period counter is corrected in the period the
+        lease charged; a window refund goes back to the bucket it was charged
+        in, while an excess is charged at ``now`` so that it weighs for a full
+        window from the moment it is known. Settle each lease once.
+        """
+        ...
+
+    async def read(self, counters: Sequence[Charge], now: float) -> tuple[int, ...]:
+        """Current usage of each counter (window weight, period total, slots held);
+        the charges' amounts and limits are ignored and nothing is charged."""
+        ...
+
+    async def seed(self, counter: PeriodCharge, total: int, now: float) -> None:
+        """Raise a period counter to at least ``total`` (never lowers it): how spend
+        recorded elsewhere is restored after a restart, idempotently."""
+        ...
+
+    async def refresh(self, now: float) -> None:
+        """Extend the expiry of every in-flight lease this instance holds."""
+        ...
+
+    async def aclose(self) -> None:
+        """Finish work left by cancelled callers, then release connections; the store
+        is not used afterwards."""
+        ...

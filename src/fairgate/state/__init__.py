@@ -1,0 +1,15 @@
+"""Back ends of ``fairgate.limits.CounterStore``: memory (one process) and Redis (shared).
+
+    MemoryCounterStore()                               the default, one gateway process
+    RedisCounterStore(url, prefix=..., timeout=...)    several gateways, one set of limits
+
+Errors: every Redis failure, timeout or open breaker is raised as
+``fairgate.limits.StateUnavailable``; the limiter alone decides what a request
+gets then (``fairgate.limits.limiter``).
+"""
+
+from fairgate.state.breaker import Breaker
+from fairgate.state.memory import MemoryCounterStore
+from fairgate.state.redis import RedisCounterStore
+
+__all__ = ["Breaker", "MemoryCounterStore", "RedisCounterStore"]

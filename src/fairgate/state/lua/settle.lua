@@ -1,0 +1,36 @@
+-- Release a lease's in-flight slots and correct its estimates.
+-- KEYS[i]: counter i.  ARGV[1] lease id, then six fields per counter: kind, a, b, c, d, e
+--   'w' window:    a = bucket charged, b = refund (>= 0), c = bucket now, d = excess (>= 0),
+--                  e = the window's expiry (ms from now)
+--   'p' period:    a = signed delta (only if the counter still exists: never recreate it)
+--   'f' in-flight: nothing
+local lease = ARGV[1]
+
+local function arg(i, j)
+  return ARGV[1 + (i - 1) * 6 + j]
+end
+
+for i = 1, #KEYS do
+  local kind, key = arg(i, 1), KEYS[i]
+  if kind == 'w' then
+    local refund, excess = tonumber(arg(i, 3)), tonumber(arg(i, 5))
+    if refund > 0 and redis.call('HEXISTS', key, arg(i, 2)) == 1 then
+      if redis.call('HINCRBY', key, arg(i, 2), -refund) <= 0 then
+        redis.call('HDEL', key, arg(i, 2))
+      end
+    end
+    if excess > 0 then
+      redis.call('HINCRBY', key, arg(i, 4), arg(i, 5))
+      redis.call('PEXPIRE', key, arg(i, 6))
+    end
+  elseif kind == 'p' then
+    if tonumber(arg(i, 2)) ~= 0 and redis.call('EXISTS', key) == 1 then
+      if redis.call('INCRBY', key, arg(i, 2)) < 0 then
+        redis.call('SET', key, '0', 'KEEPTTL')
+      end
+    end
+  else
+    redis.call('ZREM', key, lease)
+  end
+end
+return 0

@@ -1,0 +1,185 @@
+"""``CounterStore`` in this process's memory: the default for one gateway process.
+
+Atomicity comes from asyncio itself: no operation awaits between its check and
+its charge, so no other task runs in between. Nothing survives the process,
+and several processes would each count alone (the gateway refuses
+``--workers N > 1`` without Redis). Memory stays bounded: a window keeps at most
+``granules + 1`` buckets, and counters past their keep-until are swept once a
+minute of the callers' time.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from fairgate.limits.charges import (
+    IN_FLIGHT_RETRY_AFTER,
+    Charge,
+    InFlightCharge,
+    Lease,
+    PeriodCharge,
+    Verdict,
+    WindowCharge,
+    check_distinct,
+)
+from fairgate.limits.window import SlidingWindow, bucket_of
+
+__all__ = ["MemoryCounterStore"]
+
+_SWEEP_EVERY = 60.0
+
+
+@dataclass(slots=True)
+class _Period:
+    value: int
+    keep_until: float
+
+
+class MemoryCounterStore:
+    """Counters in one process (see ``fairgate.limits.store.CounterStore`` for the contract).
+
+    Never raises ``StateUnavailable``; in-flight leases never expire (they die
+    with the process), so ``refresh_interval`` is None.
+    """
+
+    def __init__(self) -> None:
+        self._windows: dict[str, SlidingWindow] = {}
+        self._periods: dict[str, _Period] = {}
+        self._in_flight: dict[str, set[str]] = {}
+        self._ids = itertools.count(1)
+        self._next_sweep = float("-inf")
+
+    @property
+    def refresh_interval(self) -> float | None:
+        return None
+
+    async def acquire(self, charges: Sequence[Charge], now: float) -> Verdict:
+        check_distinct(charges)
+        self._maybe_sweep(now)
+        for charge in charges:
+            if isinstance(charge, WindowCharge) and (window := self._shaped(charge)):
+                window.prune(now)  # time moves on with acquisitions: keeps usage O(1)
+        used = [self._usage(charge, now) for charge in charges]
+        for index, charge in enumerate(charges):
+            if not _fits(charge, used[index]):
+                return Verdict(lease=None, refused=index, retry_after=self._wait(charge, now))
+        lease = Lease(f"m{next(self._ids)}", tuple(charges), now)
+        for charge in charges:
+            self._charge(charge, lease.id, now)
+        totals = tuple(
+            u + (1 if isinstance(c, InFlightCharge) else c.amount)
+            for c, u in zip(charges, used, strict=True)
+        )
+        return Verdict(lease=lease, totals=totals)
+
+    async def settle(self, lease: Lease, actual: Mapping[str, int], now: float) -> None:
+        for charge in lease.charges:
+            if isinstance(charge, InFlightCharge):
+                self._in_flight.get(charge.key, set()).discard(lease.id)
+                continue
+            if charge.key not in actual:
+                continue
+            delta = actual[charge.key] - charge.amount
+            if isinstance(charge, WindowCharge):
+                self._correct_window(charge, delta, lease.charged_at, now)
+            else:
+                period = self._period(charge.key, now)
+                if period is not None:
+                    period.value = max(0, period.value + delta)
+
+    async def read(self, counters: Sequence[Charge], now: float) -> tuple[int, ...]:
+        return tuple(self._usage(counter, now) for counter in counters)
+
+    async def seed(self, counter: PeriodCharge, total: int, now: float) -> None:
+        period = self._period(counter.key, now)
+        if period is None:
+            self._periods[counter.key] = _Period(max(0, total), counter.keep_until)
+        else:
+            period.value = max(period.value, total)
+            period.keep_until = max(period.keep_until, counter.keep_until)
+
+    async def refresh(self, now: float) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    def _wait(self, charge: Charge, now: float) -> float:
+        """Seconds until a refused ``charge`` would fit, if nothing else were charged."""
+        if isinstance(charge, WindowCharge):
+            window = self._shaped(charge) or SlidingWindow(charge.window, charge.granules)
+            return window.retry_after(charge.amount, charge.limit, now)
+        if isinstance(charge, InFlightCharge):
+            return IN_FLIGHT_RETRY_AFTER
+        return max(0.0, charge.resets_at - now)
+
+    def _charge(self, charge: Charge, lease_id: str, now: float) -> None:
+        if isinstance(charge, WindowCharge):
+            window = self._window(charge)
+            window.add(window.bucket(now), charge.amount)
+        elif isinstance(charge, InFlightCharge):
+            self._in_flight.setdefault(charge.key, set()).add(lease_id)
+        else:
+            period = self._period(charge.key, now)
+            if period is None:
+                period = self._periods[charge.key] = _Period(0, charge.keep_until)
+            period.value += charge.amount
+
+    def _usage(self, counter: Charge, now: float) -> int:
+        if isinstance(counter, WindowCharge):
+            window = self._shaped(counter)
+            return 0 if window is None else window.usage(now)
+        if isinstance(counter, InFlightCharge):
+            return len(self._in_flight.get(counter.key, ()))
+        period = self._period(counter.key, now)
+        return 0 if period is None else period.value
+
+    def _shaped(self, charge: WindowCharge) -> SlidingWindow | None:
+        """The window of ``charge``, unless absent or cut differently (configuration changed)."""
+        window = self._windows.get(charge.key)
+        if window is None or (window.length, window.granules) != (charge.window, charge.granules):
+            return None
+        return window
+
+    def _window(self, charge: WindowCharge) -> SlidingWindow:
+        window = self._shaped(charge)
+        if window is None:  # new, or its shape changed: start it afresh
+            window = self._windows[charge.key] = SlidingWindow(charge.window, charge.granules)
+        return window
+
+    def _correct_window(
+        self, charge: WindowCharge, delta: int, charged_at: float, now: float
+    ) -> None:
+        if delta < 0:
+            window = self._shaped(charge)
+            if window is not None:  # a refund goes back where the estimate was charged
+                window.add(bucket_of(charged_at, charge.window, charge.granules), delta)
+        elif delta > 0:  # an excess weighs for a full window from now on
+            window = self._window(charge)
+            window.add(window.bucket(now), delta)
+
+    def _period(self, key: str, now: float) -> _Period | None:
+        period = self._periods.get(key)
+        if period is None or now >= period.keep_until:
+            return None
+        return period
+
+    def _maybe_sweep(self, now: float) -> None:
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + _SWEEP_EVERY
+        self._periods = {k: p for k, p in self._periods.items() if now < p.keep_until}
+        self._in_flight = {k: s for k, s in self._in_flight.items() if s}
+        for window in self._windows.values():
+            window.prune(now)
+        self._windows = {k: w for k, w in self._windows.items() if w.buckets}
+
+
+def _fits(charge: Charge, used: int) -> bool:
+    if isinstance(charge, InFlightCharge):
+        return used + 1 <= charge.limit
+    if isinstance(charge, PeriodCharge) and charge.overdraft:
+        return used < charge.limit
+    return used + charge.amount <= charge.limit

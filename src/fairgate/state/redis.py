@@ -1,0 +1,250 @@
+"""``CounterStore`` in Redis: one limit across every gateway that shares the server.
+
+Each operation is one Lua script (EVALSHA, loaded again after NOSCRIPT, e.g. when
+Redis restarted), so check-and-charge is atomic across gateways. Every call is
+bounded by ``timeout`` and goes through a ``Breaker``: Redis errors, timeouts and
+an open breaker all surface as ``StateUnavailable``. The client never retries by
+itself (a retried script could charge twice, and retries turn an outage into a
+queue of slow requests).
+
+Key layout (``prefix`` default ``fairgate:``), each with an expiry:
+
+    <prefix>rpm:<key> / tpm:<key>          hash   bucket index → weight     window + 2 granules
+    <prefix>rpd:<key>:<day>                string requests that day          keep-until
+    <prefix>budget:<kind>:<scope>:<model|*>:<period>:<label>  string micro-units  keep-until
+    <prefix>inflight:<key>                 zset   lease id → expiry (s)      2 × lease_ttl
+
+In-flight slots are leases with an expiry ``lease_ttl`` after the caller's
+``now``; a live gateway extends its own with ``refresh`` (``LeaseRefresher``), so
+a gateway that dies frees its slots within ``lease_ttl``. Time is the caller's:
+gateways whose clocks disagree by ``s`` seconds share a window as if it were
+``s`` seconds shorter, so keep them on NTP. Not for Redis Cluster: one acquisition
+touches keys of several scopes, which must live on one server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import secrets
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from fairgate.limits.charges import (
+    IN_FLIGHT_RETRY_AFTER,
+    Charge,
+    InFlightCharge,
+    Lease,
+    PeriodCharge,
+    Verdict,
+    WindowCharge,
+    check_distinct,
+)
+from fairgate.limits.store import StateUnavailable
+from fairgate.limits.window import bucket_of
+from fairgate.state.breaker import Breaker
+
+__all__ = ["RedisCounterStore"]
+
+_REFRESH_BATCH = 500
+
+log = logging.getLogger(__name__)
+
+
+def _lua(name: str) -> str:
+    return resources.files("fairgate.state").joinpath(f"lua/{name}.lua").read_text("utf-8")
+
+
+def _window_ms(charge: WindowCharge) -> int:
+    return math.ceil((charge.window + 2 * charge.window / charge.granules) * 1000)
+
+
+class RedisCounterStore:
+    """Counters in Redis (see ``fairgate.limits.store.CounterStore`` for the contract).
+
+    ``url`` is a ``redis://`` or ``rediss://`` URL (a secret: never logged);
+    ``timeout`` (s, > 0) bounds every call including connecting; ``lease_ttl``
+    (s, > 0) is how long an in-flight slot outlives its gateway's last refresh;
+    ``breaker`` defaults to 3 failures → open for 1 s. Raises ``StateUnavailable``
+    on any Redis failure; never retries.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "fairgate:",
+        timeout: float = 0.5,
+        lease_ttl: float = 30.0,
+        breaker: Breaker | None = None,
+    ) -> None:
+        if timeout <= 0 or lease_ttl <= 0:
+            raise ValueError("timeout and lease_ttl must be positive")
+        self.prefix = prefix
+        self.lease_ttl = lease_ttl
+        self._timeout = timeout
+        self._breaker = breaker or Breaker()
+        self._redis: Redis = Redis.from_url(
+            url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=0,
+        )
+        self._acquire = self._redis.register_script(_lua("acquire"))
+        self._settle = self._redis.register_script(_lua("settle"))
+        self._read = self._redis.register_script(_lua("read"))
+        self._seed = self._redis.register_script(_lua("seed"))
+        self._refresh = self._redis.register_script(_lua("refresh"))
+        self._held: dict[str, tuple[str, ...]] = {}  # lease id → its in-flight counters
+        self._pending: set[asyncio.Future[Any]] = set()  # work of cancelled callers
+
+    @property
+    def refresh_interval(self) -> float | None:
+        return self.lease_ttl / 3
+
+    @property
+    def breaker(self) -> Breaker:
+        return self._breaker
+
+    async def acquire(self, charges: Sequence[Charge], now: float) -> Verdict:
+        check_distinct(charges)
+        lease_id = secrets.token_hex(8)
+        args: list[str | int | float] = [repr(now), lease_id, repr(self.lease_ttl)]
+        for charge in charges:
+            args.extend(_acquire_fields(charge))
+        keys = [self._key(c) for c in charges]
+        call = asyncio.ensure_future(self._call(self._acquire, keys, args))
+        try:
+            reply = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # the caller is gone, but the script may still charge: give it straight back
+            self._pending.add(call)
+            call.add_done_callback(lambda done: self._give_back(done, lease_id, charges, now))
+            raise
+        first = int(reply[0])
+        if first > 0:
+            retry_ms = int(reply[1])
+            retry = IN_FLIGHT_RETRY_AFTER if retry_ms < 0 else retry_ms / 1000
+            return Verdict(lease=None, refused=first - 1, retry_after=retry)
+        held = tuple(self._key(c) for c in charges if isinstance(c, InFlightCharge))
+        if held:
+            self._held[lease_id] = held
+        totals = tuple(int(v) for v in reply[1:])
+        return Verdict(lease=Lease(lease_id, tuple(charges), now), totals=totals)
+
+    async def settle(self, lease: Lease, actual: Mapping[str, int], now: float) -> None:
+        # forget the lease first: even if Redis is down now, it is no longer refreshed
+        # and its slot expires by itself
+        self._held.pop(lease.id, None)
+        args: list[str | int | float] = [lease.id]
+        for charge in lease.charges:
+            args.extend(_settle_fields(charge, actual.get(charge.key), lease.charged_at, now))
+        call = asyncio.ensure_future(
+            self._call(self._settle, [self._key(c) for c in lease.charges], args)
+        )
+        try:
+            await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # a caller cancelled in its ``finally`` must still give its slot back
+            self._pending.add(call)
+            call.add_done_callback(self._finished)
+            raise
+
+    async def read(self, counters: Sequence[Charge], now: float) -> tuple[int, ...]:
+        if not counters:
+            return ()
+        args: list[str | int | float] = [repr(now)]
+        for counter in counters:
+            if isinstance(counter, WindowCharge):
+                args.extend(("w", repr(counter.window), counter.granules))
+            else:
+                args.extend(("p" if isinstance(counter, PeriodCharge) else "f", 0, 0))
+        reply = await self._call(self._read, [self._key(c) for c in counters], args)
+        return tuple(int(v) for v in reply)
+
+    async def seed(self, counter: PeriodCharge, total: int, now: float) -> None:
+        keep_ms = max(1000, math.ceil((counter.keep_until - now) * 1000))
+        await self._call(self._seed, [self._key(counter)], [max(0, total), keep_ms])
+
+    async def refresh(self, now: float) -> None:
+        pairs = [(key, lease) for lease, keys in self._held.items() for key in keys]
+        expiry, keep_ms = repr(now + self.lease_ttl), math.ceil(2 * self.lease_ttl * 1000)
+        for start in range(0, len(pairs), _REFRESH_BATCH):
+            batch = pairs[start : start + _REFRESH_BATCH]
+            args: list[str | int | float] = [expiry, keep_ms, *(lease for _, lease in batch)]
+            await self._call(self._refresh, [key for key, _ in batch], args)
+
+    async def aclose(self) -> None:
+        while self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        await self._redis.aclose()
+
+    def _give_back(
+        self, call: asyncio.Future[Any], lease_id: str, charges: Sequence[Charge], now: float
+    ) -> None:
+        """Settle, untouched, an acquisition whose caller was cancelled before the reply."""
+        self._finished(call)
+        if call.cancelled() or call.exception() is not None or int(call.result()[0]) != 0:
+            return
+        orphan = Lease(lease_id, tuple(charges), now)
+        self._pending.add(undo := asyncio.ensure_future(self.settle(orphan, {}, now)))
+        undo.add_done_callback(self._finished)
+
+    def _finished(self, call: asyncio.Future[Any]) -> None:
+        self._pending.discard(call)
+        if not call.cancelled() and call.exception() is not None:
+            log.warning(
+                "limits state: work left by a cancelled caller failed: %s", call.exception()
+            )
+
+    def _key(self, charge: Charge) -> str:
+        return self.prefix + charge.key
+
+    async def _call(self, script: Any, keys: list[str], args: list[str | int | float]) -> Any:
+        """Run one script under the timeout and the breaker; the failure policy of this store."""
+        if not self._breaker.allow():
+            raise StateUnavailable("Redis is unavailable (breaker open after repeated failures)")
+        try:
+            async with asyncio.timeout(self._timeout):
+                result = await script(keys=keys, args=args)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._breaker.failure()
+            raise StateUnavailable(f"Redis call failed: {type(exc).__name__}: {exc}") from exc
+        self._breaker.success()
+        return result
+
+
+def _acquire_fields(charge: Charge) -> tuple[str | int, ...]:
+    if isinstance(charge, WindowCharge):
+        return ("w", charge.amount, charge.limit, repr(charge.window), charge.granules, 0)
+    if isinstance(charge, PeriodCharge):
+        return (
+            "p",
+            charge.amount,
+            charge.limit,
+            repr(charge.resets_at),
+            repr(charge.keep_until),
+            "1" if charge.overdraft else "0",
+        )
+    return ("f", 1, charge.limit, 0, 0, 0)
+
+
+def _settle_fields(
+    charge: Charge, actual: int | None, charged_at: float, now: float
+) -> tuple[str | int, ...]:
+    if isinstance(charge, InFlightCharge):
+        return ("f", 0, 0, 0, 0, 0)
+    delta = 0 if actual is None else actual - charge.amount
+    if isinstance(charge, PeriodCharge):
+        return ("p", delta, 0, 0, 0, 0)
+    charged = bucket_of(charged_at, charge.window, charge.granules)
+    current = bucket_of(now, charge.window, charge.granules)
+    return ("w", charged, max(0, -delta), current, max(0, delta), _window_ms(charge))

@@ -1,0 +1,48 @@
+"""The public names of limits/ and state/ are exactly these."""
+
+from __future__ import annotations
+
+import fairgate.limits
+import fairgate.state
+
+
+def test_limits_exports() -> None:
+    assert sorted(fairgate.limits.__all__) == sorted(
+        [
+            "ASSUMED_COMPLETION_TOKENS",
+            "Admission",
+            "Budget",
+            "BudgetBook",
+            "BudgetUsage",
+            "Calendar",
+            "Charge",
+            "CounterStore",
+            "Demand",
+            "InFlightCharge",
+            "Increase",
+            "Lease",
+            "LeaseRefresher",
+            "Limiter",
+            "Limits",
+            "Outage",
+            "PeriodCharge",
+            "PeriodKind",
+            "PeriodSpan",
+            "ScopeKind",
+            "SlidingWindow",
+            "StateUnavailable",
+            "Subject",
+            "Usage",
+            "Verdict",
+            "WindowCharge",
+            "estimate_tokens",
+        ]
+    )
+    for name in fairgate.limits.__all__:
+        assert getattr(fairgate.limits, name) is not None
+
+
+def test_state_exports() -> None:
+    assert sorted(fairgate.state.__all__) == ["Breaker", "MemoryCounterStore", "RedisCounterStore"]
+    for name in fairgate.state.__all__:
+        assert getattr(fairgate.state, name) is not None

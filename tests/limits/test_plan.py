@@ -1,0 +1,85 @@
+"""How a demand becomes charges, and how a refused charge reads to the caller."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from zoneinfo import ZoneInfo
+
+from fairgate.core.money import Money
+from fairgate.limits import (
+    Budget,
+    Calendar,
+    Demand,
+    InFlightCharge,
+    Limits,
+    PeriodCharge,
+    Subject,
+    WindowCharge,
+)
+from fairgate.limits.plan import Plan, Planner
+
+NOW = 1_710_111_600.0  # 2024-03-10 23:00 UTC, 2024-03-11 00:00 in Paris
+SUBJECT = Subject(key="k:1", org="o", team="t")
+
+
+def plan_for(demand: Demand, zone: ZoneInfo | None = None) -> Plan:
+    return Planner(Calendar(zone or UTC), grace=86_400.0).plan(demand, NOW)
+
+
+def test_charges_run_rpm_tpm_rpd_in_flight_then_budgets() -> None:
+    team = Budget("team", "t", None, "month", Money(5_000))
+    demand = Demand(SUBJECT, Limits(60, 1_000, 500, 2), "m", 300, Money(40), (team,))
+    plan = plan_for(demand, ZoneInfo("Europe/Paris"))
+    rpm, tpm, rpd, slots, budget = plan.charges
+    assert rpm == WindowCharge("rpm:k:1", 1, 60)
+    assert tpm == WindowCharge("tpm:k:1", 300, 1_000)
+    assert isinstance(rpd, PeriodCharge) and rpd.key == "rpd:k:1:2024-03-11"
+    assert rpd.resets_at == NOW + 86_400 and rpd.keep_until == NOW + 2 * 86_400
+    assert slots == InFlightCharge("inflight:k:1", 2)
+    assert isinstance(budget, PeriodCharge)
+    assert budget.key == "budget:team:t:*:month:2024-03"
+    assert (budget.amount, budget.limit, budget.overdraft) == (40, 5_000, True)
+    assert plan.tpm_key == "tpm:k:1"
+    assert plan.budgets == ((team, 4),)
+
+
+def test_no_limits_and_no_budgets_charge_nothing() -> None:
+    plan = plan_for(Demand(SUBJECT, Limits(), "m", 10, Money(1)))
+    assert plan.charges == () and plan.tpm_key is None
+
+
+def test_an_estimate_above_the_tpm_limit_is_charged_as_the_whole_limit() -> None:
+    plan = plan_for(Demand(SUBJECT, Limits(tpm=1_000), "m", 16_384, Money(0)))
+    assert plan.charges == (WindowCharge("tpm:k:1", 1_000, 1_000),)
+
+
+def test_a_budget_listed_twice_is_charged_once_at_the_stricter_cap() -> None:
+    loose = Budget("team", "t", None, "day", Money(900))
+    strict = Budget("team", "t", None, "day", Money(300))
+    plan = plan_for(Demand(SUBJECT, Limits(), "m", 1, Money(5), (loose, strict)))
+    assert len(plan.charges) == 1
+    assert plan.charges[0].limit == 300  # type: ignore[union-attr]
+
+
+def test_refusals_name_the_limit_and_only_rates_carry_retry_after() -> None:
+    team = Budget("team", "lab-nlp", "llama", "week", Money(1))
+    demand = Demand(SUBJECT, Limits(7, 70, 700, 3), "llama", 1, Money(1), (team,))
+    plan = plan_for(demand, ZoneInfo("Europe/Paris"))
+    texts = [refuse(12.0) for refuse in plan.refusals]
+    assert "7 requests per minute" in texts[0].message
+    assert "70 tokens per minute" in texts[1].message
+    assert "700 requests per day" in texts[2].message and "Europe/Paris" in texts[2].message
+    assert "3 in flight" in texts[3].message
+    assert [t.retry_after for t in texts[:4]] == [12.0] * 4
+    spent = texts[4]
+    assert "weekly budget of team 'lab-nlp' for model 'llama'" in spent.message
+    assert "2024-03-11 00:00 UTC" in spent.message
+    assert spent.retry_after is None and spent.headers() == []
+    assert {t.status for t in texts} == {429}
+    assert [t.code for t in texts] == [
+        "rpm_limit_exceeded",
+        "tpm_limit_exceeded",
+        "rpd_limit_exceeded",
+        "in_flight_limit_exceeded",
+        "budget_exceeded",
+    ]

@@ -1,0 +1,281 @@
+"""What only the Redis back end has: several gateways, expiries, leases, outages."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+from redis import Redis as SyncRedis
+from redis.asyncio import Redis
+
+from fairgate.limits import (
+    InFlightCharge,
+    PeriodCharge,
+    StateUnavailable,
+    WindowCharge,
+)
+from fairgate.state import Breaker, RedisCounterStore
+
+pytestmark = pytest.mark.redis
+
+T0 = 1_700_000_040.0
+StoreFactory = Callable[..., RedisCounterStore]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class RedisProcess:
+    """A redis-server of this test's own, without persistence, to stop and start at will."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self._process = subprocess.Popen(
+            [
+                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 15
+        client = SyncRedis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    if client.ping():
+                        return
+                except Exception:
+                    time.sleep(0.05)
+        finally:
+            client.close()
+        self.stop()
+        raise RuntimeError(f"redis-server did not start on port {self.port}")
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait(timeout=10)
+            self._process = None
+
+
+@pytest.fixture
+def private_redis() -> Iterator[RedisProcess]:
+    if shutil.which("redis-server") is None:
+        reason = "redis-server is not installed"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (CI=true: services are required, not optional)")
+        pytest.skip(reason)
+    server = RedisProcess()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def stores(redis_url: str) -> AsyncIterator[StoreFactory]:
+    """Stores on the shared Redis, sharing one fresh prefix unless told otherwise."""
+    prefix = f"fgtest:{uuid.uuid4().hex}:"
+    made: list[RedisCounterStore] = []
+
+    def make(**options: object) -> RedisCounterStore:
+        options.setdefault("prefix", prefix)
+        options.setdefault("timeout", 5.0)
+        store = RedisCounterStore(redis_url, **options)  # type: ignore[arg-type]
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        await store.aclose()
+    client = Redis.from_url(redis_url)
+    try:
+        for used in {store.prefix for store in made}:
+            keys = [k async for k in client.scan_iter(match=f"{used}*", count=1000)]
+            if keys:
+                await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+async def test_two_gateways_on_one_redis_enforce_one_limit(stores: StoreFactory) -> None:
+    east, west = stores(), stores()
+    charges = [WindowCharge("rpm:k", 1, 10), InFlightCharge("inflight:k", 4)]
+    gateways = [east, west] * 20
+    verdicts = await asyncio.gather(*(g.acquire(charges, T0) for g in gateways))
+    assert sum(v.admitted for v in verdicts) == 4  # the in-flight limit binds first
+    for gateway, verdict in zip(gateways, verdicts, strict=True):
+        if verdict.lease is not None:
+            await gateway.settle(verdict.lease, {}, T0)
+    more = await asyncio.gather(*(g.acquire([charges[0]], T0 + 1) for g in gateways))
+    assert sum(v.admitted for v in more) == 6  # 10 per minute between them, not 10 each
+
+
+async def test_prefixes_keep_gateways_apart(stores: StoreFactory) -> None:
+    one = stores(prefix=f"fgtest:{uuid.uuid4().hex}:")
+    other = stores(prefix=f"fgtest:{uuid.uuid4().hex}:")
+    assert (await one.acquire([WindowCharge("rpm:k", 1, 1)], T0)).admitted
+    assert not (await one.acquire([WindowCharge("rpm:k", 1, 1)], T0)).admitted
+    assert (await other.acquire([WindowCharge("rpm:k", 1, 1)], T0)).admitted
+
+
+async def test_every_key_expires_so_redis_does_not_grow_forever(
+    stores: StoreFactory, redis_url: str
+) -> None:
+    store = stores()
+    now = time.time()
+    day = PeriodCharge("budget:b:today", 5, 100, now + 60, now + 120, True)
+    charges = [WindowCharge("tpm:k", 10, 1_000), day, InFlightCharge("inflight:k", 3)]
+    verdict = await store.acquire(charges, now)
+    assert verdict.lease is not None
+    await store.settle(verdict.lease, {"tpm:k": 50}, now + 1)
+    await store.seed(PeriodCharge("budget:seeded", 0, 9, now + 60, now + 90), 7, now)
+    await store.acquire([InFlightCharge("inflight:k", 3)], now)  # one slot left held
+    client = Redis.from_url(redis_url)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{store.prefix}*")]
+        assert len(keys) == 4
+        ttls = {k.decode(): await client.pttl(k) for k in keys}
+    finally:
+        await client.aclose()
+    assert all(ttl > 0 for ttl in ttls.values()), ttls
+    assert ttls[f"{store.prefix}tpm:k"] <= 62_000
+    assert 115_000 < ttls[f"{store.prefix}budget:b:today"] <= 120_000
+    assert ttls[f"{store.prefix}inflight:k"] <= 2 * store.lease_ttl * 1000
+
+
+async def test_a_correction_never_recreates_an_expired_period(
+    stores: StoreFactory, redis_url: str
+) -> None:
+    store = stores()
+    counter = PeriodCharge("budget:old", 10, 100, T0 + 60, T0 + 120, True)
+    verdict = await store.acquire([counter], T0)
+    assert verdict.lease is not None
+    client = Redis.from_url(redis_url)
+    try:
+        await client.delete(f"{store.prefix}budget:old")  # as its expiry would
+        await store.settle(verdict.lease, {"budget:old": 60}, T0 + 200)
+        assert await client.exists(f"{store.prefix}budget:old") == 0
+    finally:
+        await client.aclose()
+
+
+async def test_a_dead_gateways_slots_expire_after_the_lease_ttl(stores: StoreFactory) -> None:
+    dead, live = stores(lease_ttl=30.0), stores(lease_ttl=30.0)
+    slot = InFlightCharge("inflight:k", 1)
+    assert (await dead.acquire([slot], T0)).admitted
+    await dead.aclose()  # the gateway is gone without settling
+    assert not (await live.acquire([slot], T0 + 29)).admitted
+    assert (await live.acquire([slot], T0 + 31)).admitted
+
+
+async def test_a_live_gateway_keeps_its_slots_by_refreshing(stores: StoreFactory) -> None:
+    holder, other = stores(lease_ttl=30.0), stores(lease_ttl=30.0)
+    assert holder.refresh_interval == 10.0
+    slot = InFlightCharge("inflight:k", 1)
+    held = await holder.acquire([slot], T0)
+    assert held.lease is not None
+    await holder.refresh(T0 + 20)
+    assert not (await other.acquire([slot], T0 + 45)).admitted
+    await holder.settle(held.lease, {}, T0 + 46)
+    await holder.refresh(T0 + 47)  # a settled lease is not brought back
+    assert (await other.acquire([slot], T0 + 47)).admitted
+
+
+async def test_nothing_listening_fails_fast_and_opens_the_breaker(stores: StoreFactory) -> None:
+    store = RedisCounterStore(
+        f"redis://127.0.0.1:{free_port()}/0", timeout=0.5, breaker=Breaker(cooldown=30.0)
+    )
+    try:
+        for _ in range(3):
+            with pytest.raises(StateUnavailable, match="Redis call failed"):
+                await asyncio.wait_for(store.acquire([WindowCharge("rpm:k", 1, 5)], T0), 10)
+        assert store.breaker.state == "open"
+        started = time.monotonic()
+        for _ in range(100):
+            with pytest.raises(StateUnavailable, match="breaker open"):
+                await store.read([WindowCharge("rpm:k", 1, 5)], T0)
+        assert time.monotonic() - started < 5  # no network at all while open
+    finally:
+        await store.aclose()
+
+
+async def test_a_server_that_never_answers_costs_one_timeout() -> None:
+    done = asyncio.Event()
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1 << 16)
+        await done.wait()  # read the command, never answer
+        writer.close()
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    store = RedisCounterStore(f"redis://127.0.0.1:{port}/0", timeout=0.3)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StateUnavailable):
+            await asyncio.wait_for(store.acquire([WindowCharge("rpm:k", 1, 5)], T0), 20)
+        assert time.monotonic() - started < 10
+    finally:
+        done.set()
+        await store.aclose()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_redis_killed_and_restarted_recovers_by_itself(private_redis: RedisProcess) -> None:
+    store = RedisCounterStore(
+        private_redis.url, timeout=0.5, breaker=Breaker(threshold=2, cooldown=0.2)
+    )
+    rpm = WindowCharge("rpm:k", 1, 100)
+    try:
+        assert (await store.acquire([rpm], T0)).admitted
+        private_redis.stop()
+        with pytest.raises(StateUnavailable):
+            await asyncio.wait_for(store.acquire([rpm], T0 + 1), 10)
+        private_redis.start()
+        recovered = None
+        deadline = time.monotonic() + 15
+        while recovered is None and time.monotonic() < deadline:
+            try:
+                recovered = await asyncio.wait_for(store.acquire([rpm], T0 + 2), 10)
+            except StateUnavailable:
+                await asyncio.sleep(0.1)
+        assert recovered is not None and recovered.admitted
+        # the new server had no scripts (NOSCRIPT → loaded again) and no counters:
+        # what lived only in Redis is gone after a restart without persistence
+        assert recovered.totals == (1,)
+        assert store.breaker.state == "closed"
+    finally:
+        await store.aclose()
+
+
+async def test_scripts_flushed_from_the_server_are_loaded_again(
+    private_redis: RedisProcess,
+) -> None:
+    store = RedisCounterStore(private_redis.url, timeout=5.0)
+    admin = Redis.from_url(private_redis.url)
+    try:
+        assert (await store.acquire([WindowCharge("rpm:k", 1, 5)], T0)).admitted
+        await admin.script_flush()
+        verdict = await store.acquire([WindowCharge("rpm:k", 1, 5)], T0)
+        assert verdict.admitted and verdict.totals == (2,)
+    finally:
+        await admin.aclose()
+        await store.aclose()
