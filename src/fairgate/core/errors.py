@@ -34,6 +34,7 @@ __all__ = [
     "PayloadTooLarge",
     "RateLimited",
     "ServiceUnavailable",
+    "StoreUnavailable",
     "Unauthorized",
     "error_body",
 ]
@@ -112,6 +113,14 @@ class ServiceUnavailable(GatewayError):
 class GatewayTimeout(GatewayError):
     status = 504
     type = "timeout_error"
+
+
+class StoreUnavailable(Exception):
+    """The durable store (SQLite or PostgreSQL) could not answer.
+
+    Not a GatewayError: each caller decides what it means. Authentication turns it
+    into a 503 (never a 401) and never caches it.
+    """
 
 
 def error_body(message: str, type_: str, code: str | None = None) -> bytes:

@@ -1,0 +1,59 @@
+"""Who a request is for: resolved once by authentication, read by every later stage.
+
+A principal is built from the store when a key is looked up and then cached;
+nothing on the request path reads the store. Its fields are decided by the
+gateway (the key's record, its team and organisation), never by the client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["KeyRecord", "Principal"]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """A virtual key as stored: never the secret, only its SHA-256.
+
+    ``secret_sha256`` is the digest of the full secret (``fg-…``); ``previous_sha256``
+    the digest of the secret replaced by a rotation, valid until ``previous_until``
+    (Unix seconds). ``models`` is the key's own allowlist and ``team_models`` its
+    team's (``None`` = no list; an empty tuple = nothing); names as configured,
+    canonical or alias.
+    """
+
+    key_id: str
+    prefix: str
+    secret_sha256: bytes
+    org: str
+    team: str
+    project: str | None = None
+    tags: tuple[str, ...] = ()
+    models: tuple[str, ...] | None = None
+    team_models: tuple[str, ...] | None = None
+    expires_at: float | None = None
+    revoked_at: float | None = None
+    previous_sha256: bytes | None = None
+    previous_until: float | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    rpd: int | None = None
+    max_in_flight: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The identity every stage after authentication uses.
+
+    ``models`` holds the canonical model names the principal may use (team list ∩
+    key list, aliases resolved), or ``None`` when neither list restricts it.
+    """
+
+    key_id: str
+    org: str
+    team: str
+    project: str | None = None
+    tags: tuple[str, ...] = ()
+    models: frozenset[str] | None = None
+    expires_at: float | None = None
