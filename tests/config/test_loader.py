@@ -183,6 +183,10 @@ def test_a_file_that_cannot_be_read_is_one_diagnostic(tmp_path: Path) -> None:
     binary.write_bytes(b"listen: \xff\xfe\n")
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_config(binary)
+    huge = tmp_path / "huge.yaml"
+    huge.write_text(MINIMAL + "#" * (4 * 1024 * 1024))
+    with pytest.raises(ConfigError, match="larger than 4 MiB"):
+        load_config(huge)
 
 
 def test_values_are_never_interpolated(load: Load) -> None:

@@ -150,3 +150,36 @@ def test_later_features_are_validated_now(load: Load, problems: Problems) -> Non
         "1:26: cache_isolation.scope: expected one of 'org', 'team', 'key', 'none', "
         "got 'tenant' (did you mean 'team'?)"
     ]
+
+
+def test_the_auth_section_has_safe_defaults_and_reads_durations(load: Load) -> None:
+    defaults = load(MINIMAL).auth
+    assert (defaults.key_cache_ttl, defaults.key_cache_size) == (30.0, 100_000)
+    assert (defaults.miss_cache_ttl, defaults.miss_cache_size) == (30.0, 100_000)
+    assert (defaults.failures_per_minute, defaults.failure_networks_max) == (60, 100_000)
+    auth = load(
+        with_minimal("auth: {key_cache_ttl: 5s, miss_cache_ttl: 1m, failures_per_minute: 0}\n")
+    ).auth
+    assert (auth.key_cache_ttl, auth.miss_cache_ttl, auth.failures_per_minute) == (5.0, 60.0, 0)
+
+
+def test_the_auth_section_refuses_what_would_disable_its_protection(problems: Problems) -> None:
+    found = problems(
+        with_minimal(
+            """
+        auth:
+          key_cache_ttl: 0s
+          key_cache_size: 0
+          miss_cache_ttl: 30
+          failures_per_minute: -1
+          failure_networks_max: 0
+            """
+        )
+    )
+    assert found == [
+        "2:18: auth.key_cache_ttl: must be longer than 0s, got '0s'",
+        "3:19: auth.key_cache_size: must be at least 1, got 0",
+        "4:19: auth.miss_cache_ttl: expected a duration such as 30s, 5m or 168h, got 30",
+        "5:24: auth.failures_per_minute: must be at least 0, got -1",
+        "6:25: auth.failure_networks_max: must be at least 1, got 0",
+    ]

@@ -30,6 +30,7 @@ from fairgate.config.secrets import SecretRef
 from fairgate.config.settings import (
     AdminListen,
     Admission,
+    Auth,
     Band,
     Breaker,
     CacheIsolation,
@@ -47,6 +48,7 @@ from fairgate.config.settings import (
 __all__ = [
     "AdminListen",
     "Admission",
+    "Auth",
     "Band",
     "Breaker",
     "CacheIsolation",

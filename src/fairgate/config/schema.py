@@ -18,6 +18,7 @@ from fairgate.config.secrets import SecretRef
 from fairgate.config.settings import (
     AdminListen,
     Admission,
+    Auth,
     Breaker,
     CacheIsolation,
     Fairshare,
@@ -60,6 +61,7 @@ class Config(Section):
     fairshare: Fairshare = Field(default_factory=Fairshare)
     admission: Admission = Field(default_factory=Admission)
     cache_isolation: CacheIsolation = Field(default_factory=CacheIsolation)
+    auth: Auth = Field(default_factory=Auth)
     landing: Landing = Field(default_factory=Landing)
     pools: tuple[Pool, ...] = ()
     orgs: tuple[Org, ...] = ()

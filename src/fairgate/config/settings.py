@@ -27,6 +27,7 @@ from fairgate.config.secrets import SecretRef
 __all__ = [
     "AdminListen",
     "Admission",
+    "Auth",
     "Band",
     "Breaker",
     "CacheIsolation",
@@ -196,6 +197,21 @@ class CacheIsolation(Section):
 
     scope: Literal["org", "team", "key", "none"] = "org"
     key_file: SecretRef | None = None
+
+
+class Auth(Section):
+    """Virtual-key authentication: the key cache and the failed-authentication limiter.
+
+    ``key_cache_ttl`` is also how long a revoked key keeps working on *other*
+    gateway processes (each serves a key it cached for up to that long).
+    """
+
+    key_cache_ttl: PositiveDuration = 30.0
+    key_cache_size: StrictInt = Field(default=100_000, ge=1, le=10_000_000)
+    miss_cache_ttl: PositiveDuration = 30.0
+    miss_cache_size: StrictInt = Field(default=100_000, ge=1, le=10_000_000)
+    failures_per_minute: StrictInt = Field(default=60, ge=0, le=1_000_000)
+    failure_networks_max: StrictInt = Field(default=100_000, ge=1, le=10_000_000)
 
 
 class Landing(Section):

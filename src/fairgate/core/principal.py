@@ -48,6 +48,8 @@ class Principal:
 
     ``models`` holds the canonical model names the principal may use (team list ∩
     key list, aliases resolved), or ``None`` when neither list restricts it.
+    ``rpm``, ``tpm``, ``rpd`` and ``max_in_flight`` are the key's limits as the
+    store gave them (``None`` = not set), so the limit stage needs no lookup.
     """
 
     key_id: str
@@ -57,3 +59,7 @@ class Principal:
     tags: tuple[str, ...] = ()
     models: frozenset[str] | None = None
     expires_at: float | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    rpd: int | None = None
+    max_in_flight: int | None = None

@@ -1,0 +1,217 @@
+"""The Authenticator: an ``Authorization`` header and a client address → a ``Principal``.
+
+    header missing or not "Bearer …"         → 401 missing_api_key
+    not shaped like a key                    → 401 invalid_api_key
+    valid key in the cache                   → Principal (no failure limit, no store)
+    network over its failure limit           → 429 with Retry-After, before any lookup
+    digest in the miss cache                 → 401 invalid_api_key, failure counted
+    store cannot answer                      → 503, not cached, not counted
+    unknown, revoked, expired, grace over    → 401 invalid_api_key, cached as a miss, counted
+    valid                                    → Principal, cached as a hit
+
+Every refusal of a key, whatever its reason, is the same 401 with the same
+bytes, so a caller cannot tell a revoked key from one that never existed. The
+reason is logged (key id and display prefix at most, never the secret).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+
+from fairgate.auth.allowlist import ResolveModels, allowed_models
+from fairgate.auth.cache import Grant, KeyCache
+from fairgate.auth.directory import KeyDirectory
+from fairgate.auth.failures import FailureLimiter
+from fairgate.auth.secrets import constant_time_equal, looks_like_key, sha256
+from fairgate.core.clock import Clock
+from fairgate.core.errors import RateLimited, ServiceUnavailable, StoreUnavailable, Unauthorized
+from fairgate.core.principal import KeyRecord, Principal
+
+__all__ = ["Authenticator"]
+
+log = logging.getLogger("fairgate.auth")
+
+_MISSING = "missing API key: send it as 'Authorization: Bearer <key>'"
+_INVALID = "invalid API key"
+
+
+class Authenticator:
+    """Turns a bearer virtual key into the request's ``Principal``, or refuses it.
+
+    ``authenticate`` raises ``Unauthorized`` (401), ``RateLimited`` (429, with
+    ``retry_after`` seconds) or ``ServiceUnavailable`` (503, when the directory
+    raises ``StoreUnavailable``); it reads nothing from the request but the
+    header and the client address, so no client-sent priority, band or identity
+    can reach the principal. ``client_addr`` is the client's address as
+    resolved from the connection and trusted proxies.
+
+    Concurrent requests with the same uncached secret share one directory
+    lookup (asked again only if the request that asked goes away first).
+    ``resolve_models`` maps configured model names to canonical ones (see
+    ``ModelResolver``); it is called on each store lookup, not per request.
+    """
+
+    def __init__(
+        self,
+        directory: KeyDirectory,
+        cache: KeyCache,
+        failures: FailureLimiter,
+        resolve_models: ResolveModels,
+        clock: Clock,
+    ) -> None:
+        self._directory = directory
+        self._cache = cache
+        self._failures = failures
+        self._resolve = resolve_models
+        self._clock = clock
+        self._pending: dict[bytes, asyncio.Future[KeyRecord | _Abandoned | None]] = {}
+
+    async def authenticate(self, authorization: bytes | None, client_addr: str) -> Principal:
+        """The principal the header's key stands for; see the module docstring for refusals."""
+        secret = _bearer(authorization)
+        if secret is None:
+            raise Unauthorized(_MISSING, code="missing_api_key")
+        if not looks_like_key(secret):
+            log.debug("authentication refused from %s: not shaped like a key", client_addr)
+            raise _invalid()
+        digest = sha256(secret)
+        grant = self._cache.hit(digest)
+        if grant is not None:
+            if self._clock.wall() < grant.until:
+                return grant.principal
+            self._cache.invalidate(digest)  # expired or grace over since it was cached
+        wait = self._failures.blocked(client_addr)
+        if wait is not None:
+            log.debug("authentication refused from %s: too many failures", client_addr)
+            raise RateLimited(
+                "too many failed authentications from this network; retry later",
+                code="too_many_auth_failures",
+                retry_after=wait,
+            )
+        if self._cache.is_miss(digest):
+            self._failures.failed(client_addr)
+            log.debug("authentication refused from %s: known miss", client_addr)
+            raise _invalid()
+        return await self._look_up(digest, client_addr)
+
+    async def _look_up(self, digest: bytes, client_addr: str) -> Principal:
+        now = self._clock.wall()
+        try:
+            record = await self._find(digest, now)
+        except StoreUnavailable as exc:
+            log.warning("authentication unavailable: the key store did not answer: %s", exc)
+            raise ServiceUnavailable(
+                "authentication is temporarily unavailable", code="auth_unavailable"
+            ) from None
+        grant = self._grant(record, digest, now, client_addr)
+        if grant is None:
+            self._cache.add_miss(digest)
+            self._failures.failed(client_addr)
+            raise _invalid()
+        self._cache.add_hit(digest, grant)
+        return grant.principal
+
+    async def _find(self, digest: bytes, now: float) -> KeyRecord | None:
+        """The directory's answer for ``digest``, shared with concurrent callers."""
+        shared = self._pending.get(digest)
+        if shared is not None:
+            # Shielded: a caller that goes away must not cancel the others' answer.
+            outcome = await asyncio.shield(shared)
+            if not isinstance(outcome, _Abandoned):
+                return outcome
+            # The caller that asked went away before the answer: ask again ourselves.
+        return await self._ask(digest, now)
+
+    async def _ask(self, digest: bytes, now: float) -> KeyRecord | None:
+        if digest in self._pending:  # someone else asks already; do not wait twice
+            return await self._directory.find_key(digest, now)
+        shared: asyncio.Future[KeyRecord | _Abandoned | None]
+        shared = self._pending[digest] = asyncio.get_running_loop().create_future()
+        try:
+            record = await self._directory.find_key(digest, now)
+        except StoreUnavailable as exc:
+            shared.set_exception(exc)
+            shared.exception()  # retrieved, even when nobody else was waiting
+            raise
+        except BaseException:
+            shared.set_result(_Abandoned())
+            raise
+        finally:
+            del self._pending[digest]
+        shared.set_result(record)
+        return record
+
+    def _grant(
+        self, record: KeyRecord | None, digest: bytes, now: float, client_addr: str
+    ) -> Grant | None:
+        """The grant for a valid secret, or None (the reason logged)."""
+        if record is None:
+            log.debug("authentication refused from %s: unknown key", client_addr)
+            return None
+        reason = _refusal(record, digest, now)
+        if reason is not None:
+            log.info(
+                "authentication refused from %s: key %s (%s) %s",
+                client_addr,
+                record.key_id,
+                record.prefix,
+                reason,
+            )
+            return None
+        until = math.inf if record.expires_at is None else record.expires_at
+        if record.previous_until is not None and not constant_time_equal(
+            digest, record.secret_sha256
+        ):
+            until = min(until, record.previous_until)  # the old secret, within its grace
+        return Grant(self._principal(record), until)
+
+    def _principal(self, record: KeyRecord) -> Principal:
+        return Principal(
+            key_id=record.key_id,
+            org=record.org,
+            team=record.team,
+            project=record.project,
+            tags=record.tags,
+            models=allowed_models(record.team_models, record.models, self._resolve),
+            expires_at=record.expires_at,
+            rpm=record.rpm,
+            tpm=record.tpm,
+            rpd=record.rpd,
+            max_in_flight=record.max_in_flight,
+        )
+
+
+class _Abandoned:
+    """The answer waiters get when the caller that asked the directory went away first."""
+
+
+def _refusal(record: KeyRecord, digest: bytes, now: float) -> str | None:
+    """Why ``record`` does not accept ``digest`` at ``now``, or None if it does."""
+    if record.revoked_at is not None:
+        return "is revoked"
+    if record.expires_at is not None and now >= record.expires_at:
+        return "has expired"
+    if constant_time_equal(digest, record.secret_sha256):
+        return None
+    if record.previous_sha256 is None or not constant_time_equal(digest, record.previous_sha256):
+        return "does not match this digest (directory error)"
+    if record.previous_until is None or now >= record.previous_until:
+        return "was presented with its old secret after the rotation's grace period"
+    return None
+
+
+def _bearer(authorization: bytes | None) -> str | None:
+    """The credential of an ``Authorization: Bearer <credential>`` header, or None."""
+    if not authorization:
+        return None
+    scheme, _, credential = authorization.partition(b" ")
+    credential = credential.strip(b" \t")
+    if scheme.lower() != b"bearer" or not credential:
+        return None
+    return credential.decode("latin-1")
+
+
+def _invalid() -> Unauthorized:
+    return Unauthorized(_INVALID, code="invalid_api_key")

@@ -1,0 +1,110 @@
+"""The key cache: two bounded LRU maps with a TTL, misses never evicting valid keys."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fairgate.auth import Grant, KeyCache, sha256
+from fairgate.core.principal import Principal
+
+from .conftest import ManualClock
+
+
+def grant(key_id: str, until: float = math.inf) -> Grant:
+    return Grant(Principal(key_id=key_id, org="o", team="t"), until)
+
+
+def digest(n: int) -> bytes:
+    return sha256(f"fg-{n}")
+
+
+def test_a_valid_key_is_served_until_its_ttl_then_forgotten(clock: ManualClock) -> None:
+    cache = KeyCache(10, 30.0, 10, 5.0, clock)
+    cache.add_hit(digest(1), grant("k1"))
+    clock.advance(29.9)
+    found = cache.hit(digest(1))
+    assert found is not None and found.principal.key_id == "k1"
+    clock.advance(0.2)  # 30.1 s after the store answered: reading it did not extend it
+    assert cache.hit(digest(1)) is None
+    assert cache.sizes() == (0, 0)
+
+
+def test_a_miss_is_remembered_for_its_own_ttl(clock: ManualClock) -> None:
+    cache = KeyCache(10, 30.0, 10, 5.0, clock)
+    cache.add_miss(digest(1))
+    clock.advance(4.9)
+    assert cache.is_miss(digest(1))
+    assert cache.hit(digest(1)) is None
+    clock.advance(0.2)
+    assert not cache.is_miss(digest(1))
+
+
+def test_each_map_is_bounded_and_evicts_the_least_recently_used(clock: ManualClock) -> None:
+    cache = KeyCache(3, 30.0, 3, 30.0, clock)
+    for n in range(3):
+        cache.add_hit(digest(n), grant(f"k{n}"))
+    assert cache.hit(digest(0)) is not None  # 0 is now the most recently used
+    cache.add_hit(digest(3), grant("k3"))
+    assert cache.hit(digest(1)) is None  # the least recently used went
+    assert all(cache.hit(digest(n)) is not None for n in (0, 2, 3))
+    for n in range(10, 20):
+        cache.add_miss(digest(n))
+    assert cache.sizes() == (3, 3)
+    assert [cache.is_miss(digest(n)) for n in (16, 17, 18, 19)] == [False, True, True, True]
+
+
+def test_any_number_of_misses_leaves_every_valid_key_in_place(clock: ManualClock) -> None:
+    cache = KeyCache(2, 30.0, 100, 30.0, clock)
+    cache.add_hit(digest(-1), grant("a"))
+    cache.add_hit(digest(-2), grant("b"))
+    for n in range(10_000):
+        cache.add_miss(digest(n))
+    assert cache.sizes() == (2, 100)
+    assert cache.hit(digest(-1)) is not None
+    assert cache.hit(digest(-2)) is not None
+
+
+def test_a_digest_is_a_hit_or_a_miss_never_both(clock: ManualClock) -> None:
+    cache = KeyCache(10, 30.0, 10, 30.0, clock)
+    cache.add_miss(digest(1))
+    cache.add_hit(digest(1), grant("k1"))
+    assert not cache.is_miss(digest(1))
+    cache.add_miss(digest(1))
+    assert cache.hit(digest(1)) is None
+    assert cache.sizes() == (0, 1)
+
+
+def test_invalidate_forgets_a_digest_at_once(clock: ManualClock) -> None:
+    cache = KeyCache(10, 30.0, 10, 30.0, clock)
+    cache.add_hit(digest(1), grant("k1"))
+    cache.add_hit(digest(2), grant("k2"))
+    cache.add_miss(digest(3))
+    cache.invalidate(digest(1))
+    cache.invalidate(digest(3))
+    cache.invalidate(digest(4))  # unknown: nothing happens
+    assert cache.hit(digest(1)) is None
+    assert not cache.is_miss(digest(3))
+    assert cache.hit(digest(2)) is not None
+
+
+def test_re_adding_a_key_restarts_its_ttl(clock: ManualClock) -> None:
+    cache = KeyCache(10, 30.0, 10, 30.0, clock)
+    cache.add_hit(digest(1), grant("old"))
+    clock.advance(20)
+    cache.add_hit(digest(1), grant("new"))
+    clock.advance(20)
+    found = cache.hit(digest(1))
+    assert found is not None and found.principal.key_id == "new"
+
+
+@pytest.mark.parametrize(
+    ("hit_size", "hit_ttl", "miss_size", "miss_ttl"),
+    [(0, 30.0, 10, 30.0), (10, 0.0, 10, 30.0), (10, 30.0, 0, 30.0), (10, 30.0, 10, -1.0)],
+)
+def test_sizes_and_ttls_must_be_positive(
+    clock: ManualClock, hit_size: int, hit_ttl: float, miss_size: int, miss_ttl: float
+) -> None:
+    with pytest.raises(ValueError):
+        KeyCache(hit_size, hit_ttl, miss_size, miss_ttl, clock)

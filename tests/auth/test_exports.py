@@ -1,0 +1,27 @@
+"""The public names of auth/ are exactly these."""
+
+from __future__ import annotations
+
+import fairgate.auth
+
+
+def test_auth_exports() -> None:
+    assert sorted(fairgate.auth.__all__) == [
+        "ADMIN_TOKEN_PREFIX",
+        "Authenticator",
+        "FailureLimiter",
+        "Grant",
+        "KEY_PREFIX",
+        "KeyCache",
+        "KeyDirectory",
+        "ModelResolver",
+        "allowed_models",
+        "allows",
+        "constant_time_equal",
+        "looks_like_key",
+        "new_admin_token",
+        "new_key",
+        "sha256",
+    ]
+    for name in fairgate.auth.__all__:
+        assert getattr(fairgate.auth, name) is not None
