@@ -20,15 +20,17 @@ from starlette.routing import Route
 
 from fairgate.core.errors import error_body
 
-__all__ = ["build_health_app"]
+__all__ = ["build_health_app", "health_routes"]
 
 
-def build_health_app(
+def health_routes(
     *,
     registry: CollectorRegistry,
     models_ready: Callable[[], Mapping[str, bool]],
     draining: Callable[[], bool],
-) -> Starlette:
+) -> list[Route]:
+    """The three routes, to mount on the admin app (``build_admin_app``) or on their own."""
+
     async def healthz(request: Request) -> Response:
         return Response(orjson.dumps({"status": "ok"}), media_type="application/json")
 
@@ -44,6 +46,21 @@ def build_health_app(
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    return [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+
+
+def build_health_app(
+    *,
+    registry: CollectorRegistry,
+    models_ready: Callable[[], Mapping[str, bool]],
+    draining: Callable[[], bool],
+) -> Starlette:
+    """The admin listener without the admin API: health, readiness and metrics only."""
+
     async def not_found(request: Request, exc: Exception) -> Response:
         return Response(
             error_body("unknown route", "not_found_error", "unknown_route"),
@@ -52,10 +69,6 @@ def build_health_app(
         )
 
     return Starlette(
-        routes=[
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
-        ],
+        routes=health_routes(registry=registry, models_ready=models_ready, draining=draining),
         exception_handlers={404: not_found, 405: not_found},
     )

@@ -33,6 +33,18 @@ def _register() -> None:
     from fairgate.cli import demo as _demo
 
     app.command("demo", help=_demo.HELP)(_demo.demo)
+    from fairgate.cli import db as _db
+    from fairgate.cli import keys as _keys
+    from fairgate.cli import projects as _projects
+    from fairgate.cli import teams as _teams
+    from fairgate.cli import users as _users
+
+    app.add_typer(_db.app, name="db", help=_db.HELP)
+    app.add_typer(_teams.app, name="teams", help=_teams.HELP)
+    app.add_typer(_projects.app, name="projects", help=_projects.HELP)
+    app.add_typer(_keys.app, name="keys", help=_keys.HELP)
+    app.add_typer(_users.app, name="users", help=_users.HELP)
+    app.add_typer(_users.tokens_app, name="admin-tokens", help=_users.TOKENS_HELP)
 
 
 _register()

@@ -15,8 +15,12 @@ __all__ = ["ConfigOption", "fail", "load_or_exit"]
 ConfigOption = Annotated[
     Path | None,
     typer.Option(
-        "-c", "--config", envvar="FAIRGATE_CONFIG", show_envvar=True,
-        help="The configuration file (YAML).", dir_okay=False,
+        "-c",
+        "--config",
+        envvar="FAIRGATE_CONFIG",
+        show_envvar=True,
+        help="The configuration file (YAML).",
+        dir_okay=False,
     ),
 ]
 

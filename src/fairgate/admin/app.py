@@ -1,0 +1,60 @@
+"""The admin listener's application: the admin API (FastAPI) with /healthz, /readyz, /metrics.
+
+    app = build_admin_app(
+        tenancy=tenancy,                         # fairgate.tenancy.Tenancy over the store
+        master_key_sha256=sha256(master_key),    # or None: admin tokens only
+        failure_limiter=limiter,                 # fairgate.auth.FailureLimiter
+        registry=metrics.registry, models_ready=registry.ready, draining=lambda: gw.draining,
+    )
+
+OpenAPI is served at ``/admin/openapi.json``; no interactive docs page (it would
+load scripts from elsewhere on a listener that holds the master key). Bodies are
+limited to 64 KiB and every error is the OpenAI envelope (``fairgate.admin.errors``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from fairgate.admin.authn import AdminAuthenticator, FailureLimiter
+from fairgate.admin.body_limit import BodyLimit
+from fairgate.admin.errors import install_error_handlers
+from fairgate.admin.health import health_routes
+from fairgate.admin.routes.keys import keys_router
+from fairgate.admin.routes.people import people_router
+from fairgate.admin.routes.tree import tree_router
+from fairgate.tenancy import Tenancy
+
+__all__ = ["build_admin_app"]
+
+
+def build_admin_app(
+    *,
+    tenancy: Tenancy,
+    master_key_sha256: bytes | None,
+    failure_limiter: FailureLimiter,
+    registry: CollectorRegistry,
+    models_ready: Callable[[], Mapping[str, bool]],
+    draining: Callable[[], bool],
+) -> BodyLimit:
+    """The whole admin listener as one ASGI application."""
+    app = FastAPI(
+        title="fairgate admin API",
+        version="1",
+        openapi_url="/admin/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+    )
+    install_error_handlers(app)
+    app.state.authenticator = AdminAuthenticator(
+        tenancy, master_key_sha256=master_key_sha256, failure_limiter=failure_limiter
+    )
+    app.include_router(tree_router(tenancy))
+    app.include_router(keys_router(tenancy))
+    app.include_router(people_router(tenancy))
+    for route in health_routes(registry=registry, models_ready=models_ready, draining=draining):
+        app.router.routes.append(route)
+    return BodyLimit(app)

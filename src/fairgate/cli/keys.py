@@ -1,0 +1,133 @@
+"""``fairgate keys create|list|revoke|rotate``: virtual keys, the secret printed once."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from fairgate.cli.options import ConfigOption, fail
+from fairgate.cli.tenancy import csv, run, show
+
+__all__ = ["HELP", "app"]
+
+HELP = "Virtual keys (fg-…): stored as SHA-256 only; the secret is printed once, at creation."
+
+app = typer.Typer(help=HELP, no_args_is_help=True)
+
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+Limit = Annotated[int | None, typer.Option(min=1, help="Overrides the team's default.")]
+_COLUMNS = (
+    "id",
+    "prefix",
+    "name",
+    "team",
+    "project",
+    "owner",
+    "models",
+    "rpm",
+    "tpm",
+    "created_at",
+    "expires_at",
+    "revoked_at",
+)
+
+
+def _duration(option: str, text: str | None) -> float | None:
+    from fairgate.core.durations import parse_duration
+
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise fail(f"{option}: {error}") from None
+
+
+def _secret(secret: str, key_id: str, as_json: bool) -> None:
+    if as_json:
+        return
+    typer.echo(f"secret: {secret}")
+    typer.echo(
+        f"(shown once: store it now; `fairgate keys list` shows only {key_id} and its prefix)"
+    )
+
+
+@app.command("create")
+def create(
+    team: Annotated[str, typer.Option("--team", help="The key's team.")],
+    project: Annotated[str | None, typer.Option("--project", help="A project of the team.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="A label for listings.")] = None,
+    models: Annotated[
+        str | None, typer.Option("--models", help="Allowed models, a,b ('' = none).")
+    ] = None,
+    tags: Annotated[str | None, typer.Option("--tags", help="Tags for budgets, a,b.")] = None,
+    rpm: Limit = None,
+    tpm: Limit = None,
+    rpd: Limit = None,
+    max_inflight: Limit = None,
+    expires: Annotated[
+        str | None, typer.Option("--expires", help="Lifetime from now: 30d, 12h.")
+    ] = None,
+    config: ConfigOption = None,
+    as_json: Json = False,
+) -> None:
+    """Create a key and print its secret, once."""
+    from fairgate.tenancy import KeyLimits
+
+    lifetime = _duration("--expires", expires)
+    limits = KeyLimits(rpm=rpm, tpm=tpm, rpd=rpd, max_in_flight=max_inflight)
+    new = run(
+        config,
+        lambda t, actor: t.keys.create(
+            actor,
+            team=team,
+            project=project,
+            name=name,
+            models=csv(models),
+            tags=csv(tags) or (),
+            limits=limits,
+            expires_in=lifetime,
+        ),
+    )
+    show([new] if as_json else [new.key], _COLUMNS, as_json=as_json, title="key created")
+    _secret(new.secret, new.key.id, as_json)
+
+
+@app.command("list")
+def list_keys(
+    team: Annotated[str | None, typer.Option("--team", help="Only this team.")] = None,
+    live: Annotated[bool, typer.Option("--live", help="Leave out revoked keys.")] = False,
+    config: ConfigOption = None,
+    as_json: Json = False,
+) -> None:
+    """List keys (never their secrets)."""
+    keys = run(config, lambda t, actor: t.keys.list(actor, team=team, include_revoked=not live))
+    show(keys, _COLUMNS, as_json=as_json, title="keys")
+
+
+@app.command("revoke")
+def revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (from keys list).")],
+    config: ConfigOption = None,
+    as_json: Json = False,
+) -> None:
+    """Revoke a key at once (gateways refuse it within their key cache's lifetime)."""
+    key = run(config, lambda t, actor: t.keys.revoke(actor, key_id))
+    show([key], _COLUMNS, as_json=as_json, title="key revoked")
+
+
+@app.command("rotate")
+def rotate(
+    key_id: Annotated[str, typer.Argument(help="The key's id (from keys list).")],
+    grace: Annotated[
+        str, typer.Option("--grace", help="How long the old secret keeps working: 24h, 0s.")
+    ] = "0s",
+    config: ConfigOption = None,
+    as_json: Json = False,
+) -> None:
+    """Give a key a new secret (same id, limits and reports); print it once."""
+    seconds = _duration("--grace", grace) or 0.0
+    new = run(config, lambda t, actor: t.keys.rotate(actor, key_id, grace=seconds))
+    show([new] if as_json else [new.key], _COLUMNS, as_json=as_json, title="key rotated")
+    _secret(new.secret, new.key.id, as_json)

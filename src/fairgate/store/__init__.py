@@ -1,0 +1,61 @@
+"""The durable store: SQLAlchemy Core tables, repositories and Alembic migrations.
+
+    store = Store(url, base_dir=config_dir)   # sqlite:///PATH (WAL) or postgresql://…
+    await store.connect()
+    await upgrade(store)                      # migrations shipped in the package
+    directory = StoreKeyDirectory(store)      # fairgate.auth.KeyDirectory
+    async with store.write() as conn:
+        await keys.revoke(conn, key_id, now, where=scope_clause)
+
+One repository module per table (``orgs``, ``teams``, ``projects``, ``users``,
+``keys``, ``role_bindings``, ``admin_tokens``, ``audit_events``): functions that
+run inside the caller's transaction and take the ``where`` clause the tenancy
+layer builds from who is acting, so a write outside the actor's scope matches no
+row. Nothing on the request path reads the store except a key cache miss
+(``StoreKeyDirectory.find_key``).
+
+Errors (``fairgate.store.errors``)::
+
+    StoreUnavailable   the database did not answer (from fairgate.core.errors)
+    StoreConflict      a uniqueness or reference rule refused a write
+"""
+
+from fairgate.store import (
+    admin_tokens,
+    audit_events,
+    keys,
+    orgs,
+    projects,
+    role_bindings,
+    teams,
+    users,
+)
+from fairgate.store.database import Store
+from fairgate.store.errors import StoreConflict, StoreUnavailable
+from fairgate.store.ids import new_ulid
+from fairgate.store.key_directory import StoreKeyDirectory
+from fairgate.store.migrate import current_revision, head_revision, upgrade
+from fairgate.store.timestamp import from_unix, to_unix
+from fairgate.store.url import StoreURL
+
+__all__ = [
+    "Store",
+    "StoreConflict",
+    "StoreKeyDirectory",
+    "StoreURL",
+    "StoreUnavailable",
+    "admin_tokens",
+    "audit_events",
+    "current_revision",
+    "from_unix",
+    "head_revision",
+    "keys",
+    "new_ulid",
+    "orgs",
+    "projects",
+    "role_bindings",
+    "teams",
+    "to_unix",
+    "upgrade",
+    "users",
+]

@@ -1,0 +1,118 @@
+"""The store side of ``fairgate.auth.KeyDirectory``: one indexed query per cache miss.
+
+The query matches the digest against the current secret or the previous one (a
+rotated key), whatever the key's state: authentication decides what a revoked,
+expired or past-grace record means. A key whose project, team or organisation is
+disabled is returned with ``revoked_at`` set to the earliest of those moments,
+so it is refused like a revoked key without authentication knowing the tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import or_, select
+
+from fairgate.core.principal import KeyRecord
+from fairgate.store.database import Store
+from fairgate.store.tables import keys, orgs, projects, teams
+from fairgate.store.timestamp import from_unix, to_unix
+
+__all__ = ["StoreKeyDirectory"]
+
+_QUERY = (
+    select(
+        keys.c.id,
+        keys.c.prefix,
+        keys.c.secret_sha256,
+        keys.c.previous_sha256,
+        keys.c.previous_until,
+        keys.c.models,
+        keys.c.tags,
+        keys.c.expires_at,
+        keys.c.revoked_at,
+        keys.c.rpm,
+        keys.c.tpm,
+        keys.c.rpd,
+        keys.c.max_in_flight,
+        teams.c.name.label("team"),
+        teams.c.models.label("team_models"),
+        teams.c.rpm.label("team_rpm"),
+        teams.c.tpm.label("team_tpm"),
+        teams.c.rpd.label("team_rpd"),
+        teams.c.max_in_flight.label("team_max_in_flight"),
+        teams.c.disabled_at.label("team_disabled_at"),
+        orgs.c.name.label("org"),
+        orgs.c.disabled_at.label("org_disabled_at"),
+        projects.c.name.label("project"),
+        projects.c.disabled_at.label("project_disabled_at"),
+    )
+    .join_from(keys, teams, keys.c.team_id == teams.c.id)
+    .join(orgs, teams.c.org_id == orgs.c.id)
+    .outerjoin(projects, keys.c.project_id == projects.c.id)
+)
+
+
+class StoreKeyDirectory:
+    """Implements ``fairgate.auth.KeyDirectory`` over a connected :class:`Store`.
+
+    ``find_key`` returns the record matched by the current or the previous
+    digest (``None`` when no key has it) with ``team_models``, ``org`` and the
+    team's default limits filled in (a key's own limit wins over its team's).
+    ``key_changes(since)`` lists the ids of keys revoked, rotated or otherwise
+    changed after ``since`` (Unix seconds), including those of a team or
+    organisation disabled or edited since. Both raise ``StoreUnavailable`` when
+    the database cannot answer, never ``None``.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def find_key(self, secret_sha256: bytes, now: float) -> KeyRecord | None:
+        query = _QUERY.where(
+            or_(keys.c.secret_sha256 == secret_sha256, keys.c.previous_sha256 == secret_sha256)
+        )
+        async with self._store.read() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else _record(row)
+
+    async def key_changes(self, since: float) -> list[str]:
+        query = select(keys.c.id).where(keys.c.changed_at > from_unix(since))
+        async with self._store.read() as conn:
+            return list((await conn.execute(query)).scalars())
+
+
+def _record(row: Any) -> KeyRecord:
+    stops = [
+        moment
+        for moment in (
+            row.revoked_at,
+            row.project_disabled_at,
+            row.team_disabled_at,
+            row.org_disabled_at,
+        )
+        if moment is not None
+    ]
+    return KeyRecord(
+        key_id=row.id,
+        prefix=row.prefix,
+        secret_sha256=bytes(row.secret_sha256),
+        org=row.org,
+        team=row.team,
+        project=row.project,
+        tags=tuple(row.tags or ()),
+        models=None if row.models is None else tuple(row.models),
+        team_models=None if row.team_models is None else tuple(row.team_models),
+        expires_at=to_unix(row.expires_at),
+        revoked_at=to_unix(min(stops)) if stops else None,
+        previous_sha256=None if row.previous_sha256 is None else bytes(row.previous_sha256),
+        previous_until=to_unix(row.previous_until),
+        rpm=_first(row.rpm, row.team_rpm),
+        tpm=_first(row.tpm, row.team_tpm),
+        rpd=_first(row.rpd, row.team_rpd),
+        max_in_flight=_first(row.max_in_flight, row.team_max_in_flight),
+    )
+
+
+def _first(own: int | None, default: int | None) -> int | None:
+    return own if own is not None else default

@@ -1,0 +1,179 @@
+"""The store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
+
+    orgs ─< teams ─< projects
+              └──< keys >── projects (optional), users (owner, optional)
+    users ─< role_bindings (role on root, an org or a team)
+    users ─< admin_tokens
+    audit_events (append only; org_id/team_id say who may read an event)
+
+Organisations, teams and projects are disabled, never deleted, so the usage
+records that name them stay readable. Keys are ULID strings (sortable, not
+guessable from their neighbours); everything else has an integer id. Secrets are
+never stored: keys and admin tokens keep only the SHA-256 of their secret and a
+short display prefix. Every timestamp is UTC (:class:`UtcDateTime`).
+
+The migrations in ``store/migrations/`` create exactly this schema; a test
+compares the two on both back ends.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+)
+
+from fairgate.store.timestamp import UtcDateTime
+
+__all__ = [
+    "NAME_LENGTH",
+    "admin_tokens",
+    "audit_events",
+    "keys",
+    "metadata",
+    "orgs",
+    "projects",
+    "role_bindings",
+    "teams",
+    "users",
+]
+
+NAME_LENGTH = 128
+"""Longest name of an organisation, team, project, user, key or token label."""
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+_JsonList = JSON(none_as_null=True)
+_Id = BigInteger().with_variant(Integer, "sqlite")
+
+orgs = Table(
+    "orgs",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(NAME_LENGTH), nullable=False, unique=True),
+    Column("share", Float, nullable=True),  # from the configuration; None: it only borrows
+    Column("declared", Boolean, nullable=False),  # listed in the configuration file
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("disabled_at", UtcDateTime, nullable=True),
+)
+
+teams = Table(
+    "teams",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=False, index=True),
+    Column("name", String(NAME_LENGTH), nullable=False, unique=True),
+    Column("declared", Boolean, nullable=False),
+    Column("models", _JsonList, nullable=True),  # None: every model; []: none
+    Column("rpm", Integer, nullable=True),  # defaults for the team's keys
+    Column("tpm", Integer, nullable=True),
+    Column("rpd", Integer, nullable=True),
+    Column("max_in_flight", Integer, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("disabled_at", UtcDateTime, nullable=True),
+)
+
+projects = Table(
+    "projects",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("team_id", Integer, ForeignKey("teams.id"), nullable=False),
+    Column("name", String(NAME_LENGTH), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("disabled_at", UtcDateTime, nullable=True),
+    UniqueConstraint("team_id", "name"),
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(NAME_LENGTH), nullable=False, unique=True),
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=True, index=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("disabled_at", UtcDateTime, nullable=True),
+)
+
+keys = Table(
+    "keys",
+    metadata,
+    Column("id", String(26), primary_key=True),
+    Column("team_id", Integer, ForeignKey("teams.id"), nullable=False, index=True),
+    Column("project_id", Integer, ForeignKey("projects.id"), nullable=True, index=True),
+    Column("owner_id", Integer, ForeignKey("users.id"), nullable=True, index=True),
+    Column("name", String(NAME_LENGTH), nullable=True),
+    Column("prefix", String(32), nullable=False),
+    Column("secret_sha256", LargeBinary(32), nullable=False, unique=True),
+    Column("previous_sha256", LargeBinary(32), nullable=True, index=True),
+    Column("previous_until", UtcDateTime, nullable=True),
+    Column("models", _JsonList, nullable=True),
+    Column("tags", JSON, nullable=False),
+    Column("rpm", Integer, nullable=True),
+    Column("tpm", Integer, nullable=True),
+    Column("rpd", Integer, nullable=True),
+    Column("max_in_flight", Integer, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("created_by", String(200), nullable=False),
+    Column("expires_at", UtcDateTime, nullable=True),
+    Column("revoked_at", UtcDateTime, nullable=True),
+    Column("changed_at", UtcDateTime, nullable=False, index=True),  # for key_changes()
+)
+
+role_bindings = Table(
+    "role_bindings",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("user_id", Integer, ForeignKey("users.id"), nullable=False),
+    Column("role", String(32), nullable=False),
+    Column("scope_kind", String(8), nullable=False),  # root | org | team
+    Column("scope_id", Integer, nullable=False),  # 0 for root, else the org's or team's id
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("created_by", String(200), nullable=False),
+    UniqueConstraint("user_id", "role", "scope_kind", "scope_id"),
+)
+
+admin_tokens = Table(
+    "admin_tokens",
+    metadata,
+    Column("id", String(26), primary_key=True),
+    Column("user_id", Integer, ForeignKey("users.id"), nullable=False, index=True),
+    Column("name", String(NAME_LENGTH), nullable=True),
+    Column("prefix", String(32), nullable=False),
+    Column("secret_sha256", LargeBinary(32), nullable=False, unique=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=True),
+    Column("revoked_at", UtcDateTime, nullable=True),
+)
+
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("at", UtcDateTime, nullable=False, index=True),
+    Column("actor", String(200), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", String(300), nullable=True),
+    Column("org_id", Integer, nullable=True),  # no foreign key: events outlive what they name
+    Column("team_id", Integer, nullable=True),
+    Column("remote", String(64), nullable=True),
+    Column("detail", JSON(none_as_null=True), nullable=True),
+    Index(None, "org_id", "team_id"),
+)

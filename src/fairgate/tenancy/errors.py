@@ -1,0 +1,25 @@
+"""What the tenancy services raise; the admin API renders each as the OpenAI error envelope.
+
+    GatewayError (fairgate.core.errors)
+    ├── BadRequest     400  invalid name, limit, duration, model; declared in the configuration
+    ├── Forbidden      403  the target is visible to the actor, the change is not theirs to make
+    ├── NotFound       404  no such target, or one the actor may not see (the two look alike)
+    └── Conflict       409  the name is taken, the binding exists
+    StoreUnavailable        the database did not answer (503 in the admin API)
+
+Choosing 404 over 403 for what the actor cannot see keeps a guessed id or name
+from confirming that it exists in another tenant.
+"""
+
+from __future__ import annotations
+
+from fairgate.core.errors import BadRequest, Forbidden, GatewayError, NotFound, StoreUnavailable
+
+__all__ = ["BadRequest", "Conflict", "Forbidden", "NotFound", "StoreUnavailable"]
+
+
+class Conflict(GatewayError):
+    """The name is already taken or the binding already exists: nothing was changed."""
+
+    status = 409
+    type = "invalid_request_error"

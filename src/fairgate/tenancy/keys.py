@@ -1,0 +1,258 @@
+"""Virtual keys: create (the secret shown once), list without secrets, revoke, rotate, change.
+
+    new = await tenancy.keys.create(actor, team="lab-nlp", limits=KeyLimits(rpm=60))
+    new.secret                 # fg-…, returned here and never again
+    await tenancy.keys.rotate(actor, new.key.id, grace=86400)   # old secret valid one more day
+
+Who may: a team's admins (team_admin, its org's org_admin, proxy_admin) on every
+key of the team; a member on the keys they own in their team (a key a member
+creates is theirs). The scope is in the UPDATE's WHERE clause: a key id from
+another tenant changes nothing and answers NotFound; a key the actor can see
+but not change answers Forbidden. Revoking a revoked key is a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairgate.auth.secrets import new_key
+from fairgate.store import from_unix, keys, new_ulid, projects, teams
+from fairgate.store.keys import Key, NewKeyRow
+from fairgate.tenancy.actor import Actor
+from fairgate.tenancy.errors import BadRequest, Forbidden, NotFound
+from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.names import check_labels, check_name
+from fairgate.tenancy.scope import Scope
+from fairgate.tenancy.service import Service
+from fairgate.tenancy.teams import UNSET
+
+__all__ = ["MAX_GRACE", "Keys", "NewKey"]
+
+MAX_GRACE = 30 * 86400.0
+"""Longest rotation grace period (seconds): 30 days."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    """A key just created or rotated, with its secret: show it once, then forget it."""
+
+    key: Key
+    secret: str
+
+
+class Keys(Service):
+    """Keys of the teams in the actor's scope (see the module docstring for who may what).
+
+    Durations and moments are seconds (``expires_in`` from now, ``grace``);
+    errors are NotFound, Forbidden and BadRequest from ``fairgate.tenancy.errors``.
+    """
+
+    async def list(
+        self, actor: Actor, *, team: str | None = None, include_revoked: bool = True
+    ) -> Sequence[Key]:
+        async with self._store.read() as conn:
+            return await keys.list_keys(
+                conn, self._scope(actor).keys_read(), team=team, include_revoked=include_revoked
+            )
+
+    async def get(self, actor: Actor, key_id: str) -> Key:
+        async with self._store.read() as conn:
+            key = await keys.get_key(conn, key_id, self._scope(actor).keys_read())
+        if key is None:
+            raise NotFound(f"no key {key_id!r}", code="key_not_found")
+        return key
+
+    async def create(
+        self,
+        actor: Actor,
+        *,
+        team: str,
+        project: str | None = None,
+        name: str | None = None,
+        models: Collection[str] | None = None,
+        tags: Collection[str] = (),
+        limits: KeyLimits | None = None,
+        expires_in: float | None = None,
+    ) -> NewKey:
+        if name is not None:
+            check_name("key", name)
+        model_list = self._check_models(models)
+        tag_list = check_labels("tag", tags, most=8)
+        expires_at = self._expiry(expires_in)
+        scope = self._scope(actor)
+        now = self._now()
+        secret, digest, prefix = new_key()
+        async with self._store.write() as conn:
+            owner_team = await teams.by_name(conn, team, scope.teams_read())
+            if owner_team is None:
+                raise NotFound(f"no team {team!r}", code="team_not_found")
+            administers = await teams.by_name(conn, team, scope.teams_admin()) is not None
+            if not administers and owner_team.id not in actor.member_teams:
+                raise Forbidden(
+                    f"creating keys in {team!r} needs member or above", code="forbidden"
+                )
+            if owner_team.disabled_at is not None:
+                raise BadRequest(f"team {team!r} is disabled", code="team_disabled")
+            project_id = await self._project_id(conn, owner_team.name, project)
+            row = NewKeyRow(
+                id=new_ulid(self._clock.wall()),
+                team_id=owner_team.id,
+                project_id=project_id,
+                owner_id=actor.user_id,
+                name=name,
+                prefix=prefix,
+                secret_sha256=digest,
+                models=model_list,
+                tags=tag_list,
+                limits=(limits or KeyLimits()).columns(),
+                created_by=actor.name,
+                expires_at=expires_at,
+            )
+            key = await keys.insert_key(conn, row, now)
+            await self._audit(
+                conn,
+                actor,
+                "key.created",
+                now,
+                target=f"key:{key.id}",
+                org_id=owner_team.org_id,
+                team_id=owner_team.id,
+                detail={"prefix": prefix, "project": project, "models": _list(model_list)},
+            )
+        return NewKey(key, secret)
+
+    async def revoke(self, actor: Actor, key_id: str) -> Key:
+        scope = self._scope(actor)
+        now = self._now()
+        async with self._store.write() as conn:
+            if not await keys.revoke(conn, key_id, now, scope.keys_write()):
+                return await self._unchanged(conn, scope, key_id, "revoking")
+            key = await self._audited(conn, actor, key_id, "key.revoked", now)
+        return key
+
+    async def rotate(self, actor: Actor, key_id: str, *, grace: float = 0.0) -> NewKey:
+        """A new secret for the same key id; the old one stays valid ``grace`` seconds."""
+        if not 0.0 <= grace <= MAX_GRACE:
+            raise BadRequest("grace must be between 0s and 720h", code="invalid_grace")
+        scope = self._scope(actor)
+        now = self._now()
+        secret, digest, prefix = new_key()
+        until = from_unix(self._clock.wall() + grace) if grace > 0 else None
+        async with self._store.write() as conn:
+            rotated = await keys.rotate(
+                conn,
+                key_id,
+                secret_sha256=digest,
+                prefix=prefix,
+                previous_until=until,
+                now=now,
+                where=scope.keys_write(),
+            )
+            if not rotated:
+                await self._unchanged(conn, scope, key_id, "rotating", idempotent=False)
+            key = await self._audited(
+                conn, actor, key_id, "key.rotated", now, {"prefix": prefix, "grace_seconds": grace}
+            )
+        return NewKey(key, secret)
+
+    async def update(
+        self,
+        actor: Actor,
+        key_id: str,
+        *,
+        models: Collection[str] | None = UNSET,
+        tags: Collection[str] = UNSET,
+        limits: KeyLimits | None = UNSET,
+        expires_in: float | None = UNSET,
+    ) -> Key:
+        """Change a live key's allowlist, tags, limits or expiry (UNSET leaves one as it is)."""
+        values: dict[str, Any] = {}
+        if models is not UNSET:
+            values["models"] = self._check_models(models)
+        if tags is not UNSET:
+            values["tags"] = check_labels("tag", tags, most=8)
+        if limits is not UNSET:
+            values.update((limits or KeyLimits()).columns())
+        if expires_in is not UNSET:
+            values["expires_at"] = self._expiry(expires_in)
+        if not values:
+            return await self.get(actor, key_id)
+        scope = self._scope(actor)
+        now = self._now()
+        async with self._store.write() as conn:
+            if not await keys.update_key(conn, key_id, values, now, scope.keys_write()):
+                await self._unchanged(conn, scope, key_id, "changing", idempotent=False)
+            detail = {k: _list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+            detail.pop("expires_at", None)
+            return await self._audited(conn, actor, key_id, "key.updated", now, detail)
+
+    async def _audited(
+        self,
+        conn: AsyncConnection,
+        actor: Actor,
+        key_id: str,
+        action: str,
+        now: Any,
+        detail: dict[str, Any] | None = None,
+    ) -> Key:
+        key = await keys.get_key(conn, key_id)
+        assert key is not None
+        team = await teams.by_id(conn, key.team_id)
+        await self._audit(
+            conn,
+            actor,
+            action,
+            now,
+            target=f"key:{key_id}",
+            org_id=team.org_id if team else None,
+            team_id=key.team_id,
+            detail=detail,
+        )
+        return key
+
+    async def _unchanged(
+        self,
+        conn: AsyncConnection,
+        scope: Scope,
+        key_id: str,
+        doing: str,
+        *,
+        idempotent: bool = True,
+    ) -> Key:
+        """Why a scoped UPDATE matched nothing: NotFound, Forbidden, or an already revoked key."""
+        visible = await keys.get_key(conn, key_id, scope.keys_read())
+        if visible is None:
+            raise NotFound(f"no key {key_id!r}", code="key_not_found")
+        writable = await keys.get_key(conn, key_id, scope.keys_write()) is not None
+        if not writable:
+            raise Forbidden(f"{doing} key {key_id!r} is not within your roles", code="forbidden")
+        if idempotent and visible.revoked_at is not None:
+            return visible
+        raise BadRequest(f"key {key_id!r} is revoked", code="key_revoked")
+
+    async def _project_id(
+        self, conn: AsyncConnection, team: str, project: str | None
+    ) -> int | None:
+        if project is None:
+            return None
+        found = await projects.by_name(conn, team, project)
+        if found is None:
+            raise NotFound(f"no project {team}/{project}", code="project_not_found")
+        if found.disabled_at is not None:
+            raise BadRequest(f"project {team}/{project} is disabled", code="project_disabled")
+        return found.id
+
+    def _expiry(self, expires_in: float | None) -> Any:
+        if expires_in is None:
+            return None
+        if not 0 < expires_in <= 10 * 366 * 86400:
+            raise BadRequest("expiry must be in the future, within 10 years", code="invalid_expiry")
+        return from_unix(self._clock.wall() + expires_in)
+
+
+def _list(models: tuple[str, ...] | None) -> list[str] | None:
+    return None if models is None else list(models)

@@ -1,0 +1,59 @@
+"""From a Config to a ready store and tenancy: what ``serve`` and the operator CLI both do.
+
+    async with open_tenancy(config) as tenancy:      # connect, upgrade, sync the orgs
+        await tenancy.keys.create(Actor.operator("alice"), team="lab-nlp")
+
+The schema is upgraded automatically whenever the gateway or a command opens
+the store (``fairgate db upgrade`` does only that step). A relative SQLite path
+is resolved against the configuration file's directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fairgate.config import Config
+from fairgate.core.clock import Clock
+from fairgate.store import Store, upgrade
+from fairgate.tenancy.services import Tenancy
+
+__all__ = ["build_store", "model_names", "open_tenancy", "store_url"]
+
+
+def store_url(config: Config) -> str:
+    """The store URL of ``config`` (``store.url``, or the content of ``store.url_file``)."""
+    if config.store.url_file is not None:
+        return config.store.url_file.read()
+    assert config.store.url is not None
+    return config.store.url
+
+
+def build_store(config: Config, *, timeout: float = 5.0) -> Store:
+    """An unconnected Store for ``config``; ValueError for an unusable URL."""
+    return Store(store_url(config), base_dir=config.path.resolve().parent, timeout=timeout)
+
+
+def model_names(config: Config) -> frozenset[str]:
+    """Every name a client may use for a model: canonical names and aliases."""
+    return frozenset(name for m in config.models for name in (m.name, *m.aliases))
+
+
+@asynccontextmanager
+async def open_tenancy(
+    config: Config, *, clock: Clock | None = None, sync: bool = True
+) -> AsyncIterator[Tenancy]:
+    """Connect, upgrade the schema, sync the declared organisations; close on exit.
+
+    Raises StoreUnavailable when the database does not answer.
+    """
+    store = build_store(config)
+    await store.connect()
+    try:
+        await upgrade(store)
+        tenancy = Tenancy(store, clock=clock, models=model_names(config))
+        if sync:
+            await tenancy.sync_orgs(config.orgs)
+        yield tenancy
+    finally:
+        await store.close()

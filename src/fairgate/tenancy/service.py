@@ -1,0 +1,75 @@
+"""What every tenancy service shares: the store, the clock, the known models, the audit write."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairgate.core.clock import Clock
+from fairgate.store import Store, audit_events, from_unix
+from fairgate.tenancy.actor import Actor
+from fairgate.tenancy.errors import BadRequest
+from fairgate.tenancy.names import check_labels
+from fairgate.tenancy.scope import Scope
+
+__all__ = ["Service"]
+
+
+class Service:
+    """Base of the tenancy services: each write runs in one transaction with its audit event.
+
+    ``models`` is every model name the gateway serves (canonical and aliases),
+    used to refuse an allowlist naming an unknown model; None accepts any name.
+    """
+
+    def __init__(
+        self, store: Store, clock: Clock, *, models: Collection[str] | None = None
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._models = None if models is None else frozenset(models)
+
+    def _now(self) -> datetime:
+        return from_unix(self._clock.wall())
+
+    def _check_models(self, models: Collection[str] | None) -> tuple[str, ...] | None:
+        """An allowlist as given (None: every model), refused if it names an unknown model."""
+        if models is None:
+            return None
+        names = check_labels("model", models)
+        if self._models is not None:
+            unknown = [m for m in names if m not in self._models]
+            if unknown:
+                raise BadRequest(f"unknown model {unknown[0]!r}", code="model_not_found")
+        return names
+
+    @staticmethod
+    def _scope(actor: Actor) -> Scope:
+        return Scope(actor)
+
+    @staticmethod
+    async def _audit(
+        conn: AsyncConnection,
+        actor: Actor,
+        action: str,
+        at: datetime,
+        *,
+        target: str | None = None,
+        org_id: int | None = None,
+        team_id: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        await audit_events.insert_event(
+            conn,
+            at=at,
+            actor=actor.name,
+            action=action,
+            target=target,
+            org_id=org_id,
+            team_id=team_id,
+            remote=actor.remote,
+            detail=detail,
+        )

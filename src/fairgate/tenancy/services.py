@@ -1,0 +1,50 @@
+"""``Tenancy``: every tenancy service over one store, shared by the admin API and the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from fairgate.core.clock import Clock, SystemClock
+from fairgate.store import Store
+from fairgate.tenancy.admin_tokens import AdminTokens
+from fairgate.tenancy.audit import Audit
+from fairgate.tenancy.keys import Keys
+from fairgate.tenancy.orgs import DeclaredOrg, Orgs, SyncReport
+from fairgate.tenancy.projects import Projects
+from fairgate.tenancy.roles import Roles
+from fairgate.tenancy.teams import Teams
+from fairgate.tenancy.users import Users
+
+__all__ = ["Tenancy"]
+
+
+class Tenancy:
+    """The tenancy services: ``orgs``, ``teams``, ``projects``, ``keys``, ``users``, ``roles``,
+    ``admin_tokens``, ``audit``. Every method takes the acting :class:`Actor` first
+    (except the start-up sync and token authentication) and enforces its scope in SQL.
+
+    ``models``: every model name the gateway serves (canonical names and aliases);
+    allowlists naming anything else are refused. None accepts any name.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Clock | None = None,
+        models: Collection[str] | None = None,
+    ) -> None:
+        clock = clock or SystemClock()
+        self.store = store
+        self.orgs = Orgs(store, clock, models=models)
+        self.teams = Teams(store, clock, models=models)
+        self.projects = Projects(store, clock, models=models)
+        self.keys = Keys(store, clock, models=models)
+        self.users = Users(store, clock, models=models)
+        self.roles = Roles(store, clock, models=models)
+        self.admin_tokens = AdminTokens(store, clock, models=models)
+        self.audit = Audit(store, clock, models=models)
+
+    async def sync_orgs(self, declared: Sequence[DeclaredOrg]) -> SyncReport:
+        """Make the store's organisations and teams match the configuration's ``orgs``."""
+        return await self.orgs.sync(declared)

@@ -1,0 +1,94 @@
+"""Users of the admin API: created by a proxy admin (any organisation) or an org admin (theirs).
+
+A user belongs to at most one organisation (the one whose admins manage the
+account); their role bindings may reach further, granted by whoever
+administers each scope. Disabling a user revokes their admin tokens at once;
+keys they own keep working until revoked (they belong to the team).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairgate.store import StoreConflict, orgs, users
+from fairgate.store.users import User
+from fairgate.tenancy.actor import Actor
+from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
+from fairgate.tenancy.names import check_name
+from fairgate.tenancy.service import Service
+
+__all__ = ["Users"]
+
+
+class Users(Service):
+    """List, create and disable users within the actor's scope.
+
+    Errors: Forbidden for an actor that administers no organisation, NotFound
+    for an organisation or user it cannot see, Conflict for a taken name.
+    """
+
+    async def list(self, actor: Actor) -> Sequence[User]:
+        async with self._store.read() as conn:
+            return await users.list_users(conn, self._scope(actor).users_read())
+
+    async def get(self, actor: Actor, name: str) -> User:
+        async with self._store.read() as conn:
+            user = await users.by_name(conn, name, self._scope(actor).users_read())
+        if user is None:
+            raise NotFound(f"no user {name!r}", code="user_not_found")
+        return user
+
+    async def create(self, actor: Actor, name: str, *, org: str | None = None) -> User:
+        check_name("user", name)
+        if not actor.root_admin and not actor.admin_orgs:
+            raise Forbidden("creating users needs org_admin or proxy_admin", code="forbidden")
+        now = self._now()
+        try:
+            async with self._store.write() as conn:
+                org_id = await self._home(conn, actor, org)
+                user = await users.insert_user(conn, name=name, org_id=org_id, now=now)
+                await self._audit(
+                    conn, actor, "user.created", now, target=f"user:{name}", org_id=org_id
+                )
+        except StoreConflict:
+            raise Conflict(f"user {name!r} exists", code="user_exists") from None
+        return user
+
+    async def disable(self, actor: Actor, name: str) -> User:
+        scope = self._scope(actor)
+        now = self._now()
+        async with self._store.write() as conn:
+            visible = await users.by_name(conn, name, scope.users_read())
+            if visible is None:
+                raise NotFound(f"no user {name!r}", code="user_not_found")
+            if await users.disable(conn, name, now, scope.users_write()) is None:
+                if visible.disabled_at is not None and await users.by_name(
+                    conn, name, scope.users_write()
+                ):
+                    return visible
+                raise Forbidden(
+                    f"disabling user {name!r} is not within your roles", code="forbidden"
+                )
+            await self._audit(
+                conn, actor, "user.disabled", now, target=f"user:{name}", org_id=visible.org_id
+            )
+            user = await users.by_name(conn, name)
+        assert user is not None
+        return user
+
+    async def _home(self, conn: AsyncConnection, actor: Actor, org: str | None) -> int | None:
+        """The new user's organisation: as named (within the actor's), or the actor's only one."""
+        if org is None:
+            if actor.root_admin:
+                return None
+            if len(actor.admin_orgs) == 1:
+                return next(iter(actor.admin_orgs))
+            raise BadRequest("name the user's organisation", code="org_required")
+        found = await orgs.by_name(conn, org, self._scope(actor).orgs_read())
+        if found is None:
+            raise NotFound(f"no organisation {org!r}", code="org_not_found")
+        if not actor.root_admin and found.id not in actor.admin_orgs:
+            raise Forbidden(f"creating users in {org!r} needs org_admin on it", code="forbidden")
+        return found.id

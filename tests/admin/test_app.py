@@ -1,0 +1,51 @@
+"""The admin listener as a whole: health routes kept, OpenAPI served, errors as envelopes."""
+
+from __future__ import annotations
+
+from admin.conftest import Api
+
+
+async def test_health_readiness_and_metrics_answer_on_the_admin_app(api: Api) -> None:
+    assert (await api.client.get("/healthz")).json() == {"status": "ok"}
+    ready = await api.client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    api.models_ready["llama-70b"] = False
+    assert (await api.client.get("/readyz")).status_code == 503
+    metrics = await api.client.get("/metrics")
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+
+
+async def test_the_openapi_document_lists_the_admin_routes_and_needs_no_credential(
+    api: Api,
+) -> None:
+    response = await api.client.get("/admin/openapi.json")
+    assert response.status_code == 200
+    paths = response.json()["paths"]
+    for path in (
+        "/admin/keys",
+        "/admin/keys/{key_id}/rotate",
+        "/admin/whoami",
+        "/admin/audit",
+        "/admin/users/{name}/roles",
+        "/admin/teams",
+        "/admin/orgs",
+        "/admin/admin-tokens",
+    ):
+        assert path in paths
+    assert (await api.client.get("/admin/docs")).status_code == 404
+
+
+async def test_an_unknown_route_is_a_404_envelope(api: Api) -> None:
+    response = await api.client.get("/admin/nope", headers=api.master)
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "not_found_error"
+    wrong_method = await api.client.put("/admin/keys", headers=api.master)
+    assert wrong_method.status_code == 405
+    assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_whoami_names_the_caller_and_its_roles(api: Api) -> None:
+    me = (await api.client.get("/admin/whoami", headers=api.as_user("tom"))).json()
+    assert me == {"name": "user:tom", "roles": [{"role": "team_admin", "scope": "team:a1"}]}
+    master = (await api.client.get("/admin/whoami", headers=api.master)).json()
+    assert master == {"name": "master-key", "roles": [{"role": "proxy_admin", "scope": None}]}

@@ -1,0 +1,85 @@
+"""Keys through the admin API: created once with the secret, listed without, revoked, rotated."""
+
+from __future__ import annotations
+
+from admin.conftest import Api
+from fairgate.auth.secrets import sha256
+from fairgate.store import StoreKeyDirectory
+from fairgate.tenancy import Actor
+
+OPERATOR = Actor.operator("test")
+
+
+async def test_create_shows_the_secret_once_and_listings_never_do(api: Api) -> None:
+    body = {
+        "team": "a1",
+        "project": "p",
+        "name": "ci",
+        "models": ["llama70b"],
+        "rpm": 60,
+        "tags": ["batch"],
+        "expires_in": "30d",
+    }
+    created = await api.client.post("/admin/keys", headers=api.as_user("tom"), json=body)
+    assert created.status_code == 201
+    key = created.json()
+    secret = key["secret"]
+    assert secret.startswith(key["prefix"]) and secret.startswith("fg-")
+    assert (key["team"], key["org"], key["project"], key["owner"]) == ("a1", "A", "p", "tom")
+    assert key["models"] == ["llama70b"] and key["rpm"] == 60 and key["tags"] == ["batch"]
+    assert key["expires_at"].endswith("Z")
+    listed = await api.client.get("/admin/keys", headers=api.as_user("tom"))
+    one = await api.client.get(f"/admin/keys/{key['id']}", headers=api.as_user("tom"))
+    for response in (listed, one):
+        assert response.status_code == 200
+        assert secret not in response.text and "secret" not in response.text
+        assert "sha256" not in response.text
+    assert key["id"] in {k["id"] for k in listed.json()["data"]}
+
+
+async def test_revoke_then_rotate_through_the_api(api: Api) -> None:
+    key_id = api.world.keys["mia"]
+    rotated = await api.client.post(
+        f"/admin/keys/{key_id}/rotate", headers=api.as_user("mia"), json={"grace_period": "1h"}
+    )
+    assert rotated.status_code == 200
+    new = rotated.json()
+    assert new["id"] == key_id and new["secret"].startswith("fg-")
+    assert new["previous_until"] is not None
+    revoked = await api.client.delete(f"/admin/keys/{key_id}", headers=api.as_user("mia"))
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
+    record = await StoreKeyDirectory(api.tenancy.store).find_key(sha256(new["secret"]), 0)
+    assert record is not None and record.revoked_at is not None
+
+
+async def test_patch_changes_only_the_fields_given(api: Api) -> None:
+    key_id = api.world.keys["a1"]
+    headers = api.as_user("tom")
+    await api.client.patch(f"/admin/keys/{key_id}", headers=headers, json={"rpm": 10, "tpm": 500})
+    changed = await api.client.patch(f"/admin/keys/{key_id}", headers=headers, json={"rpm": 20})
+    assert changed.status_code == 200
+    assert (changed.json()["rpm"], changed.json()["tpm"]) == (20, 500)
+    cleared = await api.client.patch(f"/admin/keys/{key_id}", headers=headers, json={"models": []})
+    assert cleared.json()["models"] == []
+
+
+async def test_a_key_id_from_another_org_changes_nothing_and_answers_404(api: Api) -> None:
+    """Two organisations: B's admin guesses (here: knows) a key id of A's and tries everything."""
+    key_id = api.world.keys["a1"]
+    directory = StoreKeyDirectory(api.tenancy.store)
+    before = await api.tenancy.keys.get(OPERATOR, key_id)
+    api.clock.advance(10)
+    bob = api.as_user("bob")
+    attempts = [
+        api.client.delete(f"/admin/keys/{key_id}", headers=bob),
+        api.client.post(f"/admin/keys/{key_id}/rotate", headers=bob, json={}),
+        api.client.patch(f"/admin/keys/{key_id}", headers=bob, json={"rpm": 1}),
+        api.client.get(f"/admin/keys/{key_id}", headers=bob),
+    ]
+    for attempt in attempts:
+        response = await attempt
+        assert response.status_code == 404, response.text
+        assert response.json()["error"]["code"] == "key_not_found"
+    after = await api.tenancy.keys.get(OPERATOR, key_id)
+    assert after == before
+    assert await directory.key_changes(api.clock.now - 5) == []

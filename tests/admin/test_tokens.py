@@ -1,0 +1,44 @@
+"""Admin tokens and users through the API: shown once, own tokens only, revoked at once."""
+
+from __future__ import annotations
+
+from admin.conftest import Api
+
+
+async def test_a_user_creates_a_token_for_themselves_and_it_works_at_once(api: Api) -> None:
+    created = await api.client.post(
+        "/admin/admin-tokens",
+        headers=api.as_user("tom"),
+        json={"name": "laptop", "expires_in": "7d"},
+    )
+    assert created.status_code == 201
+    token = created.json()
+    assert token["secret"].startswith("fga-") and token["user"] == "tom"
+    headers = {"authorization": f"Bearer {token['secret']}"}
+    assert (await api.client.get("/admin/whoami", headers=headers)).json()["name"] == "user:tom"
+    listed = await api.client.get("/admin/admin-tokens", headers=api.as_user("tom"))
+    assert token["secret"] not in listed.text
+    assert {t["user"] for t in listed.json()["data"]} == {"tom"}
+    gone = await api.client.delete(f"/admin/admin-tokens/{token['id']}", headers=headers)
+    assert gone.status_code == 204
+    assert (await api.client.get("/admin/whoami", headers=headers)).status_code == 401
+
+
+async def test_nobody_but_a_proxy_admin_makes_tokens_for_someone_else(api: Api) -> None:
+    refused = await api.client.post(
+        "/admin/admin-tokens", headers=api.as_user("olga"), json={"user": "ua"}
+    )
+    assert refused.status_code == 403
+    made = await api.client.post("/admin/admin-tokens", headers=api.master, json={"user": "ua"})
+    assert made.status_code == 201
+
+
+async def test_an_org_admin_creates_users_in_its_org_only(api: Api) -> None:
+    made = await api.client.post("/admin/users", headers=api.as_user("olga"), json={"name": "nu"})
+    assert made.status_code == 201 and made.json()["org"] == "A"
+    other = await api.client.post(
+        "/admin/users", headers=api.as_user("olga"), json={"name": "nb", "org": "B"}
+    )
+    assert other.status_code == 404
+    taken = await api.client.post("/admin/users", headers=api.master, json={"name": "nu"})
+    assert taken.status_code == 409

@@ -1,0 +1,38 @@
+"""The public names of fairgate.store."""
+
+from __future__ import annotations
+
+import fairgate.store as store
+
+
+def test_exported_members() -> None:
+    assert set(store.__all__) == {
+        "Store",
+        "StoreConflict",
+        "StoreKeyDirectory",
+        "StoreURL",
+        "StoreUnavailable",
+        "admin_tokens",
+        "audit_events",
+        "current_revision",
+        "from_unix",
+        "head_revision",
+        "keys",
+        "new_ulid",
+        "orgs",
+        "projects",
+        "role_bindings",
+        "teams",
+        "to_unix",
+        "upgrade",
+        "users",
+    }
+    for name in store.__all__:
+        assert hasattr(store, name)
+
+
+def test_the_store_directory_satisfies_the_key_directory_protocol() -> None:
+    from fairgate.auth import KeyDirectory
+
+    directory: KeyDirectory = store.StoreKeyDirectory.__new__(store.StoreKeyDirectory)
+    assert callable(directory.find_key)
