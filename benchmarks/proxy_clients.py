@@ -4,6 +4,8 @@
 - ``httpx``: one shared ``httpx.AsyncClient`` (keep-alive pool).
 - ``raw``: persistent connections of benchmarks/http1.py (httptools parser, no framework):
   what a client layer costs when it does nothing but HTTP/1.1.
+- ``fairgate``: the gateway's own ``fairgate.upstream.pool.UpstreamPool`` (httptools, a
+  keep-alive pool with flow control, retries on the keep-alive race, bounded heads).
 
 Each relays one request: status, content-type and body; an SSE answer is relayed chunk by
 chunk (``relay_stream``), and a client disconnect cancels it, which closes the upstream
@@ -19,6 +21,8 @@ from typing import Any, Protocol
 import aiohttp
 import httpx
 
+from fairgate.upstream.pool import UpstreamPool
+from fairgate.upstream.response import UpstreamResponse
 from http1 import Connection, connect, request_bytes
 
 __all__ = ["CLIENTS", "UpstreamClient", "relay_stream"]
@@ -190,8 +194,48 @@ async def _drain(chunks: asyncio.Queue[bytes | None] | None) -> AsyncIterator[by
         yield chunk
 
 
+class FairgateClient:
+    def __init__(self, upstream: str) -> None:
+        hostport = upstream.split("://", 1)[-1].rstrip("/")
+        host, _, port = hostport.rpartition(":")
+        self._host, self._port = host, int(port)
+        self._pool: UpstreamPool | None = None
+
+    async def open(self) -> None:
+        self._pool = UpstreamPool(connect_timeout=10.0)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+
+    async def relay(
+        self, method: str, path: str, ctype: bytes, body: bytes, receive: Receive, send: Send
+    ) -> None:
+        assert self._pool is not None
+        headers = [(b"content-type", ctype)]
+        resp = await self._pool.request(
+            method, self._host, self._port, path.encode(), headers, body
+        )
+        try:
+            rtype = resp.header(b"content-type") or b"application/json"
+            if rtype.startswith(b"text/event-stream"):
+                await relay_stream(resp.status, rtype, _chunks(resp), receive, send)
+            else:
+                await _whole(resp.status, rtype, await resp.read_all(1 << 30), send)
+        except BaseException:
+            resp.close()
+            raise
+        resp.release()
+
+
+async def _chunks(resp: UpstreamResponse) -> AsyncIterator[bytes]:
+    while chunk := await resp.read_chunk():
+        yield chunk
+
+
 CLIENTS: dict[str, Callable[[str], UpstreamClient]] = {
     "aiohttp": AiohttpClient,
     "httpx": HttpxClient,
     "raw": RawClient,
+    "fairgate": FairgateClient,
 }

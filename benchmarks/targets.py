@@ -31,6 +31,7 @@ STACKS = (
     "uvicorn+aiohttp",
     "uvicorn+httpx",
     "uvicorn+raw",
+    "uvicorn+fairgate",
     "granian+aiohttp",
     "aiohttp+aiohttp",
     "uvicorn-limited+aiohttp",

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
+import uvloop
 from aiohttp import web
 
 VLLM_METRICS_PAGE = """\
@@ -20,6 +22,14 @@ vllm:num_requests_waiting{engine="0",model_name="m"} 1.0
 # TYPE vllm:kv_cache_usage_perc gauge
 vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
 """
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+    """Modules that set ``BOTH_LOOPS = True`` run each test on asyncio's loop and on uvloop
+    (the gateway's); the others on asyncio's alone."""
+    if getattr(getattr(item, "module", None), "BOTH_LOOPS", False):
+        return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+    return {"asyncio": asyncio.new_event_loop}
 
 
 @dataclass

@@ -15,10 +15,20 @@ scraped metrics give the load and, when they fail, only make it unknown.
 from __future__ import annotations
 
 from fairgate.upstream.breaker import Breaker, BreakerState
+from fairgate.upstream.errors import (
+    UpstreamClosedBeforeAnswer,
+    UpstreamConnectError,
+    UpstreamConnectTimeout,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTooLarge,
+)
 from fairgate.upstream.health import HealthChecker
 from fairgate.upstream.periodic import PeriodicTask
+from fairgate.upstream.pool import UpstreamPool
 from fairgate.upstream.registry import ReplicaRegistry
 from fairgate.upstream.replica import Replica
+from fairgate.upstream.response import UpstreamResponse
 from fairgate.upstream.scraper import MetricsScraper
 from fairgate.upstream.sessions import UpstreamSessions, read_bounded
 
@@ -30,6 +40,14 @@ __all__ = [
     "PeriodicTask",
     "Replica",
     "ReplicaRegistry",
+    "UpstreamClosedBeforeAnswer",
+    "UpstreamConnectError",
+    "UpstreamConnectTimeout",
+    "UpstreamError",
+    "UpstreamPool",
+    "UpstreamProtocolError",
+    "UpstreamResponse",
     "UpstreamSessions",
+    "UpstreamTooLarge",
     "read_bounded",
 ]
