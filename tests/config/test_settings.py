@@ -183,3 +183,68 @@ def test_the_auth_section_refuses_what_would_disable_its_protection(problems: Pr
         "5:24: auth.failures_per_minute: must be at least 0, got -1",
         "6:25: auth.failure_networks_max: must be at least 1, got 0",
     ]
+
+
+def test_admission_bands_name_their_teams_and_the_default_band(load: Load) -> None:
+    admission = load(
+        with_minimal(
+            """
+        admission:
+          default_band: gold
+          kv_limit: 0.95
+          replica_capacity: 64
+          bands:
+            - {name: platinum, ceiling: 1.5, teams: [lab-nlp]}
+            - {name: gold, ceiling: 1.0}
+            - {name: bronze, ceiling: 1.0, teams: [lab-chem, batch]}
+            """
+        )
+    ).admission
+    assert [(b.name, b.teams) for b in admission.bands] == [
+        ("platinum", ("lab-nlp",)),
+        ("gold", ()),
+        ("bronze", ("lab-chem", "batch")),
+    ]
+    assert (admission.default_band, admission.kv_limit, admission.replica_capacity) == (
+        "gold",
+        0.95,
+        64,
+    )
+    defaults = load(MINIMAL).admission
+    assert (defaults.default_band, defaults.replica_capacity) == (None, None)
+    assert defaults.kv_limit == 0.9
+
+
+def test_admission_bands_that_would_invert_or_overlap_are_refused(problems: Problems) -> None:
+    found = problems(
+        with_minimal(
+            """
+        admission:
+          bands:
+            - {name: gold, ceiling: 1.0, teams: [lab-nlp]}
+            - {name: bronze, ceiling: 1.2}
+            """
+        )
+    )
+    assert found == [
+        "3:5: admission.bands: band 'bronze' has a higher ceiling than 'gold' above it"
+    ]
+    found = problems(
+        with_minimal(
+            """
+        admission:
+          bands:
+            - {name: gold, ceiling: 1.0, teams: [lab-nlp]}
+            - {name: bronze, ceiling: 0.8, teams: [lab-nlp]}
+          kv_limit: 0
+            """
+        )
+    )
+    assert found == [
+        "3:5: admission.bands: team 'lab-nlp' is in bands 'gold' and 'bronze'",
+        "5:13: admission.kv_limit: must be greater than 0, got 0",
+    ]
+    found = problems(
+        with_minimal("admission: {default_band: silver, bands: [{name: gold, ceiling: 1.0}]}\n")
+    )
+    assert found == ["1:27: admission.default_band: no band is called 'silver'"]

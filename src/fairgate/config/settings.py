@@ -7,6 +7,7 @@ seconds, sizes are bytes.
 from __future__ import annotations
 
 import warnings
+from itertools import pairwise
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -178,18 +179,49 @@ class Fairshare(Section):
 
 
 class Band(Section):
-    """A priority band: admitted while pool saturation is below ``ceiling`` (> 0)."""
+    """A priority band: admitted while pool saturation is below ``ceiling`` (> 0; above 1.0
+    never held); ``teams`` are the teams whose keys it serves."""
 
     name: Name
     ceiling: StrictFloat = Field(gt=0)
+    teams: tuple[Name, ...] = ()
 
 
 class Admission(Section):
-    """The admission queue: ``queue_size`` waiting requests at most, each for ``queue_ttl``."""
+    """The admission queue: ``queue_size`` waiting requests per band at most, each for
+    ``queue_ttl``; ``bands`` from the top, each ceiling at most the one above; a team in
+    at most one band, the others in ``default_band`` (the lowest when unset)."""
 
     queue_size: StrictInt = Field(default=1000, ge=0)
     queue_ttl: PositiveDuration = 30.0
     bands: tuple[Band, ...] = ()
+    default_band: Name | None = None
+    kv_limit: StrictFloat = Field(default=0.9, gt=0, le=1)
+    replica_capacity: StrictInt | None = Field(default=None, ge=1, le=100_000)
+
+    @field_validator("bands")
+    @classmethod
+    def _ordered_and_disjoint(cls, bands: tuple[Band, ...]) -> tuple[Band, ...]:
+        owner: dict[str, str] = {}
+        for above, band in pairwise(bands):
+            if band.ceiling > above.ceiling:
+                raise ValueError(
+                    f"band '{band.name}' has a higher ceiling than '{above.name}' above it"
+                )
+        for band in bands:
+            for team in band.teams:
+                if team in owner:
+                    raise ValueError(f"team '{team}' is in bands '{owner[team]}' and '{band.name}'")
+                owner[team] = band.name
+        return bands
+
+    @field_validator("default_band")
+    @classmethod
+    def _known_band(cls, value: str | None, info: ValidationInfo) -> str | None:
+        bands = info.data.get("bands")
+        if value is not None and bands is not None and value not in {b.name for b in bands}:
+            raise ValueError(f"no band is called '{value}'")
+        return value
 
 
 class CacheIsolation(Section):
