@@ -33,6 +33,7 @@ from fairgate.upstream import (
     MetricsScraper,
     Replica,
     ReplicaRegistry,
+    UpstreamPool,
     UpstreamSessions,
 )
 
@@ -53,7 +54,11 @@ class Gateway:
         }
         self.registry = ReplicaRegistry(self._replicas(config, adapters))
         self.metrics = GatewayMetrics(replicas=self._replica_gauges)
+        # Health checks and metric scrapes use aiohttp; requests use the lean pool.
         self.sessions = UpstreamSessions(connect_timeout=limits.connect_timeout)
+        # Idle connections are dropped before the engines' own keep-alive timeout
+        # (uvicorn's 5 s for vLLM), so a reused connection is rarely closed under us.
+        self.pool = UpstreamPool(connect_timeout=limits.connect_timeout, idle_timeout=4.0)
         self.relay = Relay(
             Deadlines(
                 connect=limits.connect_timeout,
@@ -63,7 +68,8 @@ class Gateway:
                 total=limits.total_timeout,
                 slow_reader=limits.slow_reader_timeout,
                 max_response_bytes=limits.max_response_bytes,
-            )
+            ),
+            self.pool,
         )
         self.routes = RouteTable(config.models, adapters)
         self.pipeline = Pipeline(
@@ -77,7 +83,6 @@ class Gateway:
             ),
             relay=self.relay,
             registry=self.registry,
-            sessions=self.sessions,
             settler=Settler(self.metrics),
             retries=config.proxy.retries,
             request_ids=_request_ids(),
@@ -144,6 +149,7 @@ class Gateway:
         await self.health.stop()
         await self.scraper.stop()
         await self.sessions.close()
+        await self.pool.close()
 
 
 def _request_ids() -> Callable[[], str]:
@@ -181,6 +187,11 @@ def run(config: Config, *, workers: int = 1) -> int:
                 status = 1
             os._exit(status)
         children.append(pid)
+    # The workers hold the listening sockets now. Were the parent to keep its copies,
+    # the port would go on accepting connections nobody serves once the workers
+    # close theirs at shutdown, instead of refusing them.
+    client.close()
+    admin.close()
     print(announce, flush=True)
     return _supervise(children)
 
@@ -206,6 +217,10 @@ async def _serve(
     gateway = Gateway(config)
     await gateway.start()
     limits = config.limits
+    # The relay cuts a stream whose writes wait slow_reader_timeout; the kernel resets,
+    # at twice that, any connection whose client has taken nothing (also one whose
+    # answer was written whole and only waits for a polite close).
+    stall = 2 * limits.slow_reader_timeout
     listeners: Sequence[Listener] = (
         Listener(
             "client",
@@ -214,6 +229,7 @@ async def _serve(
             limits.client_head_timeout,
             limits.max_header_bytes,
             limits.stream_buffer_bytes,
+            stall_timeout=stall,
         ),
         Listener(
             "admin",
@@ -222,6 +238,7 @@ async def _serve(
             limits.client_head_timeout,
             limits.max_header_bytes,
             64 * 1024,
+            stall_timeout=stall,
         ),
     )
 

@@ -19,11 +19,14 @@ from fairgate.core.errors import (
     NotFound,
     ServiceUnavailable,
 )
+from fairgate.engines import is_json
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.relay import AttemptFailed, Relay, SlowReader, estimate_for
 from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, read_body
 from fairgate.proxy.routes import ModelEntry, RouteTable
 from fairgate.proxy.settle import Settler
+from fairgate.proxy.sse import error_event
+from fairgate.server.protocol import ABORT_EXTENSION
 
 __all__ = ["Pipeline"]
 
@@ -40,7 +43,6 @@ class Pipeline:
         caps: Caps,
         relay: Relay,
         registry: Any,
-        sessions: Any,
         settler: Settler,
         retries: int,
         request_ids: Callable[[], str],
@@ -49,7 +51,6 @@ class Pipeline:
         self._caps = caps
         self._relay = relay
         self._registry = registry
-        self._sessions = sessions
         self._settler = settler
         self._retries = retries
         self._ids = request_ids
@@ -67,10 +68,10 @@ class Pipeline:
         try:
             route = self._routes.resolve_path(scope.get("raw_path") or scope["path"].encode())
             ex.route = route.name
-            if route.local is not None:
+            if route.local is not None and scope["method"] == "GET":
                 await route.local(scope, ex, send)
                 return
-            if scope["method"] != "POST":
+            if route.local is not None or scope["method"] != "POST":
                 raise NotFound(
                     f"unknown route {scope['method']} {scope['path']}", code="unknown_route"
                 )
@@ -89,14 +90,18 @@ class Pipeline:
             ex.outcome, ex.reason = Outcome.CLIENT_ABORT, "client_gone_before_body"
         except SlowReader:
             ex.outcome, ex.reason = Outcome.SLOW_READER, "client_fell_behind"
+            _abort_connection(scope)
         except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
             if ex.extra.get("disconnected"):
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
                 ex.outcome, ex.reason = Outcome.CLIENT_ABORT, "client_disconnected"
             else:
-                raise
+                # The server is stopping and the grace period is over: say so, rather
+                # than break the answer off with nothing the client can tell apart.
+                ex.outcome, ex.reason = Outcome.TRUNCATED, "shutdown"
+                await _end_at_shutdown(send, ex)
         finally:
             ex.extra["complete"] = True
             if watcher is not None:
@@ -120,8 +125,9 @@ class Pipeline:
                 ex.accept = value
         ex.body = await read_body(receive, declared, self._caps)
         ex.prompt_bytes = len(ex.body)
-        content_type = ex.content_type or b"application/json"
-        if content_type.startswith(b"application/json"):
+        # Any spelling the model check reads as JSON (``Application/JSON``,
+        # ``application/…+json``) is parsed here, so the caps cannot be sidestepped.
+        if ex.content_type is None or is_json(ex.content_type):
             ex.parsed = parse_json(ex.body)
             check_caps(ex.parsed, self._caps)
             ex.stream = ex.parsed.get("stream") is True
@@ -188,17 +194,10 @@ class Pipeline:
         adapter = replica.adapter
         body = candidate.body_for(ex)
         headers = candidate.headers_for(ex, replica)
-        url = replica.url + candidate.upstream_path(ex.route)
+        target = replica.prefix + candidate.upstream_target(ex.route)
         with self._registry.lease(replica):
             try:
-                opened = await self._relay.open(
-                    ex,
-                    self._sessions.session_for(replica),
-                    url,
-                    headers,
-                    body,
-                    replica.internal_key,
-                )
+                opened = await self._relay.open(ex, replica, target, headers, body)
             except (asyncio.CancelledError, ClientGone):
                 # The outcome is unknown: free a half-open probe slot, count nothing.
                 replica.breaker.abandon()
@@ -234,6 +233,23 @@ def _watch_disconnect(receive: Any, ex: Exchange) -> asyncio.Task[None]:
     return asyncio.ensure_future(watch())
 
 
+def _abort_connection(scope: dict[str, Any]) -> None:
+    """Reset the client's connection: one that stopped reading cannot be closed politely."""
+    abort = scope.get("extensions", {}).get(ABORT_EXTENSION)
+    if abort is not None:
+        abort()
+
+
+async def _end_at_shutdown(send: Any, ex: Exchange) -> None:
+    if not ex.responded:
+        error = ServiceUnavailable("the gateway is shutting down", code="shutting_down")
+        ex.status = error.status
+        await _send_error(send, error, ex)
+    elif ex.stream and ex.status == 200:
+        tail = error_event("the gateway shut down before the answer ended", "shutting_down")
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
 async def _send_error(send: Any, error: GatewayError, ex: Exchange) -> None:
     body = error.body()
     headers = [
@@ -242,6 +258,9 @@ async def _send_error(send: Any, error: GatewayError, ex: Exchange) -> None:
         (b"x-request-id", ex.request_id.encode()),
         *error.headers(),
     ]
+    if error.status == 413 or error.code == "body_timeout":
+        # The rest of the body may still be arriving (slowly, or a lot of it).
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     ex.first_byte_at = time.monotonic()
     await send({"type": "http.response.body", "body": body})

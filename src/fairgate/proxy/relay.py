@@ -27,13 +27,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
 from fairgate.core.errors import BadGateway, GatewayError, GatewayTimeout
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.sse import SseSplitter, classify, error_event
 from fairgate.proxy.usage import estimate_usage, usage_from
+from fairgate.upstream import (
+    UpstreamConnectError,
+    UpstreamConnectTimeout,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamResponse,
+)
 
 __all__ = ["AttemptFailed", "Deadlines", "Opened", "Relay", "SlowReader"]
 
@@ -84,7 +90,7 @@ class SlowReader(Exception):
 
 @dataclass(slots=True)
 class Opened:
-    response: aiohttp.ClientResponse
+    response: UpstreamResponse
     status: int
     content_type: bytes
     body: bytes  # the whole body (plain answer) or the first chunk (stream)
@@ -94,11 +100,9 @@ class Opened:
 class Relay:
     """Opens attempts on replicas and relays their answers; one per Gateway."""
 
-    def __init__(self, deadlines: Deadlines) -> None:
+    def __init__(self, deadlines: Deadlines, pool: UpstreamPool) -> None:
         self.deadlines = deadlines
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=None, sock_connect=deadlines.connect, sock_read=None
-        )
+        self._pool = pool
 
     def _remaining(self, ex: Exchange, limit: float) -> float:
         left = ex.started + self.deadlines.total - time.monotonic()
@@ -109,11 +113,10 @@ class Relay:
     async def open(
         self,
         ex: Exchange,
-        session: aiohttp.ClientSession,
-        url: str,
-        headers: dict[str, str],
+        replica: Any,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
         body: bytes,
-        internal_key: str | None,
     ) -> Opened:
         """Send the request and read up to the point of no return (see module docstring)."""
         d = self.deadlines
@@ -121,14 +124,16 @@ class Relay:
         try:
             try:
                 async with asyncio.timeout(self._remaining(ex, d.headers)):
-                    response = await session.request(
-                        "POST",
-                        url,
-                        data=body,
-                        headers=headers,
-                        allow_redirects=False,
-                        timeout=self._timeout,
+                    response = await self._pool.request(
+                        "POST", replica.host, replica.port, target, headers, body,
+                        tls=replica.tls,
                     )
+            except UpstreamConnectTimeout:
+                raise AttemptFailed(
+                    "connect_timeout",
+                    GatewayTimeout("could not reach the model in time"),
+                    retryable=True,
+                ) from None
             except TimeoutError:
                 reason = "total_timeout" if _past(ex, d.total) else "headers_timeout"
                 raise AttemptFailed(
@@ -136,25 +141,23 @@ class Relay:
                     GatewayTimeout("the model did not answer in time"),
                     retryable=reason == "headers_timeout",
                 ) from None
-            except aiohttp.ServerTimeoutError:
-                raise AttemptFailed(
-                    "connect_timeout",
-                    GatewayTimeout("could not reach the model in time"),
-                    retryable=True,
-                ) from None
-            except (aiohttp.ClientError, OSError) as exc:
+            except UpstreamConnectError as exc:
                 raise AttemptFailed(
                     "connect_error", BadGateway("could not reach the model"), retryable=True
                 ) from exc
-            return await self._read_head(ex, response, internal_key)
+            except UpstreamError as exc:
+                raise AttemptFailed(
+                    "broken_answer", BadGateway("the model broke off its answer"), retryable=True
+                ) from exc
+            return await self._read_head(ex, response, replica.internal_key)
         finally:
             ex.upstream_time += time.monotonic() - start
 
     async def _read_head(
-        self, ex: Exchange, response: aiohttp.ClientResponse, internal_key: str | None
+        self, ex: Exchange, response: UpstreamResponse, internal_key: str | None
     ) -> Opened:
         status = response.status
-        content_type = response.headers.get("Content-Type", "application/json").encode("latin-1")
+        content_type = response.header(b"content-type") or b"application/json"
         streaming = status == 200 and content_type.startswith(_SSE)
         try:
             if streaming:
@@ -176,10 +179,10 @@ class Relay:
             )
         return Opened(response, status, content_type, body, False)
 
-    async def _read_first_event(self, ex: Exchange, response: aiohttp.ClientResponse) -> bytes:
+    async def _read_first_event(self, ex: Exchange, response: UpstreamResponse) -> bytes:
         try:
             async with asyncio.timeout(self._remaining(ex, self.deadlines.first_token)):
-                first = await response.content.readany()
+                first = await response.read_chunk()
         except TimeoutError:
             reason = "total_timeout" if _past(ex, self.deadlines.total) else "first_token_timeout"
             raise AttemptFailed(
@@ -187,7 +190,7 @@ class Relay:
                 GatewayTimeout("the model produced no output in time"),
                 retryable=reason == "first_token_timeout",
             ) from None
-        except (aiohttp.ClientError, OSError):
+        except (UpstreamError, OSError):
             raise AttemptFailed(
                 "broken_stream", BadGateway("the model broke off its answer"), retryable=True
             ) from None
@@ -197,7 +200,7 @@ class Relay:
             )
         return first
 
-    async def _read_whole(self, ex: Exchange, response: aiohttp.ClientResponse) -> bytes:
+    async def _read_whole(self, ex: Exchange, response: UpstreamResponse) -> bytes:
         limit = self.deadlines.max_response_bytes
         declared = response.content_length
         if declared is not None and declared > limit:
@@ -211,7 +214,7 @@ class Relay:
         try:
             while True:
                 async with asyncio.timeout(self._remaining(ex, self.deadlines.idle)):
-                    chunk = await response.content.readany()
+                    chunk = await response.read_chunk()
                 if not chunk:
                     break
                 size += len(chunk)
@@ -227,7 +230,7 @@ class Relay:
             raise AttemptFailed(
                 reason, GatewayTimeout("the model stopped answering"), retryable=False
             ) from None
-        except (aiohttp.ClientError, OSError):
+        except (UpstreamError, OSError):
             raise AttemptFailed(
                 "broken_answer", BadGateway("the model broke off its answer"), retryable=True
             ) from None
@@ -332,17 +335,17 @@ class Relay:
         elif ex.outcome == Outcome.OK:
             await self._send(send, {"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _read_more(self, ex: Exchange, response: aiohttp.ClientResponse) -> bytes:
+    async def _read_more(self, ex: Exchange, response: UpstreamResponse) -> bytes:
         start = time.monotonic()
         try:
             async with asyncio.timeout(self._remaining_stream(ex)):
-                return await response.content.readany()
+                return await response.read_chunk()
         except TimeoutError:
             raise _StreamBroken(
                 Outcome.TIMEOUT,
                 "idle_timeout" if not _past(ex, self.deadlines.total) else "total_timeout",
             ) from None
-        except (aiohttp.ClientError, OSError, ValueError):
+        except (UpstreamError, OSError, ValueError):
             raise _StreamBroken(Outcome.TRUNCATED, "engine_broke_stream") from None
         finally:
             ex.upstream_time += time.monotonic() - start

@@ -31,6 +31,8 @@ from fairgate.proxy.exchange import Exchange
 __all__ = ["Candidate", "ModelEntry", "Route", "RouteTable"]
 
 LocalHandler = Callable[[dict[str, Any], Exchange, Any], Awaitable[None]]
+_MODEL_PREFIX = b"/v1/models/"
+_MODEL_ROUTE = "/v1/models/{model}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,12 @@ class Candidate:
         except KeyError:
             kind = self._routes[route] = self.adapter.route(route)
             return kind
+
+    def upstream_target(self, route: str) -> bytes:
+        """The request target for ``route`` (a route this candidate serves)."""
+        kind = self.route_kind(route)
+        assert kind is not None
+        return kind.path.encode("ascii")
 
     def upstream_path(self, route: str) -> str | None:
         kind = self.route_kind(route)
@@ -80,8 +88,8 @@ class Candidate:
         kind = self.route_kind(route)
         return kind is not None and kind.usage in ("chat", "completion")
 
-    def headers_for(self, ex: Exchange, replica: Any) -> dict[str, str]:
-        pairs = self.adapter.headers(
+    def headers_for(self, ex: Exchange, replica: Any) -> list[tuple[bytes, bytes]]:
+        return self.adapter.headers(
             internal_key=replica.internal_key,
             content_type=ex.content_type,
             accept=ex.accept,
@@ -89,7 +97,6 @@ class Candidate:
             priority=None,
             host=replica.host_header,
         )
-        return {name.decode("latin-1"): value.decode("latin-1") for name, value in pairs}
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +139,20 @@ class RouteTable:
         self._created = created
 
     def resolve_path(self, raw_path: bytes) -> Route:
+        tail = raw_path[len(_MODEL_PREFIX) :]
+        if raw_path.startswith(_MODEL_PREFIX) and tail and b"/" not in tail:
+            # One model id; ``org/name`` arrives as ``org%2Fname`` (the SDK encodes
+            # it). Answered from configuration and never forwarded, so the path
+            # policy's refusal of encoded slashes does not apply here.
+            return Route(_MODEL_ROUTE, self._get_model)
         path = normalize_path(raw_path)
         if path is None:
             raise NotFound("unknown route", code="unknown_route")
         if path == "/v1/models":
             return Route(path, self._list_models)
         if path.startswith("/v1/models/"):
-            return Route(path, self._get_model)
+            # The route's name is a metric label: never the client's model id.
+            return Route(_MODEL_ROUTE, self._get_model)
         if not any(adapter.route(path) is not None for adapter in self._adapters):
             raise NotFound("unknown route", code="unknown_route")
         return Route(path)

@@ -6,7 +6,8 @@ until a blank line ends the event, then the event is classified:
 - ``done``     ``data: [DONE]`` (chat and completions streams end with it)
 - ``usage``    a chunk with a ``usage`` object and no choices (``include_usage``)
 - ``error``    a ``data: {"error": …}`` event (vLLM reports mid-stream failures so)
-- ``final``    the Responses API's ``response.completed`` / ``.incomplete`` / ``.failed``
+- ``final``    the Responses API's ``response.completed`` / ``.incomplete`` / ``.failed``,
+               or llama-server's native ``"stop": true`` event (its streams have no ``[DONE]``)
 - ``content``  everything else (counted for the usage estimate)
 
 Classification looks at bytes first and parses JSON only for the few events that
@@ -26,6 +27,7 @@ __all__ = ["SseEvent", "SseSplitter", "classify", "error_event"]
 
 _SEPARATORS = (b"\n\n", b"\r\n\r\n")
 _FINAL = (b'"response.completed"', b'"response.incomplete"', b'"response.failed"')
+_LLAMA_STOP = b'"stop":true'
 
 
 @dataclass(slots=True)
@@ -104,6 +106,10 @@ def classify(raw: bytes) -> SseEvent:
                 return SseEvent(raw, kind, usage)
     if any(marker in raw for marker in _FINAL):
         return SseEvent(raw, "final")
+    if _LLAMA_STOP in raw:
+        body = _parse(raw)
+        if isinstance(body, dict) and body.get("stop") is True:
+            return SseEvent(raw, "final")
     if b'"error"' in raw:
         body = _parse(raw)
         if isinstance(body, dict) and isinstance(body.get("error"), dict | str):

@@ -45,3 +45,12 @@ class GatewayProcess(ServerProcess):
         client, _, admin = self.url.partition(" admin ")
         self.url, self.admin_url = client.strip(), admin.strip()
         return self
+
+    def wait(self, timeout: float) -> int:
+        """The exit status once the process ends by itself (``TimeoutExpired`` after ``timeout`` s).
+
+        Unlike ``stop`` it sends no signal: for watching a shutdown already under way.
+        """
+        if self._proc is None:
+            raise RuntimeError("the gateway was not started")
+        return self._proc.wait(timeout)

@@ -1,44 +1,93 @@
 """uvicorn's httptools protocol with the limits a gateway's listener needs.
 
 uvicorn times out idle keep-alive connections but not a request head that is
-trickled in one byte at a time (slowloris), and it accepts request heads of any
-size. This subclass adds both limits and sets the per-connection write buffer:
+trickled in one byte at a time (slowloris), it accepts request heads of any
+size, and it closes a connection politely even when the client has stopped
+reading (the close then waits for ever). This subclass adds:
 
-- ``head_timeout``: from the first byte of a request to the end of its headers;
-  a connection still in its head after that is closed.
-- ``max_head_bytes``: the request line and headers together; larger → 431, closed.
-- ``write_buffer_bytes``: bytes buffered toward a client before a write waits for
-  the client to read (the stream's bound toward a slow reader).
+- ``head_timeout``: from the first byte of a request (or the connection's
+  opening) to the end of its headers; past it the connection is closed — after
+  the answer in progress, if there is one.
+- ``max_head_bytes``: the request line and headers together; larger → 431,
+  closed. Counted on the raw bytes too, so one endless header line is refused
+  as it grows rather than buffered until it ends.
+- ``write_buffer_bytes``: bytes buffered toward a client before a write waits
+  for the client to read (the stream's bound toward a slow reader).
+- ``stall_timeout``: how long the kernel keeps a connection whose client takes
+  no bytes (``TCP_USER_TIMEOUT``, Linux) — also after the answer was written,
+  when only a polite close is left waiting.
+- the ASGI extension ``fairgate.abort`` (``ABORT_EXTENSION``): a callable that
+  drops the connection at once with a reset, discarding unsent bytes; the relay
+  calls it on a client that fell too far behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["limited_protocol"]
+from fairgate.core.errors import error_body
+
+__all__ = ["ABORT_EXTENSION", "limited_protocol"]
+
+ABORT_EXTENSION = "fairgate.abort"
+
+_431_BODY = error_body(
+    "request header fields too large", "invalid_request_error", "headers_too_large"
+)
+_431 = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: "
+    + str(len(_431_BODY)).encode()
+    + b"\r\n\r\n"
+    + _431_BODY
+)
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
 
 class _LimitedProtocol(HttpToolsProtocol):
     head_timeout: float = 10.0
     max_head_bytes: int = 64 * 1024
     write_buffer_bytes: int = 64 * 1024
+    stall_timeout: float | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
-        self._head_bytes = 0
+        self._head_bytes = 0  # request line and headers as parsed
+        self._raw_head = 0  # bytes received while a head is incomplete
+        self._in_head = True
+        self._too_large = False
+        self._extensions: dict[str, Callable[[], None]] = {ABORT_EXTENSION: self.abort}
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         transport.set_write_buffer_limits(high=self.write_buffer_bytes)
+        if self.stall_timeout and hasattr(socket, "TCP_USER_TIMEOUT"):
+            self._setsockopt(
+                socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(self.stall_timeout * 1000)
+            )
         self._start_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            if self._head_timer is None:
+                self._start_head_timer()
+            self._raw_head += len(data)
+        super().data_received(data)
+        if self._in_head and self._raw_head > self.max_head_bytes and not self._too_large:
+            self._too_large = True
+            self._refuse_head()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -56,7 +105,24 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._stop_head_timer()
+        self._in_head = False
+        self._raw_head = 0
+        self.scope["extensions"] = self._extensions  # type: ignore[typeddict-item]
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True  # what comes next is the next request's head
+        self._raw_head = 0
+
+    def abort(self) -> None:
+        """Drop the connection now with a reset, discarding what the client has not read."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # uvicorn then neither reports an unfinished answer nor waits to flush it.
+            cycle.disconnected = True
+        self._setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+        self.transport.abort()
 
     def _count(self, size: int) -> None:
         self._head_bytes += size
@@ -66,19 +132,23 @@ class _LimitedProtocol(HttpToolsProtocol):
             raise ValueError("request head too large")
 
     def send_400_response(self, msg: str) -> None:
-        if not getattr(self, "_too_large", False):
+        if self._too_large:
+            self._refuse_head()
+        else:
             super().send_400_response(msg)
-            return
+
+    def _refuse_head(self) -> None:
         self._stop_head_timer()
-        body = (
-            b'{"error":{"message":"request header fields too large",'
-            b'"type":"invalid_request_error","code":null}}'
-        )
-        self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-            b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-        )
+        if self._responding():
+            # A pipelined head too large while an answer streams: finish it, then close.
+            self.flow.pause_reading()
+            self.cycle.keep_alive = False
+            return
+        self.transport.write(_431)
         self.transport.close()
+
+    def _responding(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
 
     def _start_head_timer(self) -> None:
         loop = asyncio.get_running_loop()
@@ -91,11 +161,25 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def _head_expired(self) -> None:
         self._head_timer = None
-        self.transport.close()
+        if self._responding():
+            self.cycle.keep_alive = False  # the answer in progress ends, then the connection
+        else:
+            self.transport.close()
+
+    def _setsockopt(self, level: int, option: int, value: int | bytes) -> None:
+        # ValueError: uvloop's view of a socket the kernel already closed.
+        with contextlib.suppress(OSError, ValueError):
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(level, option, value)
 
 
 def limited_protocol(
-    *, head_timeout: float, max_head_bytes: int, write_buffer_bytes: int
+    *,
+    head_timeout: float,
+    max_head_bytes: int,
+    write_buffer_bytes: int,
+    stall_timeout: float | None = None,
 ) -> type[HttpToolsProtocol]:
     """A protocol class with these limits, for ``uvicorn.Config(http=...)``."""
     return type(
@@ -105,5 +189,6 @@ def limited_protocol(
             "head_timeout": head_timeout,
             "max_head_bytes": max_head_bytes,
             "write_buffer_bytes": write_buffer_bytes,
+            "stall_timeout": stall_timeout,
         },
     )

@@ -4,7 +4,7 @@ Shutdown order on SIGTERM or SIGINT: the gateway is marked draining (``/readyz``
 answers 503 at once), the client listener stops accepting and lets running
 requests and streams finish for up to ``grace`` seconds (then cancels them),
 the admin listener closes last, then the gateway's own tasks stop.
-A second signal skips the wait.
+A second signal, one second or more after the first, skips the wait.
 """
 
 from __future__ import annotations
@@ -25,6 +25,12 @@ __all__ = ["Listener", "bind", "serve"]
 
 log = logging.getLogger("fairgate.server")
 
+# One stop request often arrives as several signals at once: systemd signals every
+# process of the unit, a terminal the whole process group, and the parent of
+# ``--workers`` forwards its own. Only a signal this many seconds after the first
+# counts as a second one (which skips the wait).
+_REPEAT_AFTER = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class Listener:
@@ -34,6 +40,7 @@ class Listener:
     head_timeout: float
     max_head_bytes: int
     write_buffer_bytes: int
+    stall_timeout: float | None = None  # a client taking no bytes this long is reset (Linux)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -55,12 +62,16 @@ def _server(listener: Listener, grace: float) -> uvicorn.Server:
             head_timeout=listener.head_timeout,
             max_head_bytes=listener.max_head_bytes,
             write_buffer_bytes=listener.write_buffer_bytes,
+            stall_timeout=listener.stall_timeout,
         ),
         ws="none",
         lifespan="off",
         access_log=False,
         log_config=None,
         server_header=False,
+        # The client address is the connection's; X-Forwarded-For is never trusted here
+        # (trusted proxies are configured per CIDR by the gateway itself).
+        proxy_headers=False,
         date_header=False,
         timeout_keep_alive=75,
         timeout_graceful_shutdown=max(0.1, grace),  # type: ignore[arg-type]  # a float works
@@ -84,15 +95,17 @@ async def serve(
     """Serve until a signal (or ``stop``) arrives, then shut down in order."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    signals = 0
+    first: float | None = None
 
     def on_signal() -> None:
-        nonlocal signals
-        signals += 1
-        if signals == 1:
+        nonlocal first
+        now = loop.time()
+        if first is None:
+            first = now
             log.info("shutting down: draining for up to %.0fs", grace)
             stop.set()
-        else:
+        elif now - first >= _REPEAT_AFTER:
+            log.warning("second signal: stopping without waiting for running requests")
             for server in servers:
                 server.force_exit = True
 

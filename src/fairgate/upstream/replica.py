@@ -57,6 +57,11 @@ class Replica:
         self.adapter = adapter
         self.breaker = breaker
         self.host_header = _host_header(base)
+        # The parts the hot-path client needs, taken apart once.
+        self.host = base.raw_host or ""
+        self.port = base.port or (443 if base.scheme == "https" else 80)
+        self.tls = base.scheme == "https"
+        self.prefix = base.raw_path.rstrip("/").encode("ascii")
         self.in_flight = 0
         self.healthy = True
         self.health_known = False
