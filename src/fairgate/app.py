@@ -70,6 +70,7 @@ class Gateway:
                 max_response_bytes=limits.max_response_bytes,
             ),
             self.pool,
+            self.metrics.streams_open,
         )
         self.routes = RouteTable(config.models, adapters)
         self.pipeline = Pipeline(
@@ -86,6 +87,7 @@ class Gateway:
             settler=Settler(self.metrics),
             retries=config.proxy.retries,
             request_ids=_request_ids(),
+            stopping=lambda: self.draining,
         )
         self.proxy_app = ProxyApp(self.pipeline)
         self.admin_app = build_health_app(

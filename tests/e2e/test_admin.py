@@ -86,6 +86,7 @@ def test_metrics_expose_every_family_and_in_flight_rises_during_a_stream(
         post(sock, "/v1/chat/completions", chat_body(stream=True, max_tokens=20))  # about 2 s
         read_until(sock, lambda got: b"data: {" in got, timeout=30)
         assert metric(gateway, "fairgate_upstream_in_flight", model="m", replica="r0") == 1
+        assert metric(gateway, "fairgate_streams_open") == 1
         read_until(sock, lambda got: b"data: [DONE]" in got, timeout=30)
     finally:
         sock.close()
@@ -94,6 +95,7 @@ def test_metrics_expose_every_family_and_in_flight_rises_during_a_stream(
         10,
         "in flight back to 0 once the stream ended",
     )
+    assert metric(gateway, "fairgate_streams_open") == 0
 
     status, body = get(gateway.admin_url + "/metrics")
     text = body.decode()

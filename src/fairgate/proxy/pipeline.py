@@ -26,7 +26,7 @@ from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, rea
 from fairgate.proxy.routes import ModelEntry, RouteTable
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.sse import error_event
-from fairgate.server.protocol import ABORT_EXTENSION
+from fairgate.server.protocol import ABORT_EXTENSION, DISCONNECT_EXTENSION
 
 __all__ = ["Pipeline"]
 
@@ -46,6 +46,7 @@ class Pipeline:
         settler: Settler,
         retries: int,
         request_ids: Callable[[], str],
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self._routes = routes
         self._caps = caps
@@ -54,6 +55,7 @@ class Pipeline:
         self._settler = settler
         self._retries = retries
         self._ids = request_ids
+        self._stopping = stopping  # true once the server drains: a cancellation is its own
 
     async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         client = scope.get("client")
@@ -64,7 +66,7 @@ class Pipeline:
             started=time.monotonic(),
             client=client[0] if client else "",
         )
-        watcher: asyncio.Task[None] | None = None
+        watcher: _Watcher | None = None
         try:
             route = self._routes.resolve_path(scope.get("raw_path") or scope["path"].encode())
             ex.route = route.name
@@ -77,7 +79,7 @@ class Pipeline:
                 )
             await self._read(scope, receive, ex)
             entry = self._routes.model_for(ex)
-            watcher = _watch_disconnect(receive, ex)
+            watcher = _watch_disconnect(scope, receive, ex)
             await self._forward(ex, entry, send)
         except GatewayError as error:
             ex.status = error.status
@@ -92,10 +94,13 @@ class Pipeline:
             ex.outcome, ex.reason = Outcome.SLOW_READER, "client_fell_behind"
             _abort_connection(scope)
         except asyncio.CancelledError:
+            disconnected = bool(ex.extra.get("disconnected"))
+            if not disconnected and not self._stopping():
+                raise
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            if ex.extra.get("disconnected"):
+            if disconnected:
                 ex.outcome, ex.reason = Outcome.CLIENT_ABORT, "client_disconnected"
             else:
                 # The server is stopping and the grace period is over: say so, rather
@@ -105,7 +110,7 @@ class Pipeline:
         finally:
             ex.extra["complete"] = True
             if watcher is not None:
-                watcher.cancel()
+                _unwatch(watcher)
             ex.finished = time.monotonic()
             if ex.replica:
                 estimate_for(ex)
@@ -220,17 +225,41 @@ class Pipeline:
                 await self._relay.send_whole(ex, opened, send, extra)
 
 
-def _watch_disconnect(receive: Any, ex: Exchange) -> asyncio.Task[None]:
-    """Cancel the request's task the moment its client disconnects (upstream cancelled with it)."""
+_Watcher = Callable[[Callable[[], None] | None], None] | asyncio.Task[None]
+
+
+def _watch_disconnect(scope: dict[str, Any], receive: Any, ex: Exchange) -> _Watcher:
+    """Cancel the request's task the moment its client disconnects (upstream cancelled with it).
+
+    The listener's protocol calls back on connection loss; under a server without
+    that extension a task waits on ``receive()`` instead. The result is handed to
+    ``_unwatch`` when the request ends.
+    """
     task = asyncio.current_task()
 
-    async def watch() -> None:
-        message = await receive()
-        if message["type"] == "http.disconnect" and not ex.extra.get("complete") and task:
+    def lost() -> None:
+        if not ex.extra.get("complete") and task is not None:
             ex.extra["disconnected"] = True
             task.cancel()
 
+    register = scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
+    if register is not None:
+        register(lost)
+        return register  # type: ignore[no-any-return]
+
+    async def watch() -> None:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            lost()
+
     return asyncio.ensure_future(watch())
+
+
+def _unwatch(watcher: _Watcher) -> None:
+    if isinstance(watcher, asyncio.Task):
+        watcher.cancel()
+    else:
+        watcher(None)
 
 
 def _abort_connection(scope: dict[str, Any]) -> None:

@@ -27,18 +27,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
+from prometheus_client import Gauge
 
 from fairgate.core.errors import BadGateway, GatewayError, GatewayTimeout
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.sse import SseSplitter, classify, error_event
-from fairgate.proxy.usage import estimate_usage, usage_from
+from fairgate.proxy.usage import estimate_usage, usage_in_body
 from fairgate.upstream import (
     UpstreamConnectError,
     UpstreamConnectTimeout,
     UpstreamError,
     UpstreamPool,
     UpstreamResponse,
+    UpstreamTooLarge,
 )
 
 __all__ = ["AttemptFailed", "Deadlines", "Opened", "Relay", "SlowReader"]
@@ -100,9 +101,12 @@ class Opened:
 class Relay:
     """Opens attempts on replicas and relays their answers; one per Gateway."""
 
-    def __init__(self, deadlines: Deadlines, pool: UpstreamPool) -> None:
+    def __init__(
+        self, deadlines: Deadlines, pool: UpstreamPool, streams_open: Gauge | None = None
+    ) -> None:
         self.deadlines = deadlines
         self._pool = pool
+        self._streams_open = streams_open
 
     def _remaining(self, ex: Exchange, limit: float) -> float:
         left = ex.started + self.deadlines.total - time.monotonic()
@@ -209,22 +213,17 @@ class Relay:
                 BadGateway("the model's answer is too large"),
                 retryable=False,
             )
-        chunks: list[bytes] = []
-        size = 0
         try:
-            while True:
-                async with asyncio.timeout(self._remaining(ex, self.deadlines.idle)):
-                    chunk = await response.read_chunk()
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > limit:
-                    raise AttemptFailed(
-                        "response_too_large",
-                        BadGateway("the model's answer is too large"),
-                        retryable=False,
-                    )
-                chunks.append(chunk)
+            # One deadline for the whole body: engines send a plain answer at once, after
+            # the headers, so it must arrive within the idle deadline (and the total).
+            async with asyncio.timeout(self._remaining(ex, self.deadlines.idle)):
+                return await response.read_all(limit)
+        except UpstreamTooLarge:
+            raise AttemptFailed(
+                "response_too_large",
+                BadGateway("the model's answer is too large"),
+                retryable=False,
+            ) from None
         except TimeoutError:
             reason = "total_timeout" if _past(ex, self.deadlines.total) else "idle_timeout"
             raise AttemptFailed(
@@ -234,7 +233,6 @@ class Relay:
             raise AttemptFailed(
                 "broken_answer", BadGateway("the model broke off its answer"), retryable=True
             ) from None
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     # -- after the point of no return -------------------------------------------------
 
@@ -243,23 +241,18 @@ class Relay:
     ) -> None:
         """Relay a plain (non-stream) answer and take its usage."""
         if opened.status == 200 and opened.content_type.startswith(b"application/json"):
-            try:
-                parsed = orjson.loads(opened.body)
-            except orjson.JSONDecodeError:
-                parsed = None
-            if isinstance(parsed, dict):
-                ex.usage = usage_from(parsed.get("usage"))
+            ex.usage = usage_in_body(opened.body)
         headers = [
             (b"content-type", opened.content_type),
             (b"content-length", str(len(opened.body)).encode()),
             *extra_headers,
         ]
-        await self._send(
-            send, {"type": "http.response.start", "status": opened.status, "headers": headers}
-        )
+        # No slow-reader deadline here: the answer is in memory already, and a client
+        # that never reads it is dropped by the listener's stall timeout.
+        await send({"type": "http.response.start", "status": opened.status, "headers": headers})
         ex.first_byte_at = time.monotonic()
         ex.status = opened.status
-        await self._send(send, {"type": "http.response.body", "body": opened.body})
+        await send({"type": "http.response.body", "body": opened.body})
 
     async def stream(
         self,
@@ -281,6 +274,8 @@ class Relay:
             (b"x-accel-buffering", b"no"),
             *extra_headers,
         ]
+        if self._streams_open is not None:
+            self._streams_open.inc()
         try:
             await self._send(
                 send, {"type": "http.response.start", "status": 200, "headers": headers}
@@ -290,7 +285,11 @@ class Relay:
             chunk = opened.body
             while chunk:
                 out: list[bytes] = []
-                for raw in splitter.feed(chunk):
+                try:
+                    events = splitter.feed(chunk)
+                except ValueError:  # one event past the size bound: not an SSE stream we relay
+                    raise _StreamBroken(Outcome.TRUNCATED, "event_too_large") from None
+                for raw in events:
                     event = classify(raw)
                     kind = event.kind
                     if event.usage is not None:
@@ -321,6 +320,8 @@ class Relay:
         except _StreamBroken as broken:
             ex.outcome, ex.reason = broken.outcome, broken.reason
         finally:
+            if self._streams_open is not None:
+                self._streams_open.dec()
             if completed and terminal:
                 response.release()
             else:

@@ -19,6 +19,8 @@ log = logging.getLogger("fairgate.request")
 class Settler:
     def __init__(self, metrics: GatewayMetrics) -> None:
         self._m = metrics
+        # Read once: the level does not change while serving, and the check costs µs.
+        self._debug = log.isEnabledFor(logging.DEBUG)
 
     def settle(self, ex: Exchange) -> None:
         m = self._m
@@ -65,7 +67,7 @@ class Settler:
                 ex.replica or "-",
                 ex.attempts,
             )
-        elif log.isEnabledFor(logging.DEBUG):
+        elif self._debug:
             log.debug(
                 "request %s %s model=%s replica=%s status=%s attempts=%d total=%.4fs",
                 ex.request_id,

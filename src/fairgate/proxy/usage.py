@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Usage", "estimate_usage", "usage_from"]
+import orjson
+
+__all__ = ["Usage", "estimate_usage", "usage_from", "usage_in_body"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,3 +53,35 @@ def usage_from(block: Any) -> Usage | None:
 def estimate_usage(prompt_bytes: int, content_events: int) -> Usage:
     """The flagged estimate: prompt bytes / 4 (rounded up) and one token per content event."""
     return Usage(-(-prompt_bytes // 4), content_events, 0, estimated=True)
+
+
+def usage_in_body(body: bytes) -> Usage | None:
+    """The usage of a whole JSON answer, parsing only its ``usage`` object.
+
+    Engines put ``usage`` last; an embeddings answer can be megabytes of vectors
+    before it, so the object is cut out (it holds only numbers and small nested
+    objects, no strings with braces) and parsed alone. Falls back to parsing the
+    whole body when the cut does not parse.
+    """
+    at = body.rfind(b'"usage"')
+    if at < 0:
+        return None
+    start = body.find(b"{", at)
+    if start >= 0 and not body[at + 7 : start].strip(b" \t\r\n:"):
+        depth = 0
+        for index in range(start, min(len(body), start + 4096)):
+            byte = body[index]
+            if byte == 0x7B:  # {
+                depth += 1
+            elif byte == 0x7D:  # }
+                depth -= 1
+                if depth == 0:
+                    try:
+                        return usage_from(orjson.loads(body[start : index + 1]))
+                    except orjson.JSONDecodeError:
+                        break
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return usage_from(parsed.get("usage")) if isinstance(parsed, dict) else None

@@ -19,6 +19,10 @@ reading (the close then waits for ever). This subclass adds:
 - the ASGI extension ``fairgate.abort`` (``ABORT_EXTENSION``): a callable that
   drops the connection at once with a reset, discarding unsent bytes; the relay
   calls it on a client that fell too far behind.
+- the ASGI extension ``fairgate.on_disconnect`` (``DISCONNECT_EXTENSION``): a callable
+  that registers one callback (or ``None`` to clear it) called when the connection
+  is lost; the pipeline cancels the request's task with it, so noticing a client's
+  disconnect costs no watcher task per request.
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from fairgate.core.errors import error_body
 
-__all__ = ["ABORT_EXTENSION", "limited_protocol"]
+__all__ = ["ABORT_EXTENSION", "DISCONNECT_EXTENSION", "limited_protocol"]
 
 ABORT_EXTENSION = "fairgate.abort"
+DISCONNECT_EXTENSION = "fairgate.on_disconnect"
 
 _431_BODY = error_body(
     "request header fields too large", "invalid_request_error", "headers_too_large"
@@ -64,7 +69,11 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._raw_head = 0  # bytes received while a head is incomplete
         self._in_head = True
         self._too_large = False
-        self._extensions: dict[str, Callable[[], None]] = {ABORT_EXTENSION: self.abort}
+        self._on_lost: Callable[[], None] | None = None
+        self._extensions: dict[str, Callable[..., None]] = {
+            ABORT_EXTENSION: self.abort,
+            DISCONNECT_EXTENSION: self._set_on_lost,
+        }
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -77,7 +86,13 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        callback, self._on_lost = self._on_lost, None
         super().connection_lost(exc)
+        if callback is not None:
+            callback()
+
+    def _set_on_lost(self, callback: Callable[[], None] | None) -> None:
+        self._on_lost = callback
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:

@@ -1,0 +1,126 @@
+"""The listener's protocol in process: real sockets on 127.0.0.1, a tiny ASGI app.
+
+The end-to-end tests (tests/e2e/test_slowloris.py, test_slow_readers.py) show the
+limits against a whole gateway; these pin down the cases between requests on
+one connection, which a whole gateway makes hard to reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from fairgate.server.protocol import ABORT_EXTENSION
+from fairgate.server.runner import Listener, bind, serve
+
+HEAD_TIMEOUT = 0.5
+App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+async def slow_stream(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Ten chunks, a tenth of a second apart; ``/abort`` resets the connection after one."""
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    for index in range(10):
+        await send({"type": "http.response.body", "body": b"chunk%d\n" % index, "more_body": True})
+        if scope["path"] == "/abort":
+            scope["extensions"][ABORT_EXTENSION]()
+            return
+        await asyncio.sleep(0.1)
+    await send({"type": "http.response.body", "body": b""})
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[str, int]]:
+    sock = bind("127.0.0.1", 0)
+    stop = asyncio.Event()
+    listener = Listener("client", slow_stream, sock, HEAD_TIMEOUT, 4096, 64 * 1024, 10.0)
+    task = asyncio.create_task(serve([listener], grace=1.0, stop=stop))
+    for _ in range(100):  # bounded: the listener is up within a second
+        try:
+            _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        except OSError:
+            await asyncio.sleep(0.01)
+            continue
+        writer.close()
+        break
+    yield sock.getsockname()[:2]
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    sock.close()
+
+
+async def read_all(reader: asyncio.StreamReader) -> tuple[bytes, str]:
+    received = b""
+    try:
+        async with asyncio.timeout(10):
+            while chunk := await reader.read(65536):
+                received += chunk
+    except ConnectionResetError:
+        return received, "reset"
+    return received, "eof"
+
+
+async def test_a_partial_head_after_a_request_does_not_cut_its_answer_short(
+    server: tuple[str, int],
+) -> None:
+    reader, writer = await asyncio.open_connection(*server)
+    # The request, then the start of a next one that never ends (2 head timeouts long).
+    writer.write(b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\nGET /next HT")
+    received, ended = await read_all(reader)
+    writer.close()
+    assert b"chunk9\n" in received and received.endswith(b"0\r\n\r\n")
+    assert ended == "eof"  # and then the connection is closed: the next head came too slowly
+
+
+async def test_bytes_between_requests_start_the_head_timeout(server: tuple[str, int]) -> None:
+    reader, writer = await asyncio.open_connection(*server)
+    writer.write(b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\n")
+    first = await reader.readuntil(b"0\r\n\r\n")
+    assert b"chunk9" in first
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    for _ in range(20):  # blank lines forever would otherwise hold the connection open
+        writer.write(b"\r\n")
+        await asyncio.sleep(0.1)
+        if reader.at_eof() or writer.is_closing():
+            break
+    received, _ = await read_all(reader)
+    writer.close()
+    assert received == b""
+    assert loop.time() - started < HEAD_TIMEOUT + 1.5
+
+
+async def test_a_pipelined_oversized_head_does_not_break_into_the_answer_in_progress(
+    server: tuple[str, int],
+) -> None:
+    reader, writer = await asyncio.open_connection(*server)
+    writer.write(b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\n")
+    writer.write(b"GET /next HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 8192)
+    received, ended = await read_all(reader)
+    writer.close()
+    # No 431 written into the middle of the stream: it ends whole, then the connection.
+    assert received.endswith(b"chunk9\n\r\n0\r\n\r\n")
+    assert b"HTTP/1.1 431" not in received
+    assert ended == "eof"
+
+
+async def test_the_abort_extension_resets_the_connection(server: tuple[str, int]) -> None:
+    reader, writer = await asyncio.open_connection(*server)
+    writer.write(b"GET /abort HTTP/1.1\r\nhost: x\r\n\r\n")
+    received, ended = await read_all(reader)
+    writer.close()
+    assert b"chunk0" in received and b"chunk1" not in received
+    assert ended == "reset"
+
+
+def test_the_listening_socket_is_inheritable_by_workers() -> None:
+    sock = bind("127.0.0.1", 0)
+    try:
+        assert sock.get_inheritable()
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR)
+    finally:
+        sock.close()
