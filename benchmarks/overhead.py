@@ -143,7 +143,8 @@ class Bench:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="fairgate-bench-"))
             gateway = targets.gateway(upstream.url, Path(workdir), self._template())
             service = stack.enter_context(gateway)
-            proxies.append((Endpoint.of("gateway", service, args.api_key), service))
+            key = args.api_key or service.api_key
+            proxies.append((Endpoint.of("gateway", service, key), service))
         return proxies
 
     async def _measure(

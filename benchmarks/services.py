@@ -43,6 +43,7 @@ class Service:
     ) -> None:
         self.name = name
         self.argv = argv
+        self.api_key = ""  # the bearer key clients present, when the service needs one
         self.url = ""
         self.port = 0
         self.lines: list[str] = []

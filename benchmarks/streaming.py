@@ -253,7 +253,7 @@ async def measure_streaming(
         targets.sim(*sim_args) as sim,
         proxy(sim.url, Path(workdir)) as service,
     ):
-        endpoint = Endpoint.of(service.name, service, api_key)
+        endpoint = Endpoint.of(service.name, service, api_key or service.api_key)
         result.proxy = service.name
         await _complete_phase(endpoint, service, result)
         if disconnects:

@@ -8,6 +8,8 @@ functions below build the ``Service`` that serves it. Stacks are named
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -43,6 +45,8 @@ GATEWAY_CONFIG = """\
 listen: {host: 127.0.0.1, port: 0}
 admin_listen: {host: 127.0.0.1, port: 0}
 logging: {level: warning}
+store: {url: "sqlite:///fairgate.db"}
+orgs: [{name: bench-org, share: 1.0, teams: [bench]}]
 models:
   - name: sim-model
     engine: vllm
@@ -100,4 +104,19 @@ def gateway(upstream: str, workdir: Path, template: str = GATEWAY_CONFIG) -> Ser
     """``fairgate serve`` on a config written from ``template`` into ``workdir``."""
     config = workdir / "gateway.yaml"
     config.write_text(template.replace("{upstream}", upstream))
-    return Service("gateway", python("-m", "fairgate", "serve", "-c", str(config)), cwd=workdir)
+    service = Service("gateway", python("-m", "fairgate", "serve", "-c", str(config)), cwd=workdir)
+    service.api_key = _bench_key(config) if "teams: [bench]" in template else ""
+    return service
+
+
+def _bench_key(config: Path) -> str:
+    """A key for the benchmark's team, made with the operator CLI (the whole path is on)."""
+    made = subprocess.run(
+        python("-m", "fairgate", "keys", "create", "--team", "bench", "--json", "-c", str(config)),
+        capture_output=True,
+        check=True,
+        text=True,
+        timeout=120,
+    )
+    secret: str = json.loads(made.stdout)[0]["secret"]
+    return secret

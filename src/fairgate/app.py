@@ -16,8 +16,10 @@ import signal
 import socket
 from collections.abc import Callable, Iterator, Sequence
 
-from fairgate.admin.health import build_health_app
+from fairgate.admin import build_admin_app
+from fairgate.auth import Authenticator, FailureLimiter, KeyCache, ModelResolver, sha256
 from fairgate.config import Config
+from fairgate.core.clock import SystemClock
 from fairgate.engines import EngineAdapter, adapter_for
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
 from fairgate.proxy.asgi import ProxyApp
@@ -27,6 +29,8 @@ from fairgate.proxy.request import Caps
 from fairgate.proxy.routes import RouteTable
 from fairgate.proxy.settle import Settler
 from fairgate.server.runner import Listener, bind, serve
+from fairgate.store import StoreKeyDirectory, upgrade
+from fairgate.tenancy import Tenancy, build_store, model_names
 from fairgate.upstream import (
     Breaker,
     HealthChecker,
@@ -73,6 +77,22 @@ class Gateway:
             self.metrics.streams_open,
         )
         self.routes = RouteTable(config.models, adapters)
+        # Tenancy: the store is opened in start(); nothing on the request path reads it
+        # except a key-cache miss.
+        clock = SystemClock()
+        self.store = build_store(config)
+        self.tenancy = Tenancy(self.store, models=model_names(config))
+        a = config.auth
+        self.failures = FailureLimiter(
+            a.failures_per_minute, clock, max_networks=a.failure_networks_max
+        )
+        self.authenticator = Authenticator(
+            StoreKeyDirectory(self.store),
+            KeyCache(a.key_cache_size, a.key_cache_ttl, a.miss_cache_size, a.miss_cache_ttl, clock),
+            self.failures,
+            ModelResolver({n: m.name for m in config.models for n in (m.name, *m.aliases)}),
+            clock,
+        )
         self.pipeline = Pipeline(
             routes=self.routes,
             caps=Caps(
@@ -88,9 +108,14 @@ class Gateway:
             retries=config.proxy.retries,
             request_ids=_request_ids(),
             stopping=lambda: self.draining,
+            authenticate=self.authenticator.authenticate,
         )
         self.proxy_app = ProxyApp(self.pipeline)
-        self.admin_app = build_health_app(
+        master = config.master_key_file
+        self.admin_app = build_admin_app(
+            tenancy=self.tenancy,
+            master_key_sha256=sha256(master.read()) if master is not None else None,
+            failure_limiter=self.failures,
             registry=self.metrics.registry,
             models_ready=self.registry.ready,
             draining=lambda: self.draining,
@@ -142,7 +167,12 @@ class Gateway:
                 )
 
     async def start(self) -> None:
-        """Start the background tasks (health checks, metric scrapes)."""
+        """Open the store (upgrading its schema, syncing the declared organisations),
+        then start the background tasks (health checks, metric scrapes)."""
+        await self.store.connect()
+        revision = await upgrade(self.store)
+        report = await self.tenancy.sync_orgs(self.config.orgs)
+        log.info("store at schema %s; organisations %s", revision, report)
         self.health.start()
         self.scraper.start()
 
@@ -152,6 +182,7 @@ class Gateway:
         await self.scraper.stop()
         await self.sessions.close()
         await self.pool.close()
+        await self.store.close()
 
 
 def _request_ids() -> Callable[[], str]:

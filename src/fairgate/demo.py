@@ -7,6 +7,7 @@ reused with ``fairgate serve -c .demo/gateway.yaml`` while the engines run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
@@ -17,12 +18,16 @@ from pathlib import Path
 
 import orjson
 
+from fairgate.config import load_config
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
+from fairgate.tenancy import open_tenancy
+from fairgate.tenancy.actor import Actor
 
-__all__ = ["DEMO_MODEL", "run_demo"]
+__all__ = ["DEMO_MODEL", "DEMO_TEAM", "run_demo"]
 
 DEMO_MODEL = "demo-llama"
+DEMO_TEAM = "demo-team"
 _UPSTREAM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
@@ -34,6 +39,9 @@ def _config(sims: list[SimProcess]) -> str:
 listen: {{host: 127.0.0.1, port: 0}}
 admin_listen: {{host: 127.0.0.1, port: 0}}
 health: {{interval: 2s, timeout: 1s}}
+store: {{url: "sqlite:///fairgate.db"}}
+orgs:
+  - {{name: demo-org, share: 1.0, teams: [{DEMO_TEAM}]}}
 pools:
   - {{name: demo-pool, capacity: 16}}
 models:
@@ -48,39 +56,51 @@ models:
 """
 
 
-def _post(url: str, payload: dict[str, object]) -> bytes:
+def _post(url: str, payload: dict[str, object], key: str) -> bytes:
     request = urllib.request.Request(  # noqa: S310 - a loopback URL the demo started itself
-        url, data=orjson.dumps(payload), headers={"content-type": "application/json"}
+        url,
+        data=orjson.dumps(payload),
+        headers={"content-type": "application/json", "authorization": f"Bearer {key}"},
     )
     with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
         body: bytes = response.read()
         return body
 
 
+async def _new_key(config: Path) -> str:
+    """A key for the demo team, made through the same service layer as ``fairgate keys create``."""
+    async with open_tenancy(load_config(config)) as tenancy:
+        made = await tenancy.keys.create(Actor.operator("demo"), team=DEMO_TEAM, name="demo")
+        return made.secret
+
+
 @contextlib.contextmanager
-def _running(directory: Path) -> Iterator[tuple[GatewayProcess, list[SimProcess]]]:
+def _running(directory: Path) -> Iterator[tuple[GatewayProcess, list[SimProcess], str]]:
     sim_args = ("--model", _UPSTREAM_MODEL, "--tokens-per-second", "40", "--ttft", "0.05")
     with SimProcess(*sim_args) as sim1, SimProcess(*sim_args) as sim2:
         directory.mkdir(parents=True, exist_ok=True)
         config = directory / "gateway.yaml"
         config.write_text(_config([sim1, sim2]))
+        key = asyncio.run(_new_key(config))
         with GatewayProcess(config) as gateway:
-            yield gateway, [sim1, sim2]
+            yield gateway, [sim1, sim2], key
 
 
 def run_demo(directory: Path, *, once: bool, say: Callable[[str], None] = print) -> int:
     """Start the demo, make a sample call, then wait for Ctrl-C (or return at once)."""
-    with _running(directory) as (gateway, sims):
+    with _running(directory) as (gateway, sims, key):
         say(f"simulated engines: {sims[0].url}  {sims[1].url}")
         say(f"gateway:           {gateway.url}  (admin {gateway.admin_url})")
         say(f"configuration:     {directory / 'gateway.yaml'}")
+        say(f"a key for team {DEMO_TEAM} (shown once; the store keeps only its hash):")
+        say(f"  {key}")
         question = {
             "model": DEMO_MODEL,
             "max_tokens": 12,
             "messages": [{"role": "user", "content": "Say hello to fairgate."}],
         }
         started = time.monotonic()
-        answer = orjson.loads(_post(gateway.url + "/v1/chat/completions", question))
+        answer = orjson.loads(_post(gateway.url + "/v1/chat/completions", question, key))
         took = time.monotonic() - started
         say("")
         say(f"sample call: POST {gateway.url}/v1/chat/completions  ({took * 1000:.0f} ms)")
@@ -89,13 +109,14 @@ def run_demo(directory: Path, *, once: bool, say: Callable[[str], None] = print)
         say("")
         say("try it yourself:")
         say(f"  curl -s {gateway.url}/v1/chat/completions -H 'content-type: application/json' \\")
+        say(f"    -H 'authorization: Bearer {key}' \\")
         say(
             f'    -d \'{{"model": "{DEMO_MODEL}", "messages": [{{"role": "user", '
             '"content": "hi"}], "stream": true}\''
         )
         say(
             f"  python -c \"import openai; c = openai.OpenAI(base_url='{gateway.url}/v1', "
-            f"api_key='unused'); print(c.chat.completions.create(model='{DEMO_MODEL}', "
+            f"api_key='{key}'); print(c.chat.completions.create(model='{DEMO_MODEL}', "
             "messages=[{'role': 'user', 'content': 'hi'}]).choices[0].message.content)\""
         )
         say(f"  curl -s {gateway.admin_url}/metrics | grep fairgate_requests")

@@ -3,20 +3,35 @@
 def test_x(start_sim, start_gateway):
     sim = start_sim("--speed", "0")
     gw = start_gateway(models=[model("m", sim)])
-    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused")
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key=TEST_KEY)
+
+Every configuration ``write_config`` writes has a SQLite store in its directory
+holding one key, ``TEST_KEY``, in team ``t`` of org ``test-org`` with no model
+restriction; ``AUTH`` is the header that presents it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import sqlalchemy as sa
 
+from fairgate.auth import sha256
+from fairgate.config import load_config
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
+from fairgate.store import tables
+from fairgate.tenancy import open_tenancy
+from fairgate.tenancy.actor import Actor
+
+# A fixed key so raw-socket helpers can present it without knowing the gateway.
+TEST_KEY = "fg-" + "e2eTestKey0" * 3 + "e2eTestKew"
+AUTH = {"authorization": f"Bearer {TEST_KEY}"}
 
 StartSim = Callable[..., SimProcess]
 StartGateway = Callable[..., GatewayProcess]
@@ -36,6 +51,8 @@ def write_config(directory: Path, models: list[dict[str, Any]], **sections: Any)
         "listen": {"host": "127.0.0.1", "port": 0},
         "admin_listen": {"host": "127.0.0.1", "port": 0},
         "health": {"interval": "1s", "timeout": "1s"},
+        "store": {"url": "sqlite:///fairgate.db"},
+        "orgs": [{"name": "test-org", "share": 1.0, "teams": ["t"]}],
         "models": models,
     }
     for key, value in sections.items():
@@ -45,7 +62,22 @@ def write_config(directory: Path, models: list[dict[str, Any]], **sections: Any)
             document[key] = value
     path = directory / "gateway.yaml"
     path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    asyncio.run(_provision(path))
     return path
+
+
+async def _provision(path: Path) -> None:
+    """Create the store with TEST_KEY in team t (the secret swapped for the fixed one)."""
+    async with open_tenancy(load_config(path)) as tenancy:
+        if await tenancy.keys.list(Actor.operator("tests"), team="t"):
+            return
+        created = await tenancy.keys.create(Actor.operator("tests"), team="t", name="e2e")
+        async with tenancy.store.write() as conn:
+            await conn.execute(
+                sa.update(tables.keys)
+                .where(tables.keys.c.id == created.key.id)
+                .values(secret_sha256=sha256(TEST_KEY), prefix=TEST_KEY[:11])
+            )
 
 
 @pytest.fixture

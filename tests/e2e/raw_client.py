@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from tests.e2e.conftest import TEST_KEY
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +32,21 @@ class RawAnswer:
 
 
 def request_bytes(
-    method: str, path: str, *, headers: Sequence[tuple[str, str]] = (), body: bytes = b""
+    method: str,
+    path: str,
+    *,
+    headers: Sequence[tuple[str, str]] = (),
+    body: bytes = b"",
+    key: str | None = TEST_KEY,
 ) -> bytes:
-    """An HTTP/1.1 request with exactly these headers, plus Host and Content-Length if absent."""
+    """An HTTP/1.1 request with exactly these headers, plus Host, Content-Length and the
+    test key's Authorization if absent (``key=None``: no Authorization)."""
     names = {name.lower() for name, _ in headers}
     lines = [f"{method} {path} HTTP/1.1"]
     if "host" not in names:
         lines.append("Host: gateway")
+    if key is not None and "authorization" not in names:
+        lines.append(f"Authorization: Bearer {key}")
     lines.extend(f"{name}: {value}" for name, value in headers)
     if body and "content-length" not in names and "transfer-encoding" not in names:
         lines.append(f"Content-Length: {len(body)}")

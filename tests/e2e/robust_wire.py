@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
+from tests.e2e.conftest import TEST_KEY
 
 T = TypeVar("T")
 
@@ -75,6 +76,7 @@ def connect(
 def post(sock: socket.socket, path: str, body: bytes) -> None:
     head = (
         f"POST {path} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
+        f"authorization: Bearer {TEST_KEY}\r\n"
         f"content-length: {len(body)}\r\n\r\n"
     ).encode()
     sock.sendall(head + body)
@@ -115,9 +117,10 @@ def read_to_end(sock: socket.socket, timeout: float) -> tuple[bytes, str]:
 
 
 def get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
-    """GET ``url``: (status, body), also for 4xx/5xx."""
+    """GET ``url`` presenting the test key: (status, body), also for 4xx/5xx."""
+    request = urllib.request.Request(url, headers={"authorization": f"Bearer {TEST_KEY}"})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()

@@ -23,7 +23,7 @@ import httpx
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.e2e.conftest import model, write_config
+from tests.e2e.conftest import AUTH, model, write_config
 from tests.e2e.raw_client import check_error
 
 from fairgate.server.process import GatewayProcess
@@ -137,7 +137,7 @@ def _fresh(env: Env) -> None:
 
 def timed_post(url: str, body: dict[str, Any]) -> tuple[httpx.Response, float]:
     started = time.monotonic()
-    answer = httpx.post(url, json=body, timeout=60)
+    answer = httpx.post(url, json=body, timeout=60, headers=AUTH)
     return answer, time.monotonic() - started
 
 

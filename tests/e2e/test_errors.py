@@ -22,7 +22,7 @@ import openai
 import orjson
 import pytest
 from aiohttp import web
-from tests.e2e.conftest import model, write_config
+from tests.e2e.conftest import AUTH, TEST_KEY, model, write_config
 from tests.e2e.raw_client import check_error, raw_request, request_bytes
 
 from fairgate.server.process import GatewayProcess
@@ -83,7 +83,9 @@ class Env:
 
     def post(self, path: str, content: bytes, content_type: str | None) -> httpx.Response:
         headers = {"content-type": content_type} if content_type else {}
-        return httpx.post(self.gateway.url + path, content=content, headers=headers, timeout=30)
+        return httpx.post(
+            self.gateway.url + path, content=content, headers={**AUTH, **headers}, timeout=30
+        )
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +126,7 @@ def chat_body(**fields: object) -> bytes:
 
 
 def test_unknown_model_is_404_through_the_sdk(env: Env) -> None:
-    client = openai.OpenAI(base_url=env.gateway.url + "/v1", api_key="unused", max_retries=0)
+    client = openai.OpenAI(base_url=env.gateway.url + "/v1", api_key=TEST_KEY, max_retries=0)
     with pytest.raises(openai.NotFoundError) as raised:
         client.chat.completions.create(model="no-such-model", messages=HELLO)  # type: ignore[arg-type]
     response = raised.value.response
@@ -253,7 +255,7 @@ def test_body_over_the_limit_is_413_declared_or_chunked(env: Env) -> None:
     chunked = httpx.post(
         env.gateway.url + "/v1/chat/completions",
         content=pieces(),
-        headers={"content-type": "application/json"},
+        headers={**AUTH, "content-type": "application/json"},
         timeout=30,
     )
     assert "content-length" not in chunked.request.headers
@@ -276,7 +278,7 @@ def test_wrong_method_or_unknown_route_is_404(env: Env, method: str, path: str) 
         method,
         env.gateway.url + path,
         content=chat_body(),
-        headers={"content-type": "application/json"},
+        headers={**AUTH, "content-type": "application/json"},
         timeout=30,
     )
     check_error(
@@ -292,6 +294,7 @@ def test_multipart_model_field_is_resolved_and_rewritten(env: Env) -> None:
         data={"model": "alias-audio", "language": "en", "priority": "9"},
         files={"file": ("clip.wav", audio, "audio/wav")},
         timeout=30,
+        headers=AUTH,
     )
     assert answer.status_code == 200
     body = base64.b64decode(answer.json()["received"])
@@ -306,6 +309,7 @@ def test_multipart_without_model_is_400(env: Env) -> None:
         env.gateway.url + "/v1/audio/transcriptions",
         files={"file": ("clip.wav", b"RIFF", "audio/wav")},
         timeout=30,
+        headers=AUTH,
     )
     check_error(
         answer.status_code,
@@ -323,6 +327,7 @@ def test_internal_key_is_scrubbed_from_engine_errors(env: Env, status: int) -> N
         env.gateway.url + "/v1/chat/completions",
         json={"model": f"k{status}", "messages": HELLO},
         timeout=30,
+        headers=AUTH,
     )
     assert answer.status_code == status
     assert answer.headers.get("x-request-id")

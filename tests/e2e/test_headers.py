@@ -16,7 +16,7 @@ from typing import Any
 import openai
 import orjson
 import pytest
-from tests.e2e.conftest import model, write_config
+from tests.e2e.conftest import TEST_KEY, model, write_config
 from tests.e2e.raw_client import raw_request, request_bytes
 
 from fairgate.server.process import GatewayProcess
@@ -35,7 +35,7 @@ ALLOWED = {
     "content-length",
 }
 HOSTILE_HEADERS = [
-    ("Authorization", "Bearer sk-client-key"),
+    ("Authorization", f"Bearer {TEST_KEY}"),
     ("X-Vllm-Priority", "-100"),
     ("X-Forwarded-For", "10.1.2.3"),
     ("X-Forwarded-Host", "attacker.example"),
@@ -146,7 +146,7 @@ def test_vllm_gets_neither_client_headers_nor_steering_fields(env: Env) -> None:
 
 
 def test_vllm_through_the_sdk_extra_body_and_headers_are_dropped(env: Env) -> None:
-    client = openai.OpenAI(base_url=env.gateway.url + "/v1", api_key="sk-client-key", max_retries=0)
+    client = openai.OpenAI(base_url=env.gateway.url + "/v1", api_key=TEST_KEY, max_retries=0)
     stream = client.chat.completions.create(
         model="m",
         messages=[{"role": "user", "content": "hi"}],

@@ -26,7 +26,7 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
-from tests.e2e.conftest import model, write_config
+from tests.e2e.conftest import AUTH, TEST_KEY, model, write_config
 from tests.e2e.raw_client import check_error
 
 from fairgate.server.process import GatewayProcess
@@ -51,7 +51,7 @@ class Env:
 
 
 def client(gateway: GatewayProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0)
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=TEST_KEY, max_retries=0)
 
 
 def metric(gateway: GatewayProcess, name: str, **labels: str) -> float:
@@ -189,6 +189,7 @@ def test_a_stream_broken_after_the_first_token_is_never_retried(env: Env) -> Non
         env.gw.url + CHAT,
         json={"model": "m", "messages": HELLO, "max_tokens": 5, "stream": True},
         timeout=30,
+        headers=AUTH,
     )
     assert answer.status_code == 200
     events = [e for e in answer.content.split(b"\n\n") if e]
@@ -217,7 +218,9 @@ def test_the_sdk_raises_on_a_stream_broken_after_the_first_token(env: Env) -> No
 @pytest.mark.parametrize("status", [400, 500])
 def test_an_engine_answer_outside_502_to_504_is_relayed_not_retried(env: Env, status: int) -> None:
     env.s[0].faults(fail_next=1, fail_status=status)
-    answer = httpx.post(env.gw.url + CHAT, json={"model": "m", "messages": HELLO}, timeout=30)
+    answer = httpx.post(
+        env.gw.url + CHAT, json={"model": "m", "messages": HELLO}, timeout=30, headers=AUTH
+    )
     assert answer.status_code == status
     assert "injected fault" in answer.json()["error"]["message"]
     assert env.recorded() == [1, 0, 0, 0]
@@ -226,7 +229,9 @@ def test_an_engine_answer_outside_502_to_504_is_relayed_not_retried(env: Env, st
 def test_attempts_are_bounded_by_one_plus_retries(env: Env) -> None:
     for sim in env.s:
         sim.faults(fail_next=5, fail_status=503)
-    answer = httpx.post(env.gw.url + CHAT, json={"model": "wide", "messages": HELLO}, timeout=30)
+    answer = httpx.post(
+        env.gw.url + CHAT, json={"model": "wide", "messages": HELLO}, timeout=30, headers=AUTH
+    )
     # The last engine's own answer is relayed when every attempt failed.
     assert answer.status_code == 503 and answer.headers.get("x-request-id")
     assert "injected fault" in answer.json()["error"]["message"]
@@ -235,7 +240,9 @@ def test_attempts_are_bounded_by_one_plus_retries(env: Env) -> None:
 
 def test_retries_zero_means_one_attempt(env: Env) -> None:
     env.s[0].faults(fail_next=1, fail_status=503)
-    answer = httpx.post(env.strict.url + CHAT, json={"model": "m", "messages": HELLO}, timeout=30)
+    answer = httpx.post(
+        env.strict.url + CHAT, json={"model": "m", "messages": HELLO}, timeout=30, headers=AUTH
+    )
     assert answer.status_code == 503
     assert env.recorded() == [1, 0, 0, 0]
 
@@ -253,7 +260,9 @@ def test_fallback_to_the_next_model_when_every_replica_fails(env: Env) -> None:
 
 def test_fallback_to_the_next_model_when_the_breaker_is_open(env: Env) -> None:
     env.s[2].faults(fail_next=1, fail_status=503)
-    first = httpx.post(env.strict.url + CHAT, json={"model": "a", "messages": HELLO}, timeout=30)
+    first = httpx.post(
+        env.strict.url + CHAT, json={"model": "a", "messages": HELLO}, timeout=30, headers=AUTH
+    )
     assert first.status_code == 503  # retries: 0 leaves no attempt for the fallback
     assert env.recorded() == [0, 0, 1, 0]
     # The failure opened a's breaker (failures: 1): b serves at once, a is not tried.
@@ -264,10 +273,12 @@ def test_fallback_to_the_next_model_when_the_breaker_is_open(env: Env) -> None:
 
 def test_no_replica_left_is_a_503_from_the_gateway(env: Env) -> None:
     env.s[1].faults(fail_next=1, fail_status=500)
-    first = httpx.post(env.strict.url + CHAT, json={"model": "solo", "messages": HELLO}, timeout=30)
+    first = httpx.post(
+        env.strict.url + CHAT, json={"model": "solo", "messages": HELLO}, timeout=30, headers=AUTH
+    )
     assert first.status_code == 500  # relayed as the engine sent it; opens the breaker
     answer = httpx.post(
-        env.strict.url + CHAT, json={"model": "solo", "messages": HELLO}, timeout=30
+        env.strict.url + CHAT, json={"model": "solo", "messages": HELLO}, timeout=30, headers=AUTH
     )
     check_error(
         answer.status_code, answer.headers.get("x-request-id"), answer.content, 503, "no_replica"

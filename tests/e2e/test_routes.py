@@ -19,7 +19,7 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
-from tests.e2e.conftest import model, write_config
+from tests.e2e.conftest import AUTH, TEST_KEY, model, write_config
 from tests.e2e.raw_client import check_error
 
 from fairgate.server.process import GatewayProcess
@@ -38,7 +38,7 @@ class Env:
 
     @property
     def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.gateway.url + "/v1", api_key="unused", max_retries=0)
+        return openai.OpenAI(base_url=self.gateway.url + "/v1", api_key=TEST_KEY, max_retries=0)
 
     def counters(self, family: str, model_name: str) -> dict[str, float]:
         """``fairgate_<family>_total`` samples of ``model_name`` by their ``kind`` label."""
@@ -98,7 +98,7 @@ def test_models_are_answered_by_the_gateway_with_aliases(env: Env) -> None:
     assert client.models.retrieve("l").id == "l"
     # The SDK sends a "/" in a model id as %2F: still the model, not a refused path.
     assert client.models.retrieve("org/big").id == "org/big"
-    missing = httpx.get(env.gateway.url + "/v1/models/nope", timeout=30)
+    missing = httpx.get(env.gateway.url + "/v1/models/nope", timeout=30, headers=AUTH)
     check_error(
         missing.status_code,
         missing.headers.get("x-request-id"),
@@ -111,7 +111,7 @@ def test_models_are_answered_by_the_gateway_with_aliases(env: Env) -> None:
 
 def test_model_lookups_do_not_make_metric_labels_of_model_ids(env: Env) -> None:
     for name in ("guess-1", "guess-2", "m"):
-        httpx.get(f"{env.gateway.url}/v1/models/{name}", timeout=30)
+        httpx.get(f"{env.gateway.url}/v1/models/{name}", timeout=30, headers=AUTH)
     text = httpx.get(env.gateway.admin_url + "/metrics", timeout=30).text
     routes = {
         sample.labels["route"]
@@ -205,10 +205,15 @@ def test_engine_native_route_plain_and_stream(env: Env) -> None:
     """llama-server's own ``/completion``: relayed whole, its native stream ends cleanly."""
     estimated = env.counters("usage_estimated", "l").get("", 0.0)
     url = env.gateway.url + "/completion"
-    plain = httpx.post(url, json={"model": "l", "prompt": "hi", "n_predict": 3}, timeout=30)
+    plain = httpx.post(
+        url, json={"model": "l", "prompt": "hi", "n_predict": 3}, timeout=30, headers=AUTH
+    )
     assert plain.status_code == 200 and plain.json()["tokens_predicted"] == 3
     streamed = httpx.post(
-        url, json={"model": "l", "prompt": "hi", "n_predict": 3, "stream": True}, timeout=30
+        url,
+        json={"model": "l", "prompt": "hi", "n_predict": 3, "stream": True},
+        timeout=30,
+        headers=AUTH,
     )
     assert streamed.status_code == 200
     events = [orjson.loads(e[len(b"data: ") :]) for e in streamed.content.split(b"\n\n") if e]
@@ -227,7 +232,7 @@ def test_engine_native_route_plain_and_stream(env: Env) -> None:
 def test_engine_native_route_not_served_by_the_engine_is_relayed(env: Env) -> None:
     """``/tokenize`` is allowed for vLLM; the simulator does not serve it and says so."""
     answer = httpx.post(
-        env.gateway.url + "/tokenize", json={"model": "m", "prompt": "hi"}, timeout=30
+        env.gateway.url + "/tokenize", json={"model": "m", "prompt": "hi"}, timeout=30, headers=AUTH
     )
     assert answer.status_code == 404 and answer.json() == {"detail": "Not Found"}
     (seen,) = env.vllm.requests()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from tests.e2e.conftest import model, write_config
+from tests.e2e.conftest import TEST_KEY, model, write_config
 from tests.e2e.robust_wire import PATIENT_HEALTH, chat_body, connect, get, read_to_end
 
 from fairgate.server.process import GatewayProcess
@@ -116,6 +116,7 @@ def test_a_trickled_body_is_answered_400_body_timeout_and_the_connection_closed(
     try:
         sock.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n"
+            b"authorization: Bearer " + TEST_KEY.encode() + b"\r\n"
             b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
         )
         for byte in body[:20]:  # 10 s worth: the deadline must come first

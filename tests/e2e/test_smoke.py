@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import openai
-from tests.e2e.conftest import StartGateway, StartSim, model
+from tests.e2e.conftest import TEST_KEY, StartGateway, StartSim, model
 
 
 def test_chat_through_the_gateway(start_sim: StartSim, start_gateway: StartGateway) -> None:
     sim = start_sim("--speed", "0", "--model", "m")
     gw = start_gateway([model("m", sim, aliases=["alias-m"])])
-    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key=TEST_KEY, max_retries=0)
     answer = client.chat.completions.create(
         model="alias-m", messages=[{"role": "user", "content": "hi"}], max_tokens=4
     )

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from tests.e2e.conftest import StartGateway, StartSim, model
+from tests.e2e.conftest import AUTH, StartGateway, StartSim, model
 from tests.e2e.robust_wire import (
     PATIENT_HEALTH,
     chat_body,
@@ -41,7 +41,7 @@ def answering_process(gateway: GatewayProcess) -> str:
     request = urllib.request.Request(
         gateway.url + "/v1/chat/completions",
         data=chat_body(stream=False, max_tokens=2),
-        headers={"content-type": "application/json"},
+        headers={"content-type": "application/json", **AUTH},
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200

@@ -25,6 +25,7 @@ def test_exported_members() -> None:
         "teams",
         "to_unix",
         "upgrade",
+        "usage_records",
         "users",
     }
     for name in store.__all__:

@@ -25,6 +25,7 @@ from fairgate.admin.errors import install_error_handlers
 from fairgate.admin.health import health_routes
 from fairgate.admin.routes.keys import keys_router
 from fairgate.admin.routes.people import people_router
+from fairgate.admin.routes.spend import spend_router
 from fairgate.admin.routes.tree import tree_router
 from fairgate.tenancy import Tenancy
 
@@ -55,6 +56,7 @@ def build_admin_app(
     app.include_router(tree_router(tenancy))
     app.include_router(keys_router(tenancy))
     app.include_router(people_router(tenancy))
+    app.include_router(spend_router(tenancy.store))
     for route in health_routes(registry=registry, models_ready=models_ready, draining=draining):
         app.router.routes.append(route)
     return BodyLimit(app)

@@ -45,6 +45,9 @@ def _register() -> None:
     app.add_typer(_keys.app, name="keys", help=_keys.HELP)
     app.add_typer(_users.app, name="users", help=_users.HELP)
     app.add_typer(_users.tokens_app, name="admin-tokens", help=_users.TOKENS_HELP)
+    from fairgate.cli import export as _export
+
+    app.command("export", help=_export.HELP)(_export.export)
 
 
 _register()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairgate.core.principal import Principal
 from fairgate.proxy.usage import Usage
 
 __all__ = ["Exchange", "Outcome"]
@@ -29,6 +30,7 @@ class Exchange:
     path: str
     started: float  # monotonic
     client: str = ""
+    principal: Principal | None = None
     route: str = ""
     model: str = ""  # canonical name of the model that served (after fallback)
     requested_model: str = ""  # canonical name of the model asked for

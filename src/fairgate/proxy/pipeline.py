@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fairgate.core.errors import (
@@ -19,6 +19,7 @@ from fairgate.core.errors import (
     NotFound,
     ServiceUnavailable,
 )
+from fairgate.core.principal import Principal
 from fairgate.engines import is_json
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.relay import AttemptFailed, Relay, SlowReader, estimate_for
@@ -46,6 +47,7 @@ class Pipeline:
         settler: Settler,
         retries: int,
         request_ids: Callable[[], str],
+        authenticate: Callable[[bytes | None, str], Awaitable[Principal]],
         stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self._routes = routes
@@ -56,6 +58,7 @@ class Pipeline:
         self._retries = retries
         self._ids = request_ids
         self._stopping = stopping  # true once the server drains: a cancellation is its own
+        self._authenticate = authenticate
 
     async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         client = scope.get("client")
@@ -68,6 +71,9 @@ class Pipeline:
         )
         watcher: _Watcher | None = None
         try:
+            # identify: before anything else, whatever the path, so no route can be
+            # reached without a key (unknown paths answer 401 too, not 404).
+            ex.principal = await self._authenticate(_header(scope, b"authorization"), ex.client)
             route = self._routes.resolve_path(scope.get("raw_path") or scope["path"].encode())
             ex.route = route.name
             if route.local is not None and scope["method"] == "GET":
@@ -260,6 +266,13 @@ def _unwatch(watcher: _Watcher) -> None:
         watcher.cancel()
     else:
         watcher(None)
+
+
+def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value  # type: ignore[no-any-return]
+    return None
 
 
 def _abort_connection(scope: dict[str, Any]) -> None:

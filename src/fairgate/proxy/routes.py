@@ -17,7 +17,9 @@ from typing import Any
 
 import orjson
 
+from fairgate.auth import allows
 from fairgate.core.errors import BadRequest, NotFound
+from fairgate.core.principal import Principal
 from fairgate.engines import (
     EngineAdapter,
     ModelUnreadable,
@@ -121,21 +123,7 @@ class RouteTable:
         self._canonical = {alias: m.name for m in models for alias in (m.name, *m.aliases)}
         self._adapters = tuple({id(a): a for a in adapters.values()}.values())
         created = int(time.time())
-        self._listing = orjson.dumps(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": name,
-                        "object": "model",
-                        "created": created,
-                        "owned_by": "fairgate",
-                        "root": self._canonical[name],
-                    }
-                    for name in self._canonical
-                ],
-            }
-        )
+        self._listings: dict[frozenset[str] | None, bytes] = {}
         self._created = created
 
     def resolve_path(self, raw_path: bytes) -> Route:
@@ -167,9 +155,15 @@ class RouteTable:
         if name is None:
             raise BadRequest("'model' is required", code="model_required")
         entry = self._entries.get(name)
-        if entry is None:
+        principal = ex.principal
+        if entry is None or (principal is not None and not allows(principal, entry.chain[0].name)):
+            # A model the key may not use answers exactly like one that does not exist.
             raise NotFound(f"The model '{_printable(name)}' does not exist", code="model_not_found")
-        chain = [c for c in entry.chain if c.upstream_path(ex.route) is not None]
+        chain = [
+            c for c in entry.chain
+            if c.upstream_path(ex.route) is not None
+            and (principal is None or allows(principal, c.name))
+        ]
         if not chain:
             raise NotFound("unknown route for this model", code="unknown_route")
         ex.client_model = name
@@ -177,12 +171,31 @@ class RouteTable:
         return ModelEntry(tuple(chain)) if len(chain) != len(entry.chain) else entry
 
     async def _list_models(self, scope: dict[str, Any], ex: Exchange, send: Any) -> None:
-        await _send_json(send, 200, self._listing, ex)
+        await _send_json(send, 200, self._listing(ex.principal), ex)
+
+    def _listing(self, principal: Principal | None) -> bytes:
+        """The model list a principal may see (aliases included), rendered once per allowlist."""
+        allowed = principal.models if principal is not None else None
+        body = self._listings.get(allowed)
+        if body is None:
+            if len(self._listings) > 1024:  # bounded: allowlists are few, but never trust that
+                self._listings.clear()
+            body = self._listings[allowed] = orjson.dumps({
+                "object": "list",
+                "data": [
+                    {"id": name, "object": "model", "created": self._created,
+                     "owned_by": "fairgate", "root": root}
+                    for name, root in self._canonical.items()
+                    if allowed is None or root in allowed
+                ],
+            })
+        return body
 
     async def _get_model(self, scope: dict[str, Any], ex: Exchange, send: Any) -> None:
         name = scope["path"][len("/v1/models/") :]
         canonical = self._canonical.get(name)
-        if canonical is None:
+        principal = ex.principal
+        if canonical is None or (principal is not None and not allows(principal, canonical)):
             raise NotFound(f"The model '{_printable(name)}' does not exist", code="model_not_found")
         body = orjson.dumps(
             {

@@ -8,11 +8,12 @@
         await keys.revoke(conn, key_id, now, where=scope_clause)
 
 One repository module per table (``orgs``, ``teams``, ``projects``, ``users``,
-``keys``, ``role_bindings``, ``admin_tokens``, ``audit_events``): functions that
-run inside the caller's transaction and take the ``where`` clause the tenancy
-layer builds from who is acting, so a write outside the actor's scope matches no
-row. Nothing on the request path reads the store except a key cache miss
-(``StoreKeyDirectory.find_key``).
+``keys``, ``role_bindings``, ``admin_tokens``, ``audit_events``,
+``usage_records``): functions that run inside the caller's transaction and
+take the ``where`` clause the tenancy layer builds from who is acting, so a
+write outside the actor's scope matches no row. Nothing on the request path
+reads the store except a key cache miss (``StoreKeyDirectory.find_key``); usage
+records are written from the accounting queue, off the request path.
 
 Errors (``fairgate.store.errors``)::
 
@@ -28,6 +29,7 @@ from fairgate.store import (
     projects,
     role_bindings,
     teams,
+    usage_records,
     users,
 )
 from fairgate.store.database import Store
@@ -57,5 +59,6 @@ __all__ = [
     "teams",
     "to_unix",
     "upgrade",
+    "usage_records",
     "users",
 ]

@@ -5,6 +5,7 @@
     users ─< role_bindings (role on root, an org or a team)
     users ─< admin_tokens
     audit_events (append only; org_id/team_id say who may read an event)
+    usage_records ─< usage_record_tags (append only; one row per request, names copied)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
@@ -46,6 +47,8 @@ __all__ = [
     "projects",
     "role_bindings",
     "teams",
+    "usage_record_tags",
+    "usage_records",
     "users",
 ]
 
@@ -176,4 +179,38 @@ audit_events = Table(
     Column("remote", String(64), nullable=True),
     Column("detail", JSON(none_as_null=True), nullable=True),
     Index(None, "org_id", "team_id"),
+)
+
+usage_records = Table(
+    "usage_records",
+    metadata,
+    # Names, not ids: a record keeps the tree as it was when the request ran, and
+    # no foreign key, because a record outlives what it names.
+    Column("request_id", String(64), primary_key=True),  # unique: a retried batch adds nothing
+    Column("at", UtcDateTime, nullable=False, index=True),
+    Column("key_id", String(NAME_LENGTH), nullable=False, index=True),
+    Column("org", String(NAME_LENGTH), nullable=False),
+    Column("team", String(NAME_LENGTH), nullable=False),
+    Column("project", String(NAME_LENGTH), nullable=True),
+    Column("model", String(256), nullable=False),
+    Column("pool", String(NAME_LENGTH), nullable=True),
+    Column("replica", String(256), nullable=True),
+    Column("route", String(64), nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("outcome", String(32), nullable=False),
+    Column("prompt_tokens", BigInteger, nullable=False),
+    Column("completion_tokens", BigInteger, nullable=False),
+    Column("cached_tokens", BigInteger, nullable=False),
+    Column("cost_micro", BigInteger, nullable=False),  # micro GPU-hours (fairgate.core.money)
+    Column("estimated", Boolean, nullable=False),
+    Column("ttft_ms", Integer, nullable=True),  # None: nothing reached the client
+    Column("total_ms", Integer, nullable=False),
+    Column("attempts", Integer, nullable=False),
+)
+
+usage_record_tags = Table(
+    "usage_record_tags",
+    metadata,
+    Column("request_id", String(64), ForeignKey("usage_records.request_id"), primary_key=True),
+    Column("tag", String(256), primary_key=True),
 )

@@ -1,0 +1,58 @@
+"""One finished request as accounting keeps it: who, what, where, how much, how it ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from fairgate.core.money import Money
+
+__all__ = ["UsageRecord"]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """The accounting record of one request, whatever its outcome.
+
+    ``request_id`` is unique across the store: writing a record twice stores it
+    once. ``at`` is when the request ended (an aware datetime, UTC). ``key_id``,
+    ``org``, ``team``, ``project`` and ``tags`` are the principal's, copied so the
+    record keeps the tree as it was; ``model`` is the canonical name that served
+    (after fallback), ``pool`` its pool, ``replica`` the replica that answered
+    last (empty when none did). ``status`` is the HTTP status the client got
+    (499 for a client that left first), ``outcome`` one word of
+    ``fairgate.proxy.exchange.Outcome``.
+
+    Tokens are what the engine reported, or the gateway's estimate when it never
+    did (``estimated``: prompt bytes / 4 plus the content events relayed).
+    ``cost_micro`` is micro GPU-hours (``fairgate.accounting.cost.Prices``).
+    ``ttft_ms`` is the time to the first byte sent to the client (None when
+    nothing was sent), ``total_ms`` the time to the last; ``attempts`` counts
+    upstream attempts, retries and fallbacks included.
+    """
+
+    request_id: str
+    at: datetime
+    key_id: str
+    org: str
+    team: str
+    project: str | None = None
+    tags: tuple[str, ...] = ()
+    model: str = ""
+    pool: str | None = None
+    replica: str = ""
+    route: str = ""
+    status: int = 0
+    outcome: str = "ok"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_micro: int = 0
+    estimated: bool = False
+    ttft_ms: int | None = None
+    total_ms: int = 0
+    attempts: int = 0
+
+    @property
+    def cost(self) -> Money:
+        return Money(self.cost_micro)

@@ -1,0 +1,81 @@
+"""The recorder's writer over the durable store: one batch, one transaction.
+
+Each text is cut to its column's length before it is written: one record with
+an over-long model or replica name must not make PostgreSQL refuse, and so
+lose, the whole batch it travels in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Column, String
+
+from fairgate.accounting.record import UsageRecord
+from fairgate.store import Store, usage_records
+from fairgate.store.tables import usage_record_tags
+from fairgate.store.tables import usage_records as table
+
+__all__ = ["StoreUsageWriter"]
+
+
+def _length(column: Column[Any]) -> int:
+    kind = column.type
+    return kind.length if isinstance(kind, String) and kind.length else 256
+
+
+_LENGTHS = {c.name: _length(c) for c in table.columns if isinstance(c.type, String)}
+_TAG_LENGTH = _length(usage_record_tags.c.tag)
+_INT32 = 2**31 - 1
+
+
+def _text(name: str, value: str | None) -> str | None:
+    return None if value is None else value[: _LENGTHS[name]]
+
+
+def _ms(value: int | None) -> int | None:
+    return None if value is None else min(max(0, int(value)), _INT32)
+
+
+class StoreUsageWriter:
+    """Writes batches of :class:`UsageRecord` into ``usage_records`` (the ``UsageWriter``).
+
+    :meth:`write` runs the whole batch in one transaction with
+    ``ON CONFLICT (request_id) DO NOTHING`` and returns how many records were
+    new; raises ``StoreUnavailable`` (nothing written) when the store fails.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def write(self, batch: Sequence[UsageRecord]) -> int:
+        rows = [_row(record) for record in batch]
+        async with self._store.write() as conn:
+            return await usage_records.insert_records(conn, rows)
+
+
+def _row(r: UsageRecord) -> dict[str, Any]:
+    return {
+        "request_id": _text("request_id", r.request_id),
+        "at": r.at,
+        "key_id": _text("key_id", r.key_id),
+        "org": _text("org", r.org),
+        "team": _text("team", r.team),
+        "project": _text("project", r.project),
+        "tags": [tag[:_TAG_LENGTH] for tag in r.tags],
+        "model": _text("model", r.model),
+        "pool": _text("pool", r.pool),
+        "replica": _text("replica", r.replica or None),
+        "route": _text("route", r.route),
+        "status": min(max(0, r.status), 999),
+        "outcome": _text("outcome", r.outcome),
+        "prompt_tokens": max(0, r.prompt_tokens),
+        "completion_tokens": max(0, r.completion_tokens),
+        "cached_tokens": max(0, r.cached_tokens),
+        "cost_micro": max(0, r.cost_micro),
+        "estimated": r.estimated,
+        "ttft_ms": _ms(r.ttft_ms),
+        "total_ms": _ms(r.total_ms) or 0,
+        "attempts": min(max(0, r.attempts), _INT32),
+    }

@@ -1,0 +1,167 @@
+"""Usage records: one row per request, written in batches, summed in SQL for spend reports.
+
+A record is keyed by its request id, and a batch is inserted with
+``ON CONFLICT (request_id) DO NOTHING`` (SQLite and PostgreSQL alike), so writing
+a batch again (a retry after a commit whose answer was lost) stores nothing
+twice. A record's tags live in ``usage_record_tags``, written in the same
+transaction and only for the records that batch actually added.
+
+Reports group in the database: ``spend(conn, where, start=…, end=…,
+group_by=("org", "team"))`` returns one :class:`SpendRow` per group. Grouping by
+``tag`` joins the tags, so a record counts once under each of its tags (and
+once under ``None`` when it has none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    FromClause,
+    case,
+    cast,
+    func,
+    select,
+    true,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairgate.store.tables import usage_record_tags, usage_records
+
+__all__ = ["DIMENSIONS", "SpendRow", "insert_records", "spend"]
+
+_R = usage_records.c
+_T = usage_record_tags.c
+
+DIMENSIONS: Mapping[str, ColumnElement[Any]] = {
+    "org": _R.org,
+    "team": _R.team,
+    "project": _R.project,
+    "key": _R.key_id,
+    "model": _R.model,
+    "pool": _R.pool,
+    "tag": _T.tag,
+}
+"""What a report may group or filter by, and the column each name reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpendRow:
+    """The sums of one group: ``groups`` holds its values in ``group_by`` order (None: unset).
+
+    ``cost_micro`` is in micro GPU-hours; ``estimated`` counts the requests whose
+    usage the gateway estimated because the engine never reported it.
+    """
+
+    groups: tuple[str | None, ...]
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost_micro: int
+    estimated: int
+
+
+def _insert(dialect: str, table: Any) -> Any:
+    return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+
+
+async def insert_records(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Insert ``rows`` (column names, plus ``tags``: a sequence of strings); return how many
+    were new. A row whose ``request_id`` is already stored is left out, tags included."""
+    if not rows:
+        return 0
+    dialect = conn.dialect.name
+    records = [{k: v for k, v in row.items() if k != "tags"} for row in rows]
+    statement = (
+        _insert(dialect, usage_records)
+        .on_conflict_do_nothing(index_elements=["request_id"])
+        .returning(_R.request_id)
+    )
+    added = set((await conn.execute(statement, records)).scalars())
+    tags = [
+        {"request_id": row["request_id"], "tag": tag}
+        for row in rows
+        if row["request_id"] in added
+        for tag in dict.fromkeys(row.get("tags", ()))
+    ]
+    if tags:
+        await conn.execute(
+            _insert(dialect, usage_record_tags).on_conflict_do_nothing(
+                index_elements=["request_id", "tag"]
+            ),
+            tags,
+        )
+    return len(added)
+
+
+def _source(group_by: Iterable[str]) -> FromClause:
+    if "tag" in group_by:
+        return usage_records.outerjoin(usage_record_tags, _T.request_id == _R.request_id)
+    return usage_records
+
+
+def _filter(name: str, value: str) -> ColumnElement[bool]:
+    if name == "tag":
+        tagged = select(_T.request_id).where(_T.tag == value)
+        return _R.request_id.in_(tagged)
+    return DIMENSIONS[name] == value
+
+
+def _sum(column: ColumnElement[Any]) -> ColumnElement[Any]:
+    # PostgreSQL sums BIGINT into NUMERIC; the cast keeps every total an exact integer.
+    return cast(func.coalesce(func.sum(column), 0), BigInteger)
+
+
+async def spend(
+    conn: AsyncConnection,
+    where: ColumnElement[bool] | None = None,
+    *,
+    start: datetime,
+    end: datetime,
+    group_by: Sequence[str] = (),
+    filters: Mapping[str, str] | None = None,
+) -> list[SpendRow]:
+    """Sums of the records in ``[start, end)`` that match ``where`` and ``filters``, per group.
+
+    ``group_by`` and the keys of ``filters`` are names of :data:`DIMENSIONS`
+    (KeyError otherwise). With no ``group_by``, one row of grand totals (zeros
+    when nothing matched). Rows come in no particular order.
+    """
+    groups = [DIMENSIONS[name].label(f"g{i}") for i, name in enumerate(group_by)]
+    query = (
+        select(
+            *groups,
+            func.count().label("requests"),
+            _sum(_R.prompt_tokens).label("prompt_tokens"),
+            _sum(_R.completion_tokens).label("completion_tokens"),
+            _sum(_R.cached_tokens).label("cached_tokens"),
+            _sum(_R.cost_micro).label("cost_micro"),
+            _sum(case((_R.estimated, 1), else_=0)).label("estimated"),
+        )
+        .select_from(_source(group_by))
+        .where(where if where is not None else true(), _R.at >= start, _R.at < end)
+    )
+    for name, value in (filters or {}).items():
+        query = query.where(_filter(name, value))
+    if groups:
+        query = query.group_by(*groups)
+    width = len(groups)
+    return [
+        SpendRow(
+            groups=tuple(row[:width]),
+            requests=int(row.requests),
+            prompt_tokens=int(row.prompt_tokens),
+            completion_tokens=int(row.completion_tokens),
+            cached_tokens=int(row.cached_tokens),
+            cost_micro=int(row.cost_micro),
+            estimated=int(row.estimated),
+        )
+        for row in await conn.execute(query)
+    ]
