@@ -56,7 +56,7 @@ def write_config(directory: Path, models: list[dict[str, Any]], **sections: Any)
         "models": models,
     }
     for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(document.get(key), dict):
+        if key != "store" and isinstance(value, dict) and isinstance(document.get(key), dict):
             document[key] = {**document[key], **value}
         else:
             document[key] = value
