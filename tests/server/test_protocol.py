@@ -124,3 +124,18 @@ def test_the_listening_socket_is_inheritable_by_workers() -> None:
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR)
     finally:
         sock.close()
+
+
+async def test_an_unparsable_request_gets_the_error_envelope(server: tuple[str, int]) -> None:
+    reader, writer = await asyncio.open_connection(*server)
+    writer.write(b"GET /x HTTP/1.1\r\nHost: a\r\nX-Bad: \x01value\r\n\r\n")
+    received, ended = await read_all(reader)
+    writer.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert b"content-type: application/json" in head
+    assert (
+        body
+        == b'{"error":{"message":"invalid HTTP request","type":"invalid_request_error","code":"invalid_http"}}'
+    )
+    assert ended == "eof"

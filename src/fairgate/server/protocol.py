@@ -53,6 +53,14 @@ _431 = (
     + b"\r\n\r\n"
     + _431_BODY
 )
+_400_BODY = error_body("invalid HTTP request", "invalid_request_error", "invalid_http")
+_400 = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: "
+    + str(len(_400_BODY)).encode()
+    + b"\r\n\r\n"
+    + _400_BODY
+)
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
 
@@ -149,8 +157,16 @@ class _LimitedProtocol(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         if self._too_large:
             self._refuse_head()
-        else:
-            super().send_400_response(msg)
+            return
+        # uvicorn's own answer to a request it cannot parse is plain text; callers
+        # get the OpenAI envelope like every other gateway error.
+        if self._responding():
+            # Unparsable bytes pipelined behind an answer in progress: finish it, then close.
+            self.flow.pause_reading()
+            self.cycle.keep_alive = False
+            return
+        self.transport.write(_400)
+        self.transport.close()
 
     def _refuse_head(self) -> None:
         self._stop_head_timer()
