@@ -12,6 +12,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import orjson
 import pytest
 
 from fairgate.server.protocol import ABORT_EXTENSION
@@ -134,8 +135,11 @@ async def test_an_unparsable_request_gets_the_error_envelope(server: tuple[str, 
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ")
     assert b"content-type: application/json" in head
-    assert (
-        body
-        == b'{"error":{"message":"invalid HTTP request","type":"invalid_request_error","code":"invalid_http"}}'
-    )
+    assert orjson.loads(body) == {
+        "error": {
+            "message": "invalid HTTP request",
+            "type": "invalid_request_error",
+            "code": "invalid_http",
+        }
+    }
     assert ended == "eof"
