@@ -36,4 +36,4 @@ def format_duration(seconds: float) -> str:
         size = _UNITS[unit]
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
-    return f"{int(round(seconds * 1000))}ms"
+    return f"{round(seconds * 1000)}ms"

@@ -11,7 +11,7 @@ it into ``{"error": {"message", "type", "code"}}`` with the status below.
     ├── PayloadTooLarge       413  invalid_request_error
     ├── RateLimited           429  rate_limit_error        carries retry_after (seconds) or None
     ├── BadGateway            502  upstream_error          the engine answered wrongly or broke off
-    ├── ServiceUnavailable    503  service_unavailable     nothing can serve it now (no replica, store down)
+    ├── ServiceUnavailable    503  service_unavailable     nothing can serve it now (no replica…)
     └── GatewayTimeout        504  timeout_error           a deadline fired before the first byte
 
 Messages are written for the caller and never contain a secret; the reason a

@@ -129,7 +129,12 @@ class Relay:
             try:
                 async with asyncio.timeout(self._remaining(ex, d.headers)):
                     response = await self._pool.request(
-                        "POST", replica.host, replica.port, target, headers, body,
+                        "POST",
+                        replica.host,
+                        replica.port,
+                        target,
+                        headers,
+                        body,
                         tls=replica.tls,
                     )
             except UpstreamConnectTimeout:

@@ -160,7 +160,8 @@ class RouteTable:
             # A model the key may not use answers exactly like one that does not exist.
             raise NotFound(f"The model '{_printable(name)}' does not exist", code="model_not_found")
         chain = [
-            c for c in entry.chain
+            c
+            for c in entry.chain
             if c.upstream_path(ex.route) is not None
             and (principal is None or allows(principal, c.name))
         ]
@@ -180,15 +181,22 @@ class RouteTable:
         if body is None:
             if len(self._listings) > 1024:  # bounded: allowlists are few, but never trust that
                 self._listings.clear()
-            body = self._listings[allowed] = orjson.dumps({
-                "object": "list",
-                "data": [
-                    {"id": name, "object": "model", "created": self._created,
-                     "owned_by": "fairgate", "root": root}
-                    for name, root in self._canonical.items()
-                    if allowed is None or root in allowed
-                ],
-            })
+            body = self._listings[allowed] = orjson.dumps(
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": name,
+                            "object": "model",
+                            "created": self._created,
+                            "owned_by": "fairgate",
+                            "root": root,
+                        }
+                        for name, root in self._canonical.items()
+                        if allowed is None or root in allowed
+                    ],
+                }
+            )
         return body
 
     async def _get_model(self, scope: dict[str, Any], ex: Exchange, send: Any) -> None:
