@@ -34,6 +34,7 @@ from fairgate.limits.charges import (
 )
 from fairgate.limits.demand import Admission, Demand
 from fairgate.limits.estimate import ASSUMED_COMPLETION_TOKENS, estimate_tokens
+from fairgate.limits.fairshare_state import Claim, FairShareState
 from fairgate.limits.key_limits import Limits
 from fairgate.limits.limiter import Limiter, Outage
 from fairgate.limits.periods import Calendar, PeriodKind, PeriodSpan
@@ -51,8 +52,10 @@ __all__ = [
     "BudgetUsage",
     "Calendar",
     "Charge",
+    "Claim",
     "CounterStore",
     "Demand",
+    "FairShareState",
     "InFlightCharge",
     "Increase",
     "Lease",

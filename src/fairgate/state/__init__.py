@@ -3,6 +3,9 @@
     MemoryCounterStore()                               the default, one gateway process
     RedisCounterStore(url, prefix=..., timeout=...)    several gateways, one set of limits
 
+Both also implement ``fairgate.limits.FairShareState`` (within-share slots and
+decayed usage per pool and organisation), on the same connection and leases.
+
 Errors: every Redis failure, timeout or open breaker is raised as
 ``fairgate.limits.StateUnavailable``; the limiter alone decides what a request
 gets then (``fairgate.limits.limiter``).

@@ -6,6 +6,11 @@ and several processes would each count alone (the gateway refuses
 ``--workers N > 1`` without Redis). Memory stays bounded: a window keeps at most
 ``granules + 1`` buckets, and counters past their keep-until are swept once a
 minute of the callers' time.
+
+It also holds the fair-share state (``fairgate.limits.FairShareState``):
+within-share slots per pool and organisation, and decayed usage per pool and
+organisation as ``DecayedUsage`` records. Both are bounded by the configured
+pools and organisations; an empty slot set is dropped on release.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from fairgate.fairshare.decay import DecayedUsage
 from fairgate.limits.charges import (
     IN_FLIGHT_RETRY_AFTER,
     Charge,
@@ -24,6 +30,7 @@ from fairgate.limits.charges import (
     WindowCharge,
     check_distinct,
 )
+from fairgate.limits.fairshare_state import Claim
 from fairgate.limits.window import SlidingWindow, bucket_of
 
 __all__ = ["MemoryCounterStore"]
@@ -48,6 +55,8 @@ class MemoryCounterStore:
         self._windows: dict[str, SlidingWindow] = {}
         self._periods: dict[str, _Period] = {}
         self._in_flight: dict[str, set[str]] = {}
+        self._claims: dict[tuple[str, str], set[str]] = {}  # (pool, org) → lease ids
+        self._records: dict[str, dict[str, DecayedUsage]] = {}  # pool → org → record
         self._ids = itertools.count(1)
         self._next_sweep = float("-inf")
 
@@ -102,6 +111,37 @@ class MemoryCounterStore:
 
     async def refresh(self, now: float) -> None:
         return None
+
+    async def claim(self, pool: str, org: str, reservation: int, now: float) -> Claim:
+        held = self._claims.get((pool, org))
+        count = 0 if held is None else len(held)
+        if count >= reservation:
+            return Claim(pool, org, within_share=False, in_flight=count, lease=None, claimed_at=now)
+        lease = f"m{next(self._ids)}"
+        self._claims.setdefault((pool, org), set()).add(lease)
+        return Claim(pool, org, within_share=True, in_flight=count, lease=lease, claimed_at=now)
+
+    async def release(self, claim: Claim) -> None:
+        held = self._claims.get((claim.pool, claim.org))
+        if held is None or claim.lease is None:
+            return
+        held.discard(claim.lease)
+        if not held:
+            del self._claims[(claim.pool, claim.org)]
+
+    async def usage(self, pool: str, now: float, half_life: float) -> dict[str, float]:
+        records = self._records.get(pool, {})
+        return {
+            org: DecayedUsage(r.value, r.at, half_life).value_at(now) for org, r in records.items()
+        }
+
+    async def charge(
+        self, pool: str, org: str, cost_units: float, now: float, half_life: float
+    ) -> None:
+        records = self._records.setdefault(pool, {})
+        stored = records.get(org)
+        record = DecayedUsage(0.0, now, half_life) if stored is None else stored
+        records[org] = DecayedUsage(record.value, record.at, half_life).charged(cost_units, now)
 
     async def aclose(self) -> None:
         return None

@@ -13,13 +13,22 @@ Key layout (``prefix`` default ``fairgate:``), each with an expiry:
     <prefix>rpd:<key>:<day>                string requests that day          keep-until
     <prefix>budget:<kind>:<scope>:<model|*>:<period>:<label>  string micro-units  keep-until
     <prefix>inflight:<key>                 zset   lease id → expiry (s)      2 × lease_ttl
+    <prefix>fairshare:inflight:<pool>:<org>  zset lease id → expiry (s)      2 × lease_ttl
+    <prefix>fairshare:usage:<pool>         hash   org → "value at"           20 half-lives
+
+(``%`` and ``:`` in pool and organisation names are escaped, so keys never collide.)
 
 In-flight slots are leases with an expiry ``lease_ttl`` after the caller's
 ``now``; a live gateway extends its own with ``refresh`` (``LeaseRefresher``), so
 a gateway that dies frees its slots within ``lease_ttl``. Time is the caller's:
 gateways whose clocks disagree by ``s`` seconds share a window as if it were
-``s`` seconds shorter, so keep them on NTP. Not for Redis Cluster: one acquisition
-touches keys of several scopes, which must live on one server.
+``s`` seconds shorter, so keep them on NTP. Not for Redis Cluster: one
+acquisition touches keys of several scopes, which must live on one server.
+
+The fair-share state (``fairgate.limits.FairShareState``) lives here too:
+within-share slots are leases like in-flight slots (kept alive by the same
+``refresh``), usage is one hash per pool, charged by a Lua step and read with
+one HGETALL.
 """
 
 from __future__ import annotations
@@ -28,15 +37,16 @@ import asyncio
 import logging
 import math
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from fairgate.fairshare.decay import decay
 from fairgate.limits.charges import (
     IN_FLIGHT_RETRY_AFTER,
     Charge,
@@ -47,6 +57,7 @@ from fairgate.limits.charges import (
     WindowCharge,
     check_distinct,
 )
+from fairgate.limits.fairshare_state import Claim
 from fairgate.limits.store import StateUnavailable
 from fairgate.limits.window import bucket_of
 from fairgate.state.breaker import Breaker
@@ -54,6 +65,8 @@ from fairgate.state.breaker import Breaker
 __all__ = ["RedisCounterStore"]
 
 _REFRESH_BATCH = 500
+_USAGE_KEEP_HALF_LIVES = 20  # an idle pool's usage is forgotten at 1e-6 of its value
+_USAGE_KEEP_MAX = 400 * 86_400.0  # ... or after 400 idle days (no decay at all)
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +85,9 @@ class RedisCounterStore:
     ``url`` is a ``redis://`` or ``rediss://`` URL (a secret: never logged);
     ``timeout`` (s, > 0) bounds every call including connecting; ``lease_ttl``
     (s, > 0) is how long an in-flight slot outlives its gateway's last refresh;
-    ``breaker`` defaults to 3 failures → open for 1 s. Raises ``StateUnavailable``
-    on any Redis failure; never retries.
+    ``breaker`` defaults to 3 failures → open for 1 s; at most ``max_connections``
+    (>= 1) connections are open at once, further calls wait for one (within
+    ``timeout``). Raises ``StateUnavailable`` on any Redis failure; never retries.
     """
 
     def __init__(
@@ -84,25 +98,33 @@ class RedisCounterStore:
         timeout: float = 0.5,
         lease_ttl: float = 30.0,
         breaker: Breaker | None = None,
+        max_connections: int = 50,
     ) -> None:
-        if timeout <= 0 or lease_ttl <= 0:
-            raise ValueError("timeout and lease_ttl must be positive")
+        if timeout <= 0 or lease_ttl <= 0 or max_connections < 1:
+            raise ValueError("timeout, lease_ttl and max_connections must be positive")
         self.prefix = prefix
         self.lease_ttl = lease_ttl
         self._timeout = timeout
         self._breaker = breaker or Breaker()
-        self._redis: Redis = Redis.from_url(
+        # a blocking pool: past ``max_connections`` calls wait for a free connection
+        # (within ``timeout``) instead of failing at once with "Too many connections"
+        pool = BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=timeout,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),
             health_check_interval=0,
         )
+        self._redis: Redis = Redis.from_pool(pool)
         self._acquire = self._redis.register_script(_lua("acquire"))
         self._settle = self._redis.register_script(_lua("settle"))
         self._read = self._redis.register_script(_lua("read"))
         self._seed = self._redis.register_script(_lua("seed"))
         self._refresh = self._redis.register_script(_lua("refresh"))
+        self._claim = self._redis.register_script(_lua("claim"))
+        self._charge = self._redis.register_script(_lua("charge"))
         self._held: dict[str, tuple[str, ...]] = {}  # lease id → its in-flight counters
         self._pending: set[asyncio.Future[Any]] = set()  # work of cancelled callers
 
@@ -182,6 +204,61 @@ class RedisCounterStore:
             args: list[str | int | float] = [expiry, keep_ms, *(lease for _, lease in batch)]
             await self._call(self._refresh, [key for key, _ in batch], args)
 
+    async def claim(self, pool: str, org: str, reservation: int, now: float) -> Claim:
+        if reservation <= 0:  # nothing to reserve: always borrows, no round trip
+            return Claim(pool, org, within_share=False, in_flight=0, lease=None, claimed_at=now)
+        lease = secrets.token_hex(8)
+        key = self._claims_key(pool, org)
+        args: list[str | int | float] = [repr(now), lease, repr(self.lease_ttl), reservation]
+        call = asyncio.ensure_future(self._call(self._claim, [key], args))
+        try:
+            reply = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # the caller is gone, but the slot may still be taken: give it straight back
+            orphan = Claim(pool, org, within_share=True, in_flight=0, lease=lease, claimed_at=now)
+            self._pending.add(call)
+            call.add_done_callback(lambda done: self._unclaim(done, orphan))
+            raise
+        taken, held = int(reply[0]) == 1, int(reply[1])
+        if not taken:
+            return Claim(pool, org, within_share=False, in_flight=held, lease=None, claimed_at=now)
+        self._held[lease] = (key,)
+        return Claim(pool, org, within_share=True, in_flight=held, lease=lease, claimed_at=now)
+
+    async def release(self, claim: Claim) -> None:
+        if claim.lease is None:
+            return
+        self._held.pop(claim.lease, None)  # no longer refreshed, even if Redis is down now
+        key, lease = self._claims_key(claim.pool, claim.org), claim.lease
+        call = asyncio.ensure_future(self._guarded(lambda: self._redis.zrem(key, lease)))
+        try:
+            await asyncio.shield(call)
+        except asyncio.CancelledError:
+            self._pending.add(call)
+            call.add_done_callback(self._finished)
+            raise
+
+    async def usage(self, pool: str, now: float, half_life: float) -> dict[str, float]:
+        key = self._usage_key(pool)
+        stored: dict[bytes, bytes] = await self._guarded(lambda: self._redis.hgetall(key))
+        usage: dict[str, float] = {}
+        for org, record in stored.items():
+            value, at = (float(part) for part in record.split())
+            usage[org.decode()] = decay(value, max(0.0, now - at), half_life)
+        return usage
+
+    async def charge(
+        self, pool: str, org: str, cost_units: float, now: float, half_life: float
+    ) -> None:
+        if not cost_units >= 0 or not math.isfinite(cost_units):
+            raise ValueError(f"a charge must be finite and non-negative, got {cost_units!r}")
+        if not half_life > 0:
+            raise ValueError(f"half_life must be positive, got {half_life!r}")
+        keep_ms = math.ceil(min(_USAGE_KEEP_HALF_LIVES * half_life, _USAGE_KEEP_MAX) * 1000)
+        args: list[str | int | float] = [org, repr(float(cost_units)), repr(now)]
+        args.extend((repr(float(half_life)), keep_ms))
+        await self._call(self._charge, [self._usage_key(pool)], args)
+
     async def aclose(self) -> None:
         while self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
@@ -198,6 +275,14 @@ class RedisCounterStore:
         self._pending.add(undo := asyncio.ensure_future(self.settle(orphan, {}, now)))
         undo.add_done_callback(self._finished)
 
+    def _unclaim(self, call: asyncio.Future[Any], orphan: Claim) -> None:
+        """Release the slot of a claim whose caller was cancelled before the reply."""
+        self._finished(call)
+        if call.cancelled() or call.exception() is not None or int(call.result()[0]) != 1:
+            return
+        self._pending.add(undo := asyncio.ensure_future(self.release(orphan)))
+        undo.add_done_callback(self._finished)
+
     def _finished(self, call: asyncio.Future[Any]) -> None:
         self._pending.discard(call)
         if not call.cancelled() and call.exception() is not None:
@@ -208,18 +293,33 @@ class RedisCounterStore:
     def _key(self, charge: Charge) -> str:
         return self.prefix + charge.key
 
+    def _claims_key(self, pool: str, org: str) -> str:
+        return f"{self.prefix}fairshare:inflight:{_escape(pool)}:{_escape(org)}"
+
+    def _usage_key(self, pool: str) -> str:
+        return f"{self.prefix}fairshare:usage:{_escape(pool)}"
+
     async def _call(self, script: Any, keys: list[str], args: list[str | int | float]) -> Any:
-        """Run one script under the timeout and the breaker; the failure policy of this store."""
+        """Run one script under the timeout and the breaker."""
+        return await self._guarded(lambda: script(keys=keys, args=args))
+
+    async def _guarded(self, command: Callable[[], Awaitable[Any]]) -> Any:
+        """Run one Redis command under the timeout and the breaker; the failure policy
+        of this store."""
         if not self._breaker.allow():
             raise StateUnavailable("Redis is unavailable (breaker open after repeated failures)")
         try:
             async with asyncio.timeout(self._timeout):
-                result = await script(keys=keys, args=args)
+                result = await command()
         except (RedisError, OSError, TimeoutError) as exc:
             self._breaker.failure()
             raise StateUnavailable(f"Redis call failed: {type(exc).__name__}: {exc}") from exc
         self._breaker.success()
         return result
+
+
+def _escape(name: str) -> str:
+    return name.replace("%", "%25").replace(":", "%3A")
 
 
 def _acquire_fields(charge: Charge) -> tuple[str | int, ...]:

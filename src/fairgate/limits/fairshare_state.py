@@ -1,0 +1,99 @@
+"""The state the fair-share decision needs, declared by its consumer: ``FairShareState``.
+
+Two things per pool and organisation live in the state back end, so that
+several gateways share one reservation and one ranking:
+
+    within-share in flight   the organisation's requests admitted within its
+                             reservation and not yet finished (slots with a lease)
+    decayed usage            (value, at): cost consumed, charged when a request
+                             finishes, decayed as value · exp(−ln 2 · dt / half_life)
+
+A request makes one atomic ``claim`` at dispatch: it takes a within-share slot
+if fewer than ``reservation`` are held (priority 0/1), else it borrows and
+nothing is counted. Whatever happens next, ``release`` gives the slot back and
+``charge`` adds what the request really cost. Only within-share requests are
+counted: counting borrowers too would let an organisation's own borrowed
+requests push its next request out of its reservation.
+
+``fairgate.state`` implements it (``MemoryCounterStore``, ``RedisCounterStore``);
+``tests/state/test_fairshare_state.py`` is the conformance suite both pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["Claim", "FairShareState"]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The outcome of one ``claim``: within share (holding ``lease``) or borrowing.
+
+    ``in_flight`` is how many within-share requests of ``org`` were in flight in
+    ``pool`` just before this claim: pass it to ``FairShare.decide`` as
+    ``within_share_in_flight`` and the decision agrees with ``within_share``.
+    ``lease`` is None exactly when ``within_share`` is False (nothing to release).
+    """
+
+    pool: str
+    org: str
+    within_share: bool
+    in_flight: int
+    lease: str | None
+    claimed_at: float
+
+
+class FairShareState(Protocol):
+    """Within-share in-flight slots and decayed usage per pool and organisation.
+
+    Time is the caller's ``now`` (Unix seconds). Every operation completes or
+    raises ``StateUnavailable``, never blocking past the back end's timeout;
+    the caller decides what a request gets then (a borrowing priority is the
+    safe answer: it never takes a reservation it cannot prove).
+
+    Slots are leases: in a shared back end they expire ``lease_ttl`` after the
+    holder's last ``refresh`` (the ``LeaseRefresher`` of ``CounterStore`` also
+    refreshes them), so a gateway that dies frees its slots by itself.
+    Cancellation is safe: a ``claim`` cancelled mid-way leaves no slot held
+    once the back end has answered, and a ``release`` cancelled mid-way still
+    completes.
+
+    Usage values are floats in cost units (e.g. GPU-hours), never negative. They
+    are a ranking signal, not money: float rounding is accepted, spend is
+    accounted elsewhere in integer micro-units.
+    """
+
+    async def claim(self, pool: str, org: str, reservation: int, now: float) -> Claim:
+        """Take one within-share slot of ``org`` in ``pool`` if fewer than ``reservation``
+        (>= 0) are held, in one atomic step; otherwise take nothing (borrowing).
+
+        Concurrent claims, from this process or another gateway on the same back
+        end, never hold more than ``reservation`` slots together. A reservation
+        of 0 always borrows and costs no round trip.
+        """
+        ...
+
+    async def release(self, claim: Claim) -> None:
+        """Give the claim's slot back (nothing for a borrowing claim). Idempotent:
+        releasing twice, or after the lease expired, frees nothing else."""
+        ...
+
+    async def usage(self, pool: str, now: float, half_life: float) -> dict[str, float]:
+        """Decayed usage of every organisation with usage in ``pool``, all at ``now``.
+
+        ``half_life`` in seconds (> 0). One read of the pool's records, O(orgs of
+        the pool); in Redis one round trip per call, so a caller deciding many
+        requests a second should cache the answer for about a second (a ranking
+        a second old is as good as a fresh one at a half-life of days).
+        """
+        ...
+
+    async def charge(
+        self, pool: str, org: str, cost_units: float, now: float, half_life: float
+    ) -> None:
+        """Decay ``org``'s usage in ``pool`` to ``now`` and add ``cost_units`` (finite,
+        >= 0; ``ValueError`` otherwise), atomically. A ``now`` earlier than the
+        stored time (gateway clocks slightly apart) is read as the stored time."""
+        ...

@@ -1,0 +1,187 @@
+"""Conformance suite of the FairShareState protocol: memory and Redis pass the same tests."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from fairgate.fairshare import DecayedUsage, FairShare, PriorityClass
+from fairgate.limits import Claim, FairShareState
+from fairgate.state import MemoryCounterStore, RedisCounterStore
+
+T0 = 1_700_000_040.0
+HOUR = 3600.0
+WEEK = 168 * HOUR
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+async def state(request: pytest.FixtureRequest) -> AsyncIterator[FairShareState]:
+    if request.param == "memory":
+        yield MemoryCounterStore()
+        return
+    url: str = request.getfixturevalue("redis_url")
+    prefix = f"fgtest:{uuid.uuid4().hex}:"
+    store = RedisCounterStore(url, prefix=prefix, timeout=5.0)  # the machine is shared
+    try:
+        yield store
+    finally:
+        await store.aclose()
+        client = Redis.from_url(url)
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=500)]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()
+
+
+async def within(state: FairShareState, pool: str, org: str, reservation: int, n: int) -> int:
+    """How many of ``n`` sequential claims are within share (the claims are kept)."""
+    claims = [await state.claim(pool, org, reservation, T0) for _ in range(n)]
+    return sum(c.within_share for c in claims)
+
+
+async def test_200_concurrent_claims_never_exceed_the_reservation(state: FairShareState) -> None:
+    claims = await asyncio.gather(*(state.claim("b300", "etabA", 7, T0) for _ in range(200)))
+    taken = [c for c in claims if c.within_share]
+    assert len(taken) == 7
+    assert sorted(c.in_flight for c in taken) == list(range(7))  # each saw the ones before
+    assert len({c.lease for c in taken}) == 7 and None not in {c.lease for c in taken}
+    borrowing = [c for c in claims if not c.within_share]
+    assert all(c.lease is None and c.in_flight == 7 for c in borrowing)
+
+
+async def test_a_claim_agrees_with_the_policy_decision(state: FairShareState) -> None:
+    policy = FairShare({"b300": 10}, {"b300": {"etabA": 0.8125, "etabB": 0.1875}})
+    reservation = policy.reservations("b300")["etabB"]  # 2
+    for expected in (True, True, False, False):
+        claim = await state.claim("b300", "etabB", reservation, T0)
+        decision = policy.decide("b300", "etabB", PriorityClass.BATCH, claim.in_flight, {})
+        assert claim.within_share is decision.within_share is expected
+
+
+async def test_release_frees_a_slot_and_twice_frees_nothing_more(state: FairShareState) -> None:
+    first, second = [await state.claim("p", "org", 2, T0) for _ in range(2)]
+    assert first.within_share and second.within_share
+    assert not (await state.claim("p", "org", 2, T0)).within_share
+    await state.release(first)
+    await state.release(first)  # idempotent: must not free ``second``'s slot as well
+    again = await state.claim("p", "org", 2, T0 + 1)
+    assert again.within_share and again.in_flight == 1
+    assert not (await state.claim("p", "org", 2, T0 + 1)).within_share
+
+
+async def test_releasing_a_borrowing_claim_changes_nothing(state: FairShareState) -> None:
+    assert (await state.claim("p", "org", 1, T0)).within_share
+    borrowed = await state.claim("p", "org", 1, T0)
+    assert not borrowed.within_share
+    await state.release(borrowed)
+    assert not (await state.claim("p", "org", 1, T0)).within_share
+
+
+async def test_a_reservation_of_zero_always_borrows(state: FairShareState) -> None:
+    claims = [await state.claim("p", "guest", 0, T0) for _ in range(3)]
+    assert all(not c.within_share and c.lease is None and c.in_flight == 0 for c in claims)
+
+
+async def test_pools_and_organisations_count_apart(state: FairShareState) -> None:
+    assert await within(state, "p", "a", 2, 3) == 2
+    assert await within(state, "p", "b", 2, 3) == 2
+    assert await within(state, "q", "a", 2, 3) == 2
+    # names that would meet in a naive "pool:org" key stay apart too
+    assert await within(state, "x:y", "z", 1, 2) == 1
+    assert await within(state, "x", "y:z", 1, 2) == 1
+
+
+async def test_a_claimer_cancelled_before_it_ran_holds_nothing(state: FairShareState) -> None:
+    tasks = [asyncio.create_task(state.claim("p", "org", 3, T0)) for _ in range(10)]
+    for task in tasks:
+        task.cancel()  # before any of them got to run
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results)
+    assert await within(state, "p", "org", 3, 4) == 3
+
+
+async def test_a_slot_released_by_a_cancelled_releaser_is_still_freed(
+    state: FairShareState,
+) -> None:
+    claim = await state.claim("p", "org", 1, T0)
+    release = asyncio.create_task(state.release(claim))
+    await asyncio.sleep(0)  # the release has started (or finished)
+    release.cancel()
+    await asyncio.gather(release, return_exceptions=True)
+    freed: Claim | None = None
+    for _ in range(200):  # bounded: the shielded release finishes on its own
+        freed = await state.claim("p", "org", 1, T0)
+        if freed.within_share:
+            break
+        await asyncio.sleep(0.05)
+    assert freed is not None and freed.within_share
+
+
+async def test_a_pool_without_usage_reads_empty(state: FairShareState) -> None:
+    assert await state.usage("p", T0, WEEK) == {}
+
+
+async def test_one_half_life_halves_usage(state: FairShareState) -> None:
+    await state.charge("p", "a", 8.0, T0, WEEK)
+    assert (await state.usage("p", T0, WEEK))["a"] == pytest.approx(8.0, rel=1e-12)
+    assert (await state.usage("p", T0 + WEEK, WEEK))["a"] == pytest.approx(4.0, rel=1e-12)
+    assert (await state.usage("p", T0 + 2 * WEEK, WEEK))["a"] == pytest.approx(2.0, rel=1e-12)
+    # read with another half-life, the same record decays at that rate
+    assert (await state.usage("p", T0 + WEEK, 2 * WEEK))["a"] == pytest.approx(
+        8.0 / math.sqrt(2.0), rel=1e-12
+    )
+
+
+async def test_charges_compose_as_the_exact_decay(state: FairShareState) -> None:
+    expected = DecayedUsage(half_life=HOUR)
+    moments = [T0 + 0.0, T0 + 17.5, T0 + 1800.0, T0 + 1800.0, T0 + 9000.25, T0 + 86_400.0]
+    costs = [1 / 3, 2.5, 0.0, 7.125, 1e-6, 40.0]
+    for now, cost in zip(moments, costs, strict=True):
+        await state.charge("p", "a", cost, now, HOUR)
+        expected = expected.charged(cost, now)
+        got = (await state.usage("p", now, HOUR))["a"]
+        assert got == pytest.approx(expected.value_at(now), rel=1e-12)
+    later = T0 + 90_000.0
+    assert (await state.usage("p", later, HOUR))["a"] == pytest.approx(
+        expected.value_at(later), rel=1e-12
+    )
+
+
+async def test_usage_never_grows_by_going_back_in_time(state: FairShareState) -> None:
+    await state.charge("p", "a", 8.0, T0 + HOUR, HOUR)
+    await state.charge("p", "a", 2.0, T0, HOUR)  # a gateway whose clock is behind
+    assert (await state.usage("p", T0 + HOUR, HOUR))["a"] == pytest.approx(10.0, rel=1e-12)
+    assert (await state.usage("p", T0, HOUR))["a"] == pytest.approx(10.0, rel=1e-12)
+    assert (await state.usage("p", T0 + 2 * HOUR, HOUR))["a"] == pytest.approx(5.0, rel=1e-12)
+
+
+async def test_usage_is_kept_per_pool_and_organisation(state: FairShareState) -> None:
+    await state.charge("p", "a", 3.0, T0, WEEK)
+    await state.charge("p", "b", 1.0, T0, WEEK)
+    await state.charge("q", "a", 5.0, T0, WEEK)
+    p, q = await state.usage("p", T0, WEEK), await state.usage("q", T0, WEEK)
+    assert p == pytest.approx({"a": 3.0, "b": 1.0}, rel=1e-12)
+    assert q == pytest.approx({"a": 5.0}, rel=1e-12)
+
+
+@pytest.mark.parametrize("cost", [-1.0, math.nan, math.inf])
+async def test_an_invalid_charge_is_refused_and_changes_nothing(
+    state: FairShareState, cost: float
+) -> None:
+    await state.charge("p", "a", 1.0, T0, WEEK)
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        await state.charge("p", "a", cost, T0, WEEK)
+    assert (await state.usage("p", T0, WEEK))["a"] == pytest.approx(1.0, rel=1e-12)
+
+
+async def test_an_infinite_half_life_never_decays(state: FairShareState) -> None:
+    await state.charge("p", "a", 2.0, T0, math.inf)
+    await state.charge("p", "a", 3.0, T0 + 10 * WEEK, math.inf)
+    assert (await state.usage("p", T0 + 100 * WEEK, math.inf))["a"] == pytest.approx(5.0)
