@@ -16,6 +16,7 @@ import signal
 import socket
 from collections.abc import Callable, Iterator, Sequence
 
+from fairgate.accounting import Recorder, StoreUsageWriter, prices_by_model
 from fairgate.admin import build_admin_app
 from fairgate.auth import Authenticator, FailureLimiter, KeyCache, ModelResolver, sha256
 from fairgate.config import Config
@@ -24,6 +25,7 @@ from fairgate.engines import EngineAdapter, adapter_for
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
 from fairgate.proxy.asgi import ProxyApp
 from fairgate.proxy.pipeline import Pipeline
+from fairgate.proxy.records import RecordBuilder
 from fairgate.proxy.relay import Deadlines, Relay
 from fairgate.proxy.request import Caps
 from fairgate.proxy.routes import RouteTable
@@ -93,6 +95,18 @@ class Gateway:
             ModelResolver({n: m.name for m in config.models for n in (m.name, *m.aliases)}),
             clock,
         )
+        accounted = self.metrics.accounting
+        self.recorder = Recorder(
+            StoreUsageWriter(self.store),
+            on_written=lambda n: accounted.labels("written").inc(n),
+            on_dropped=lambda n: accounted.labels("dropped").inc(n),
+            on_failed=lambda n: accounted.labels("failed").inc(n),
+        )
+        records = RecordBuilder(
+            self.recorder.record,
+            prices_by_model(config.models),
+            {m.name: m.pool for m in config.models},
+        )
         self.pipeline = Pipeline(
             routes=self.routes,
             caps=Caps(
@@ -104,7 +118,7 @@ class Gateway:
             ),
             relay=self.relay,
             registry=self.registry,
-            settler=Settler(self.metrics),
+            settler=Settler(self.metrics, records),
             retries=config.proxy.retries,
             request_ids=_request_ids(),
             stopping=lambda: self.draining,
@@ -173,6 +187,7 @@ class Gateway:
         revision = await upgrade(self.store)
         report = await self.tenancy.sync_orgs(self.config.orgs)
         log.info("store at schema %s; organisations %s", revision, report)
+        self.recorder.start()
         self.health.start()
         self.scraper.start()
 
@@ -182,6 +197,9 @@ class Gateway:
         await self.scraper.stop()
         await self.sessions.close()
         await self.pool.close()
+        # Every record queued so far reaches the store before it closes (SIGTERM loses none).
+        if not await self.recorder.drain(timeout=30.0):
+            log.error("accounting: some usage records could not be written at shutdown")
         await self.store.close()
 
 

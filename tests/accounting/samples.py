@@ -83,7 +83,10 @@ async def stored_count(store: Store) -> int:
 
 @asynccontextmanager
 async def hold_write_lock(store: Store) -> AsyncIterator[None]:
-    """Another connection holds the lock writers need until the block ends (a stalled store)."""
+    """Another connection holds the lock writers need until the block ends (a stalled store).
+
+    Readers go on: WAL on SQLite, and on PostgreSQL an EXCLUSIVE lock lets SELECT through.
+    """
     if store.dialect == "sqlite":
         path = store.url.url.database
         assert path is not None
@@ -100,7 +103,7 @@ async def hold_write_lock(store: Store) -> AsyncIterator[None]:
     try:
         transaction = pg.transaction()
         await transaction.start()
-        await pg.execute("LOCK TABLE usage_records IN ACCESS EXCLUSIVE MODE")
+        await pg.execute("LOCK TABLE usage_records IN EXCLUSIVE MODE")
         try:
             yield
         finally:

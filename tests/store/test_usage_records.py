@@ -63,11 +63,11 @@ async def test_sums_are_grouped_in_sql_and_a_record_counts_once_per_tag(store: S
     ]
     async with store.write() as conn:
         await usage_records.insert_records(conn, rows)
-    day = {"start": T0, "end": T0 + timedelta(days=1)}
+    end = T0 + timedelta(days=1)
     async with store.read() as conn:
-        by_team = await usage_records.spend(conn, group_by=("team",), **day)
-        by_tag = await usage_records.spend(conn, group_by=("tag",), **day)
-        tagged_b = await usage_records.spend(conn, filters={"tag": "b"}, **day)
+        by_team = await usage_records.spend(conn, start=T0, end=end, group_by=("team",))
+        by_tag = await usage_records.spend(conn, start=T0, end=end, group_by=("tag",))
+        tagged_b = await usage_records.spend(conn, start=T0, end=end, filters={"tag": "b"})
     teams = {r.groups: (r.requests, r.cost_micro, r.prompt_tokens, r.estimated) for r in by_team}
     assert teams == {("a1",): (1, 10, 10, 1), ("a2",): (2, 60, 17, 0)}
     tags = {r.groups: (r.requests, r.cost_micro) for r in by_tag}

@@ -123,7 +123,7 @@ class Recorder:
         """
         try:
             if self._closed or len(self._queue) >= self._capacity:
-                self._drop(1, "the accounting queue is full" if not self._closed else "drained")
+                self._drop(1, "after the drain" if self._closed else "the accounting queue is full")
                 return False
             self._queue.append(rec)
             if len(self._queue) >= self._batch_size and self._wake is not None:
@@ -148,7 +148,9 @@ class Recorder:
 
         Call it once, at shutdown, after the last request has settled: later
         records are dropped and counted. When ``timeout`` (seconds) passes first,
-        what is left is dropped, counted and logged.
+        what is left is dropped, counted and logged; a write in progress is
+        cancelled and rolled back before this returns, which can take up to the
+        store's own timeout more.
         """
         self._closing = True
         failed_before = self._failed
@@ -185,9 +187,6 @@ class Recorder:
             retries=self._retries,
         )
 
-    def __len__(self) -> int:
-        return len(self._queue)
-
     # -- the writing task -----------------------------------------------------------
 
     async def _run(self) -> None:
@@ -205,38 +204,37 @@ class Recorder:
                 await self._write(batch)
 
     async def _write(self, batch: list[UsageRecord]) -> None:
+        # ``_in_hand`` stays set if the drain cancels this write, so that it counts the batch.
         self._in_hand = len(batch)
-        try:
-            for attempt in (1, 2):
-                try:
-                    async with asyncio.timeout(self._write_timeout):
-                        added = await self._writer.write(batch)
-                except Exception as exc:
-                    if attempt == 1:
-                        log.warning(
-                            "accounting: writing %d records failed (%s); retrying once",
-                            len(batch),
-                            _reason(exc),
-                        )
-                        self._retries += 1
-                        await asyncio.sleep(self._retry_delay)
-                        continue
-                    log.error(
-                        "accounting: %d records lost: the store failed twice (%s)",
+        for attempt in (1, 2):
+            try:
+                async with asyncio.timeout(self._write_timeout):
+                    added = await self._writer.write(batch)
+            except Exception as exc:
+                if attempt == 1:
+                    log.warning(
+                        "accounting: writing %d records failed (%s); retrying once",
                         len(batch),
                         _reason(exc),
                     )
-                    self._failed += len(batch)
-                    self._call(self._on_failed, len(batch))
-                    return
+                    self._retries += 1
+                    await asyncio.sleep(self._retry_delay)
+                    continue
+                log.error(
+                    "accounting: %d records lost: the store failed twice (%s)",
+                    len(batch),
+                    _reason(exc),
+                )
+                self._failed += len(batch)
+                self._call(self._on_failed, len(batch))
+            else:
                 # Every record of the batch is stored now; those the store already
                 # had were written by an attempt whose answer got lost.
                 self._written += len(batch)
                 self._duplicates += len(batch) - added
                 self._call(self._on_written, len(batch))
-                return
-        finally:
-            self._in_hand = 0
+            break
+        self._in_hand = 0
 
     # -- counting losses ------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """The recorder's writer over the durable store: one batch, one transaction.
 
-Each text is cut to its column's length before it is written: one record with
-an over-long model or replica name must not make PostgreSQL refuse, and so
-lose, the whole batch it travels in.
+Each text is cut to its column's length, and NUL characters are left out,
+before it is written: one record with an over-long model name or a stray NUL
+must not make PostgreSQL refuse, and so lose, the whole batch it travels in.
 """
 
 from __future__ import annotations
@@ -31,7 +31,12 @@ _INT32 = 2**31 - 1
 
 
 def _text(name: str, value: str | None) -> str | None:
-    return None if value is None else value[: _LENGTHS[name]]
+    return None if value is None else _clean(value, _LENGTHS[name])
+
+
+def _clean(value: str, length: int) -> str:
+    # PostgreSQL refuses NUL in text, and would refuse the whole batch with it.
+    return (value.replace("\x00", "") if "\x00" in value else value)[:length]
 
 
 def _ms(value: int | None) -> int | None:
@@ -63,7 +68,7 @@ def _row(r: UsageRecord) -> dict[str, Any]:
         "org": _text("org", r.org),
         "team": _text("team", r.team),
         "project": _text("project", r.project),
-        "tags": [tag[:_TAG_LENGTH] for tag in r.tags],
+        "tags": [_clean(tag, _TAG_LENGTH) for tag in r.tags],
         "model": _text("model", r.model),
         "pool": _text("pool", r.pool),
         "replica": _text("replica", r.replica or None),

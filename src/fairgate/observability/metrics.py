@@ -132,6 +132,13 @@ class GatewayMetrics:
             buckets=_OVERHEAD,
             registry=r,
         )
+        self.accounting = Counter(
+            "fairgate_accounting_records",
+            "Usage records by result: written, duplicate (already stored), dropped (queue "
+            "full, store failing twice, or shutdown), failed (batch write attempts that failed)",
+            ["result"],
+            registry=r,
+        )
         self.streams_open = Gauge(
             "fairgate_streams_open",
             "Streams currently relayed to clients",

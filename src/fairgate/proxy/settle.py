@@ -7,6 +7,7 @@ Accounting records join here when the accounting package lands.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from fairgate.observability.metrics import GatewayMetrics
 from fairgate.proxy.exchange import Exchange, Outcome
@@ -17,12 +18,21 @@ log = logging.getLogger("fairgate.request")
 
 
 class Settler:
-    def __init__(self, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self, metrics: GatewayMetrics, record: Callable[[Exchange], None] | None = None
+    ) -> None:
         self._m = metrics
+        self._record = record
         # Read once: the level does not change while serving, and the check costs µs.
         self._debug = log.isEnabledFor(logging.DEBUG)
 
     def settle(self, ex: Exchange) -> None:
+        if self._record is not None:
+            try:
+                self._record(ex)
+            except Exception:  # never let accounting break the answer; counted as a drop
+                log.exception("could not build the usage record of %s", ex.request_id)
+                self._m.child(self._m.accounting, "dropped").inc()
         m = self._m
         model = ex.model or "-"
         route = ex.route or "-"

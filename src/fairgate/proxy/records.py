@@ -1,0 +1,76 @@
+"""The accounting record of a finished request, built from its Exchange.
+
+Every authenticated request gets one, whatever its outcome: a request that used
+a GPU and then failed still used it. A request refused before its key was known
+(no principal) has nobody to charge and is left to the metrics and the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+
+from fairgate.accounting import Prices, UsageRecord
+from fairgate.proxy.exchange import Exchange, Outcome
+from fairgate.proxy.usage import Usage
+
+__all__ = ["RecordBuilder"]
+
+_NO_USAGE = Usage()
+
+
+class RecordBuilder:
+    """Turns finished exchanges into usage records and hands them to ``record``.
+
+    ``record`` is the recorder's non-blocking ``record()``; ``prices`` and ``pools``
+    are per canonical model name, built once from the configuration.
+    """
+
+    def __init__(
+        self,
+        record: Callable[[UsageRecord], bool],
+        prices: Mapping[str, Prices],
+        pools: Mapping[str, str | None],
+    ) -> None:
+        self._record = record
+        self._prices = prices
+        self._pools = pools
+
+    def __call__(self, ex: Exchange) -> None:
+        principal = ex.principal
+        if principal is None:
+            return
+        usage = ex.usage or _NO_USAGE
+        prices = self._prices.get(ex.model)
+        cost = prices.cost_of(usage).micro if prices is not None else 0
+        finished = ex.finished or ex.started
+        status = ex.status or (499 if ex.outcome == Outcome.CLIENT_ABORT else 0)
+        self._record(
+            UsageRecord(
+                request_id=ex.request_id,
+                at=datetime.now(UTC),
+                key_id=principal.key_id,
+                org=principal.org,
+                team=principal.team,
+                project=principal.project,
+                tags=principal.tags,
+                model=ex.model,
+                pool=self._pools.get(ex.model),
+                replica=ex.replica,
+                route=ex.route,
+                status=status,
+                outcome=ex.outcome,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                cached_tokens=usage.cached_tokens,
+                cost_micro=cost,
+                estimated=usage.estimated,
+                ttft_ms=(
+                    round((ex.first_byte_at - ex.started) * 1000)
+                    if ex.first_byte_at is not None and ex.replica
+                    else None
+                ),
+                total_ms=round((finished - ex.started) * 1000),
+                attempts=ex.attempts,
+            )
+        )

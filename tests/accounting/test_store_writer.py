@@ -1,0 +1,72 @@
+"""The store writer: what a record looks like once stored, and texts cut to their columns."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from accounting.samples import DAY0, record
+from fairgate.accounting import StoreUsageWriter
+from fairgate.core.errors import StoreUnavailable
+from fairgate.store import Store
+from fairgate.store.tables import usage_record_tags, usage_records
+
+
+async def test_a_record_is_stored_field_by_field_with_its_tags(store: Store) -> None:
+    rec = record(
+        project="p",
+        tags=("eval", "batch", "eval"),
+        outcome="client_abort",
+        status=499,
+        estimated=True,
+        cached_tokens=40,
+        ttft_ms=None,
+        replica="",
+    )
+    assert await StoreUsageWriter(store).write([rec]) == 1
+    async with store.read() as conn:
+        row = (await conn.execute(select(usage_records))).one()._mapping
+        tags = sorted(t for (_, t) in await conn.execute(select(usage_record_tags)))
+    assert row["request_id"] == rec.request_id and row["at"] == rec.at
+    assert (row["org"], row["team"], row["project"], row["key_id"]) == ("A", "a1", "p", "k-1")
+    assert (row["status"], row["outcome"], row["estimated"]) == (499, "client_abort", True)
+    assert (row["prompt_tokens"], row["completion_tokens"], row["cached_tokens"]) == (100, 20, 40)
+    assert (row["cost_micro"], row["ttft_ms"], row["total_ms"], row["replica"]) == (
+        7,
+        None,
+        120,
+        None,
+    )
+    assert tags == ["batch", "eval"]
+
+
+async def test_over_long_names_are_cut_so_the_batch_is_not_refused(store: Store) -> None:
+    long = "m" * 1000
+    batch = [record(model=long, replica=long, tags=("t" * 1000,), total_ms=10**12), record()]
+    assert await StoreUsageWriter(store).write(batch) == 2
+    async with store.read() as conn:
+        models = sorted(m for (m,) in await conn.execute(select(usage_records.c.model)))
+        total_ms = max(t for (t,) in await conn.execute(select(usage_records.c.total_ms)))
+    assert models == ["llama-70b", "m" * 256]
+    assert total_ms == 2**31 - 1
+
+
+async def test_a_batch_the_store_refuses_stores_nothing_of_it(store: Store) -> None:
+    good = record()
+    naive = record(at=DAY0.replace(tzinfo=None) + timedelta(hours=1))  # refused by the column
+    writer = StoreUsageWriter(store)
+    with pytest.raises(StoreUnavailable):
+        await writer.write([good, naive])
+    async with store.read() as conn:
+        assert (await conn.execute(select(usage_records))).all() == []
+    assert await writer.write([good]) == 1
+
+
+async def test_a_nul_character_cannot_make_postgresql_refuse_the_batch(store: Store) -> None:
+    rec = record(model="llama\x00-70b", tags=("a\x00b",))
+    assert await StoreUsageWriter(store).write([rec]) == 1
+    async with store.read() as conn:
+        assert (await conn.execute(select(usage_records.c.model))).scalar_one() == "llama-70b"
+        assert (await conn.execute(select(usage_record_tags.c.tag))).scalar_one() == "ab"

@@ -1,0 +1,114 @@
+"""One usage record per request, whatever its outcome, written by a real gateway process.
+
+Success, an engine failure and a client abort each leave a record; SIGTERM drains
+the recorder before the store closes, and `fairgate export` totals equal the sum
+of the records in the store.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.e2e.conftest import AUTH, model, write_config
+from tests.e2e.robust_wire import chat_body, connect, post, read_until
+
+from fairgate.server.process import GatewayProcess
+from fairgate.sim.process import SimProcess
+
+pytestmark = pytest.mark.slow
+
+COST = {"input_per_mtok": 1.0, "output_per_mtok": 10.0}
+
+
+def chat(gateway: GatewayProcess, max_tokens: int = 4) -> httpx.Response:
+    return httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json={
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": max_tokens,
+        },
+        headers=AUTH,
+        timeout=30,
+    )
+
+
+def test_every_request_leaves_one_record_and_sigterm_loses_none(tmp_path: Path) -> None:
+    with SimProcess("--model", "m", "--tokens-per-second", "20", "--ttft", "0") as sim:
+        config = write_config(tmp_path, [model("m", sim, cost=COST)], proxy={"retries": 0})
+        gateway = GatewayProcess(config).start()
+        try:
+            ids = [chat(gateway).headers["x-request-id"] for _ in range(5)]
+            sim.faults(fail_next=1, fail_status=503)
+            failed = chat(gateway)
+            assert failed.status_code == 503
+            sock = connect(gateway.host, gateway.port)
+            post(sock, "/v1/chat/completions", chat_body(stream=True, max_tokens=200))
+            read_until(sock, lambda got: got.count(b"data: {") >= 2, timeout=30)
+            sock.close()  # the client leaves mid-stream
+            deadline = time.monotonic() + 20
+            while sim.stats()["running"] and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            assert gateway.stop() == 0  # SIGTERM: the recorder drains before the store closes
+
+    with sqlite3.connect(tmp_path / "fairgate.db") as db:
+        rows = db.execute(
+            "SELECT request_id, outcome, status, prompt_tokens, completion_tokens, cost_micro,"
+            " estimated, team FROM usage_records"
+        ).fetchall()
+    by_id = {row[0]: row for row in rows}
+    assert len(rows) == 7
+    for request_id in ids:
+        _, outcome, status, prompt, completion, cost, estimated, team = by_id[request_id]
+        assert (outcome, status, completion, estimated, team) == ("ok", 200, 4, 0, "t")
+        # 1 GPU-h per Mtok in, 10 out, rounded up once: never free.
+        assert cost == -(-(prompt * 1_000_000 + completion * 10_000_000) // 1_000_000)
+    assert by_id[failed.headers["x-request-id"]][1:3] == ("upstream_error", 503)
+    (aborted,) = [row for row in rows if row[1] == "client_abort"]
+    assert aborted[6] == 1 and aborted[4] >= 2  # estimated from the deltas relayed
+
+
+def test_export_totals_equal_the_records(tmp_path: Path) -> None:
+    with SimProcess("--model", "m", "--speed", "0") as sim:
+        config = write_config(tmp_path, [model("m", sim, cost=COST)])
+        with GatewayProcess(config) as gateway:
+            for tokens in (1, 2, 3):
+                assert chat(gateway, tokens).status_code == 200
+    with sqlite3.connect(tmp_path / "fairgate.db") as db:
+        (total,) = db.execute("SELECT sum(cost_micro) FROM usage_records").fetchone()
+    today = datetime.now(UTC).date()
+    exported = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fairgate",
+            "export",
+            "-c",
+            str(config),
+            "--from",
+            str(today),
+            "--to",
+            str(today + timedelta(days=1)),
+            "--group-by",
+            "team",
+            "--format",
+            "parsable2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    header = exported[0].split("|")
+    (row,) = [line.split("|") for line in exported[1:]]
+    assert row[header.index("team")] == "t"
+    assert row[header.index("requests")] == "3"
+    assert round(float(row[header.index("gpu_hours")]) * 1_000_000) == total
