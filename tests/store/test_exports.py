@@ -14,6 +14,7 @@ def test_exported_members() -> None:
         "StoreUnavailable",
         "admin_tokens",
         "audit_events",
+        "budgets",
         "current_revision",
         "from_unix",
         "head_revision",

@@ -23,6 +23,7 @@ from fairgate.admin.authn import AdminAuthenticator, FailureLimiter
 from fairgate.admin.body_limit import BodyLimit
 from fairgate.admin.errors import install_error_handlers
 from fairgate.admin.health import health_routes
+from fairgate.admin.routes.budgets import budgets_router
 from fairgate.admin.routes.keys import keys_router
 from fairgate.admin.routes.people import people_router
 from fairgate.admin.routes.spend import spend_router
@@ -57,6 +58,7 @@ def build_admin_app(
     app.include_router(keys_router(tenancy))
     app.include_router(people_router(tenancy))
     app.include_router(spend_router(tenancy.store))
+    app.include_router(budgets_router(tenancy))
     for route in health_routes(registry=registry, models_ready=models_ready, draining=draining):
         app.router.routes.append(route)
     return BodyLimit(app)

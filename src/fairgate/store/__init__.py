@@ -9,7 +9,7 @@
 
 One repository module per table (``orgs``, ``teams``, ``projects``, ``users``,
 ``keys``, ``role_bindings``, ``admin_tokens``, ``audit_events``,
-``usage_records``): functions that run inside the caller's transaction and
+``usage_records``, ``budgets``): functions that run inside the caller's transaction and
 take the ``where`` clause the tenancy layer builds from who is acting, so a
 write outside the actor's scope matches no row. Nothing on the request path
 reads the store except a key cache miss (``StoreKeyDirectory.find_key``); usage
@@ -24,6 +24,7 @@ Errors (``fairgate.store.errors``)::
 from fairgate.store import (
     admin_tokens,
     audit_events,
+    budgets,
     keys,
     orgs,
     projects,
@@ -48,6 +49,7 @@ __all__ = [
     "StoreUnavailable",
     "admin_tokens",
     "audit_events",
+    "budgets",
     "current_revision",
     "from_unix",
     "head_revision",

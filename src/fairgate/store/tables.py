@@ -6,6 +6,7 @@
     users ─< admin_tokens
     audit_events (append only; org_id/team_id say who may read an event)
     usage_records ─< usage_record_tags (append only; one row per request, names copied)
+    budgets ─< budget_increases (one budget per scope, model and period)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
@@ -41,6 +42,8 @@ __all__ = [
     "NAME_LENGTH",
     "admin_tokens",
     "audit_events",
+    "budget_increases",
+    "budgets",
     "keys",
     "metadata",
     "orgs",
@@ -213,4 +216,36 @@ usage_record_tags = Table(
     metadata,
     Column("request_id", String(64), ForeignKey("usage_records.request_id"), primary_key=True),
     Column("tag", String(256), primary_key=True),
+)
+
+budgets = Table(
+    "budgets",
+    metadata,
+    Column("id", String(26), primary_key=True),  # a ULID: not guessable from its neighbours
+    Column("scope_kind", String(8), nullable=False),  # org | team | project | key | tag
+    Column("scope", String(300), nullable=False),  # name, team/project, key id or tag
+    Column("model", String(256), nullable=False),  # "" for every model (unique with NULL fails)
+    Column("period", String(8), nullable=False),  # day | week | month (UTC)
+    Column("max_micro", BigInteger, nullable=False),  # micro GPU-hours (fairgate.core.money)
+    Column("soft_micro", BigInteger, nullable=True),
+    # Where the budget lies in the tree, for the scope clauses; None for a tag.
+    # No foreign key: organisations and teams are disabled, never deleted.
+    Column("org_id", Integer, nullable=True),
+    Column("team_id", Integer, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("created_by", String(200), nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    UniqueConstraint("scope_kind", "scope", "model", "period"),
+    Index(None, "org_id", "team_id"),
+)
+
+budget_increases = Table(
+    "budget_increases",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("budget_id", String(26), ForeignKey("budgets.id"), nullable=False, index=True),
+    Column("amount_micro", BigInteger, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("created_by", String(200), nullable=False),
 )

@@ -22,6 +22,8 @@ Errors (``fairgate.tenancy.errors``)::
 from fairgate.tenancy.actor import Actor, Holding, Role
 from fairgate.tenancy.admin_tokens import AdminTokens, NewAdminToken
 from fairgate.tenancy.audit import Audit
+from fairgate.tenancy.budget_record import BudgetRecord
+from fairgate.tenancy.budgets import Budgets, budget_book
 from fairgate.tenancy.errors import Conflict
 from fairgate.tenancy.keys import MAX_GRACE, Keys, NewKey
 from fairgate.tenancy.limits import KeyLimits
@@ -40,6 +42,8 @@ __all__ = [
     "Actor",
     "AdminTokens",
     "Audit",
+    "BudgetRecord",
+    "Budgets",
     "Conflict",
     "DeclaredOrg",
     "Holding",
@@ -55,6 +59,7 @@ __all__ = [
     "Teams",
     "Tenancy",
     "Users",
+    "budget_book",
     "build_store",
     "model_names",
     "open_tenancy",

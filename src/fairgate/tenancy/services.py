@@ -8,6 +8,7 @@ from fairgate.core.clock import Clock, SystemClock
 from fairgate.store import Store
 from fairgate.tenancy.admin_tokens import AdminTokens
 from fairgate.tenancy.audit import Audit
+from fairgate.tenancy.budgets import Budgets
 from fairgate.tenancy.keys import Keys
 from fairgate.tenancy.orgs import DeclaredOrg, Orgs, SyncReport
 from fairgate.tenancy.projects import Projects
@@ -20,7 +21,7 @@ __all__ = ["Tenancy"]
 
 class Tenancy:
     """The tenancy services: ``orgs``, ``teams``, ``projects``, ``keys``, ``users``, ``roles``,
-    ``admin_tokens``, ``audit``. Every method takes the acting :class:`Actor` first
+    ``admin_tokens``, ``audit``, ``budgets``. Every method takes the acting :class:`Actor` first
     (except the start-up sync and token authentication) and enforces its scope in SQL.
 
     ``models``: every model name the gateway serves (canonical names and aliases);
@@ -44,6 +45,7 @@ class Tenancy:
         self.roles = Roles(store, clock, models=models)
         self.admin_tokens = AdminTokens(store, clock, models=models)
         self.audit = Audit(store, clock, models=models)
+        self.budgets = Budgets(store, clock, models=models)
 
     async def sync_orgs(self, declared: Sequence[DeclaredOrg]) -> SyncReport:
         """Make the store's organisations and teams match the configuration's ``orgs``."""
