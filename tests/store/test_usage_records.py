@@ -55,6 +55,18 @@ async def test_a_request_id_already_stored_is_skipped_with_its_tags(store: Store
     assert (total.requests, total.cost_micro) == (3, 9)
 
 
+async def test_untagged_duplicates_are_counted_and_skipped(store: Store) -> None:
+    # The common batch (no tags) takes a faster path on SQLite: same contract.
+    async with store.write() as conn:
+        assert await usage_records.insert_records(conn, [row("r1"), row("r2")]) == 2
+    async with store.write() as conn:
+        again = [row("r1", cost_micro=999), row("r3")]
+        assert await usage_records.insert_records(conn, again) == 1
+    async with store.read() as conn:
+        (total,) = await usage_records.spend(conn, start=T0, end=T0 + timedelta(days=1))
+    assert (total.requests, total.cost_micro) == (3, 9)
+
+
 async def test_sums_are_grouped_in_sql_and_a_record_counts_once_per_tag(store: Store) -> None:
     rows = [
         row("r1", tags=("a", "b"), cost_micro=10, estimated=True),

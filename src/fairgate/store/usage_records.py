@@ -79,16 +79,36 @@ async def insert_records(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]
         return 0
     dialect = conn.dialect.name
     records = [{k: v for k, v in row.items() if k != "tags"} for row in rows]
+    if dialect == "sqlite" and not any(row.get("tags") for row in rows):
+        return await _insert_untagged_sqlite(conn, records)
     statement = (
         _insert(dialect, usage_records)
         .on_conflict_do_nothing(index_elements=["request_id"])
         .returning(_R.request_id)
     )
     added = set((await conn.execute(statement, records)).scalars())
+    await _insert_tags(conn, dialect, rows, added)
+    return len(added)
+
+
+async def _insert_untagged_sqlite(conn: AsyncConnection, records: list[dict[str, Any]]) -> int:
+    # A plain executemany: RETURNING makes SQLAlchemy render the batch as multi-row
+    # VALUES in Python, which measured at about a third of a request's CPU on the
+    # gateway. SQLite reports how many rows the batch inserted, so the count of new
+    # records holds without it; a batch with tags needs RETURNING to skip a
+    # duplicate's tags and takes the general path.
+    statement = sqlite.insert(usage_records).on_conflict_do_nothing(index_elements=["request_id"])
+    result = await conn.execute(statement, records)
+    return max(0, result.rowcount)
+
+
+async def _insert_tags(
+    conn: AsyncConnection, dialect: str, rows: Sequence[Mapping[str, Any]], added: set[str] | None
+) -> None:
     tags = [
         {"request_id": row["request_id"], "tag": tag}
         for row in rows
-        if row["request_id"] in added
+        if added is None or row["request_id"] in added
         for tag in dict.fromkeys(row.get("tags", ()))
     ]
     if tags:
@@ -98,7 +118,6 @@ async def insert_records(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]
             ),
             tags,
         )
-    return len(added)
 
 
 def _source(group_by: Iterable[str]) -> FromClause:
