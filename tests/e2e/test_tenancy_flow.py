@@ -133,10 +133,14 @@ def test_a_key_spray_is_stopped_before_the_store_and_spares_a_cached_key(
     with GatewayProcess(config) as gateway, httpx.Client(timeout=30) as client:
         assert chat(gateway, secret).status_code == 200  # now cached
         statuses = []
-        for _ in range(300):
+        for index in range(300):
             spray = "fg-" + secrets.token_urlsafe(32)[:43]
+            # A forged X-Forwarded-For per request changes nothing: the address is the
+            # connection's, so the limiter still counts one network.
+            forged = f"203.0.113.{index % 250}, 198.51.100.{index % 250}"
             answer = client.get(
-                gateway.url + "/v1/models", headers={"authorization": f"Bearer {spray}"}
+                gateway.url + "/v1/models",
+                headers={"authorization": f"Bearer {spray}", "x-forwarded-for": forged},
             )
             statuses.append(answer.status_code)
         assert statuses[:30] == [401] * 30
