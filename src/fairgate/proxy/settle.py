@@ -66,7 +66,11 @@ class Settler:
         ):
             m.child(m.stream_aborts, ex.reason or ex.outcome).inc()
         if ex.outcome != Outcome.OK:
-            log.info(
+            # Refused credentials are counted (fairgate_denials) and logged by auth with
+            # their reason; one info line each here would let a key spray flood the log.
+            quiet = ex.outcome == Outcome.REFUSED and ex.status in (401, 429)
+            log.log(
+                logging.DEBUG if quiet else logging.INFO,
                 "request %s %s %s ended %s (%s) status=%s replica=%s attempts=%d",
                 ex.request_id,
                 ex.method,
