@@ -74,6 +74,11 @@ class RouteTableAdapter:
     def rewrites_body(self) -> bool:
         return False
 
+    @property
+    def sends_priority(self) -> bool:
+        """Whether the engine has a priority scheduler that reads ``x-vllm-priority``."""
+        return False
+
     def route(self, path: str) -> RouteKind | None:
         return self.routes.get(path)
 
@@ -93,7 +98,7 @@ class RouteTableAdapter:
             content_type=content_type,
             accept=accept,
             request_id=request_id,
-            priority=None,
+            priority=priority if self.sends_priority else None,
             host=host,
         )
 

@@ -28,7 +28,6 @@ import orjson
 
 from fairgate.engines.adapter import RouteTableAdapter
 from fairgate.engines.body import UpstreamRequestBody
-from fairgate.engines.headers import upstream_headers
 
 __all__ = ["STRIPPED_FIELDS", "VllmAdapter"]
 
@@ -61,6 +60,10 @@ class VllmAdapter(RouteTableAdapter):
     def rewrites_body(self) -> bool:
         return True
 
+    @property
+    def sends_priority(self) -> bool:
+        return True
+
     def prepare_body(self, req: UpstreamRequestBody) -> bytes:
         form = req.form()
         if form is not None:
@@ -76,22 +79,3 @@ class VllmAdapter(RouteTableAdapter):
         if req.cache_salt is not None:
             document["cache_salt"] = req.cache_salt
         return orjson.dumps(document)
-
-    def headers(
-        self,
-        *,
-        internal_key: str | None,
-        content_type: bytes | None,
-        accept: bytes | None,
-        request_id: str,
-        priority: int | None,
-        host: bytes,
-    ) -> list[tuple[bytes, bytes]]:
-        return upstream_headers(
-            internal_key=internal_key,
-            content_type=content_type,
-            accept=accept,
-            request_id=request_id,
-            priority=priority,
-            host=host,
-        )
