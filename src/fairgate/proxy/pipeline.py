@@ -73,7 +73,8 @@ class Pipeline:
         try:
             # identify: before anything else, whatever the path, so no route can be
             # reached without a key (unknown paths answer 401 too, not 404).
-            ex.principal = await self._authenticate(_header(scope, b"authorization"), ex.client)
+            authorization, length = _scan_headers(scope, ex)
+            ex.principal = await self._authenticate(authorization, ex.client)
             route = self._routes.resolve_path(scope.get("raw_path") or scope["path"].encode())
             ex.route = route.name
             if route.local is not None and scope["method"] == "GET":
@@ -83,7 +84,7 @@ class Pipeline:
                 raise NotFound(
                     f"unknown route {scope['method']} {scope['path']}", code="unknown_route"
                 )
-            await self._read(scope, receive, ex)
+            await self._read(receive, ex, length)
             entry = self._routes.model_for(ex)
             watcher = _watch_disconnect(scope, receive, ex)
             await self._forward(ex, entry, send)
@@ -122,18 +123,13 @@ class Pipeline:
                 estimate_for(ex)
             self._settler.settle(ex)
 
-    async def _read(self, scope: dict[str, Any], receive: Any, ex: Exchange) -> None:
+    async def _read(self, receive: Any, ex: Exchange, length: bytes | None) -> None:
         declared = None
-        for name, value in scope["headers"]:
-            if name == b"content-type":
-                ex.content_type = value
-            elif name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    raise BadRequest("invalid Content-Length header") from None
-            elif name == b"accept":
-                ex.accept = value
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                raise BadRequest("invalid Content-Length header") from None
         ex.body = await read_body(receive, declared, self._caps)
         ex.prompt_bytes = len(ex.body)
         # Any spelling the model check reads as JSON (``Application/JSON``,
@@ -268,11 +264,20 @@ def _unwatch(watcher: _Watcher) -> None:
         watcher(None)
 
 
-def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value  # type: ignore[no-any-return]
-    return None
+def _scan_headers(scope: dict[str, Any], ex: Exchange) -> tuple[bytes | None, bytes | None]:
+    """One pass over the request's headers: content type and accept onto the exchange;
+    returns the Authorization and Content-Length values (the rest is never forwarded)."""
+    authorization = length = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            authorization = value
+        elif name == b"content-type":
+            ex.content_type = value
+        elif name == b"content-length":
+            length = value
+        elif name == b"accept":
+            ex.accept = value
+    return authorization, length
 
 
 def _abort_connection(scope: dict[str, Any]) -> None:
