@@ -82,6 +82,7 @@ class Model(Section):
     model_class: ModelClass = Field(default="interactive", alias="class")
     fallbacks: tuple[Name, ...] = ()
     cost: Cost = Field(default_factory=Cost)
+    routing: str | dict[str, Any] = "chat"
     upstreams: Annotated[tuple[Upstream, ...], NonEmpty]
 
     @model_validator(mode="before")

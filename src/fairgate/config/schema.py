@@ -18,6 +18,7 @@ from fairgate.config.secrets import SecretRef
 from fairgate.config.settings import (
     AdminListen,
     Admission,
+    Alerts,
     Auth,
     Breaker,
     CacheIsolation,
@@ -28,8 +29,10 @@ from fairgate.config.settings import (
     Listen,
     Logging,
     ProxySettings,
+    Routing,
     State,
     Store,
+    Tags,
 )
 
 __all__ = ["Config", "FieldKind", "field_kind", "keys_of", "model_at"]
@@ -62,6 +65,9 @@ class Config(Section):
     admission: Admission = Field(default_factory=Admission)
     cache_isolation: CacheIsolation = Field(default_factory=CacheIsolation)
     auth: Auth = Field(default_factory=Auth)
+    routing: Routing = Field(default_factory=Routing)
+    tags: Tags = Field(default_factory=Tags)
+    alerts: Alerts = Field(default_factory=Alerts)
     landing: Landing = Field(default_factory=Landing)
     pools: tuple[Pool, ...] = ()
     orgs: tuple[Org, ...] = ()

@@ -28,6 +28,7 @@ from fairgate.config.secrets import SecretRef
 __all__ = [
     "AdminListen",
     "Admission",
+    "Alerts",
     "Auth",
     "Band",
     "Breaker",
@@ -39,8 +40,12 @@ __all__ = [
     "Listen",
     "Logging",
     "ProxySettings",
+    "Routing",
+    "Smtp",
     "State",
     "Store",
+    "Tags",
+    "Webhook",
 ]
 
 _KiB = 1024
@@ -159,10 +164,39 @@ class Store(Section):
 
 
 class State(Section):
-    """Where shared counters live: ``memory`` (one process) or ``redis`` (needs ``url_file``)."""
+    """Where shared counters live: ``memory`` (one process) or ``redis`` (needs ``url_file``),
+    and how the limits behave around them.
+
+    ``timeout`` bounds every Redis call; ``lease_ttl`` is how long a dead gateway's
+    in-flight slots outlive it; ``fail_open`` serves requests without limits while the
+    back end is down (default: refuse with 503); ``day_zone`` is the IANA zone whose
+    midnight ends a requests-per-day window; ``default_completion_tokens`` is the
+    completion assumed by the token estimate when a request sets no ``max_tokens``;
+    ``budget_refresh`` is how often budgets are re-read from the store.
+    """
 
     backend: Literal["memory", "redis"] = "memory"
     url_file: SecretRef | None = Field(default=None, validate_default=True)
+    prefix: Name = "fairgate:"
+    timeout: PositiveDuration = 0.5
+    lease_ttl: PositiveDuration = 30.0
+    fail_open: StrictBool = False
+    day_zone: Name = "UTC"
+    default_completion_tokens: StrictInt = Field(default=256, ge=0, le=10_000_000)
+    budget_refresh: PositiveDuration = 10.0
+
+    @field_validator("day_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone '{value}' (an IANA name such as 'Europe/Paris')"
+            ) from None
+        return value
 
     @field_validator("url_file")
     @classmethod
@@ -173,9 +207,16 @@ class State(Section):
 
 
 class Fairshare(Section):
-    """Usage decay: past usage counts half as much after each ``half_life`` (default 7 days)."""
+    """Usage decay: past usage counts half as much after each ``half_life`` (default 7 days).
+
+    ``send_priority``: the fair-share priority goes to engines that take one (vLLM's
+    ``X-Vllm-Priority``; vLLM must run with ``--scheduling-policy priority``). Set it
+    false for a vLLM on the default ``fcfs`` policy: the admission queue then orders
+    waiting requests by the same priority instead.
+    """
 
     half_life: PositiveDuration = 168 * 3600.0
+    send_priority: StrictBool = True
 
 
 class Band(Section):
@@ -229,6 +270,70 @@ class CacheIsolation(Section):
 
     scope: Literal["org", "team", "key", "none"] = "org"
     key_file: SecretRef | None = None
+
+
+class Routing(Section):
+    """Request features routing reads: ``session_header`` names the client header whose
+    value keeps a conversation on one replica (the key id when absent);
+    ``log_decisions`` writes one debug line per request with the routing rationale."""
+
+    session_header: Name = "x-session-id"
+    log_decisions: StrictBool = False
+
+    @field_validator("session_header")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()
+
+
+class Tags(Section):
+    """Request tags for budgets and reports: ``header`` is the one request header read
+    for them (comma-separated, at most ``max_per_request``); ``allowed``, when not
+    empty, lists the only tag values a request may carry (others: 400)."""
+
+    header: Name = "x-fairgate-tags"
+    max_per_request: StrictInt = Field(default=8, ge=0, le=64)
+    allowed: tuple[Name, ...] = ()
+
+    @field_validator("header")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()
+
+
+class Webhook(Section):
+    """A JSON POST per alert to ``url``, with ``Authorization: Bearer`` from ``token_file``."""
+
+    url: str
+    token_file: SecretRef | None = None
+    timeout: PositiveDuration = 5.0
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname:
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+
+class Smtp(Section):
+    """An e-mail per alert through an SMTP relay at ``host``:``port``."""
+
+    host: Name
+    port: Port = 25
+    sender: Name
+    recipients: tuple[Name, ...] = Field(min_length=1)
+    starttls: StrictBool = False
+    username: Name | None = None
+    password_file: SecretRef | None = None
+    timeout: PositiveDuration = 10.0
+
+
+class Alerts(Section):
+    """Where soft-limit alerts go (one per budget and period): a webhook, e-mail, or both."""
+
+    webhook: Webhook | None = None
+    smtp: Smtp | None = None
 
 
 class Auth(Section):
