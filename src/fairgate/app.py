@@ -15,24 +15,42 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Iterator, Sequence
+from zoneinfo import ZoneInfo
 
 from fairgate.accounting import Recorder, StoreUsageWriter, prices_by_model
+from fairgate.accounting.restore import restore_spend
 from fairgate.admin import build_admin_app
+from fairgate.admission import (
+    AdmissionController,
+    Bands,
+    CapacityTracker,
+    SaturationDetector,
+)
+from fairgate.admission.saturation import replica_key
 from fairgate.auth import Authenticator, FailureLimiter, KeyCache, ModelResolver, sha256
 from fairgate.config import Config
 from fairgate.core.clock import SystemClock
+from fairgate.core.errors import StoreUnavailable
+from fairgate.core.replica import ReplicaSnapshot
 from fairgate.engines import EngineAdapter, adapter_for
+from fairgate.fairshare import FairShare
+from fairgate.limits import BudgetBook, LeaseRefresher, Limiter, StateUnavailable
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
 from fairgate.proxy.asgi import ProxyApp
+from fairgate.proxy.gate import Gate, TagPolicy
+from fairgate.proxy.me import me_handler
 from fairgate.proxy.pipeline import Pipeline
 from fairgate.proxy.records import RecordBuilder
 from fairgate.proxy.relay import Deadlines, Relay
 from fairgate.proxy.request import Caps
 from fairgate.proxy.routes import RouteTable
+from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
 from fairgate.server.runner import Listener, bind, serve
+from fairgate.state import MemoryCounterStore, RedisCounterStore
 from fairgate.store import StoreKeyDirectory, upgrade
 from fairgate.tenancy import Tenancy, build_store, model_names
+from fairgate.tenancy.budgets import budget_book
 from fairgate.upstream import (
     Breaker,
     HealthChecker,
@@ -43,7 +61,7 @@ from fairgate.upstream import (
     UpstreamSessions,
 )
 
-__all__ = ["Gateway", "run"]
+__all__ = ["Gateway", "WorkersRefused", "run"]
 
 log = logging.getLogger("fairgate")
 
@@ -54,6 +72,8 @@ class Gateway:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.draining = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._restored = False
         limits = config.limits
         adapters: dict[str, EngineAdapter] = {
             kind: adapter_for(kind) for kind in sorted({m.engine for m in config.models})
@@ -78,11 +98,40 @@ class Gateway:
             self.pool,
             self.metrics.streams_open,
         )
-        self.routes = RouteTable(config.models, adapters)
         # Tenancy: the store is opened in start(); nothing on the request path reads it
         # except a key-cache miss.
-        clock = SystemClock()
+        clock = self.clock = SystemClock()
         self.store = build_store(config)
+        self.state = _state_store(config)
+        self.limiter = Limiter(
+            self.state,
+            fail_open=config.state.fail_open,
+            day_zone=ZoneInfo(config.state.day_zone),
+            on_unavailable=lambda outcome: self.metrics.state_unavailable.labels(outcome).inc(),
+        )
+        self.budgets = BudgetBook()
+        self.fairshare = _fairshare(config)
+        self.admission = self._admission(config, clock)
+        fair_requests = self.metrics.fairshare_requests
+        self.gate = Gate(
+            limiter=self.limiter,
+            budgets=lambda: self.budgets,
+            prices=prices_by_model(config.models),
+            pools={m.name: m.pool for m in config.models},
+            classes={m.name: m.model_class for m in config.models},
+            default_completion=config.state.default_completion_tokens,
+            clock=clock,
+            fairshare=self.fairshare,
+            fairshare_state=self.state if self.fairshare is not None else None,
+            admission=self.admission,
+            bands=_bands(config),
+            tags=TagPolicy(config.tags.max_per_request, frozenset(config.tags.allowed)),
+            send_priority=config.fairshare.send_priority,
+            on_claim=lambda pool, org, borrowing: fair_requests.labels(
+                pool, org, "borrowing" if borrowing else "within_share"
+            ).inc(),
+        )
+        self.routes = RouteTable(config.models, adapters, local={"/me": me_handler(self.gate)})
         self.tenancy = Tenancy(self.store, models=model_names(config))
         a = config.auth
         self.failures = FailureLimiter(
@@ -123,6 +172,10 @@ class Gateway:
             request_ids=_request_ids(),
             stopping=lambda: self.draining,
             authenticate=self.authenticator.authenticate,
+            gate=self.gate,
+            salt=_salter(config),
+            session_header=config.routing.session_header.encode("latin-1"),
+            tags_header=config.tags.header.encode("latin-1"),
         )
         self.proxy_app = ProxyApp(self.pipeline)
         master = config.master_key_file
@@ -187,12 +240,21 @@ class Gateway:
         revision = await upgrade(self.store)
         report = await self.tenancy.sync_orgs(self.config.orgs)
         log.info("store at schema %s; organisations %s", revision, report)
+        await self._load_budgets(restore=True)
         self.recorder.start()
         self.health.start()
         self.scraper.start()
+        self._tasks = [
+            asyncio.create_task(LeaseRefresher(self.state, self.clock).run()),
+            asyncio.create_task(self._refresh_budgets()),
+            *(asyncio.create_task(c.run()) for c in self.admission.values()),
+        ]
 
     async def stop(self) -> None:
         """Stop background tasks and close upstream connections."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.health.stop()
         await self.scraper.stop()
         await self.sessions.close()
@@ -200,7 +262,133 @@ class Gateway:
         # Every record queued so far reaches the store before it closes (SIGTERM loses none).
         if not await self.recorder.drain(timeout=30.0):
             log.error("accounting: some usage records could not be written at shutdown")
+        await self.state.aclose()
         await self.store.close()
+
+    async def _load_budgets(self, *, restore: bool) -> None:
+        """Read every budget from the store; raise the counters of the ones not seen
+        before to their recorded spend (all of them at start-up)."""
+        book = await budget_book(self.tenancy)
+        if restore:
+            known = {b.counter_prefix for b in self.budgets.all()} if self._restored else set()
+            fresh = [b for b in book.all() if b.counter_prefix not in known]
+            raised = await restore_spend(self.store, self.limiter, fresh, self.clock.wall())
+            if raised:
+                log.info("budgets: spend restored from the store for %d budget(s)", raised)
+            self._restored = True
+        self.budgets = book
+
+    async def _refresh_budgets(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.state.budget_refresh)
+            try:
+                await self._load_budgets(restore=True)
+            except (StoreUnavailable, StateUnavailable) as exc:
+                log.warning("budgets: refresh failed, keeping the previous ones: %s", exc)
+
+    def _admission(self, config: Config, clock: SystemClock) -> dict[str, AdmissionController]:
+        """One admission controller per pool (a model without a pool is its own), when
+        bands are configured; none otherwise."""
+        bands = _bands(config)
+        if bands is None:
+            return {}
+        a = config.admission
+        members: dict[str, list[str]] = {}
+        for m in config.models:
+            members.setdefault(m.pool or m.name, []).append(m.name)
+        controllers = {}
+        for pool, models in members.items():
+            replicas = [r for name in models for r in self.registry.replicas(name)]
+            declared = config.pool(pool)
+            weight = sum(r.weight for r in replicas) or 1
+            starts = {
+                replica_key(r.snapshot()): (
+                    a.replica_capacity
+                    if a.replica_capacity is not None
+                    else max(1.0, declared.capacity * r.weight / weight)
+                    if declared is not None
+                    else 1.0
+                )
+                for r in replicas
+            }
+            detector = SaturationDetector(
+                _snapshots(replicas),
+                CapacityTracker(a.replica_capacity or 1, initial_by_replica=starts),
+                clock,
+                kv_limit=a.kv_limit,
+            )
+            takes_priority = config.fairshare.send_priority and all(
+                self.registry.replicas(name)[0].adapter.sends_priority for name in models
+            )
+            controllers[pool] = AdmissionController(
+                pool,
+                bands,
+                queue_size=a.queue_size,
+                queue_ttl=a.queue_ttl,
+                clock=clock,
+                saturation_fn=detector,
+                observer=self.metrics.admission,
+                # engines without a priority scheduler get the fair-share order here
+                order_by_priority=not takes_priority,
+            )
+        return controllers
+
+
+def _snapshots(replicas: list[Replica]) -> Callable[[], list[ReplicaSnapshot]]:
+    return lambda: [r.snapshot() for r in replicas]
+
+
+class WorkersRefused(Exception):
+    """``--workers N`` (N > 1) with a state back end the workers cannot share."""
+
+
+def _state_store(config: Config) -> MemoryCounterStore | RedisCounterStore:
+    st = config.state
+    if st.backend == "redis":
+        assert st.url_file is not None
+        return RedisCounterStore(
+            st.url_file.read().strip(),
+            prefix=st.prefix,
+            timeout=st.timeout,
+            lease_ttl=st.lease_ttl,
+        )
+    return MemoryCounterStore()
+
+
+def _fairshare(config: Config) -> FairShare | None:
+    """The fair-share policy over the declared pools; None without pools."""
+    if not config.pools:
+        return None
+    shares = {o.name: o.share for o in config.orgs}
+    return FairShare(
+        {p.name: p.capacity for p in config.pools},
+        {p.name: shares for p in config.pools},
+        config.fairshare.half_life,
+    )
+
+
+def _bands(config: Config) -> Bands | None:
+    a = config.admission
+    if not a.bands:
+        return None
+    return Bands(
+        [(b.name, b.ceiling) for b in a.bands],
+        default=a.default_band,
+        teams={team: b.name for b in a.bands for team in b.teams},
+    )
+
+
+def _salter(config: Config) -> CacheSalter:
+    iso = config.cache_isolation
+    if iso.scope == "none":
+        return CacheSalter("none", b"")
+    if iso.key_file is not None:
+        return CacheSalter(iso.scope, iso.key_file.read().encode())
+    log.warning(
+        "cache_isolation.key_file is not set: this process salts with a random key, so "
+        "gateway processes do not share cached prefixes of the same tenant"
+    )
+    return CacheSalter(iso.scope, os.urandom(32))
 
 
 def _request_ids() -> Callable[[], str]:
@@ -220,6 +408,12 @@ def run(config: Config, *, workers: int = 1) -> int:
     ``fairgate listening on http://HOST:PORT admin http://HOST:PORT``.
     Returns the process exit status.
     """
+    if workers > 1 and config.state.backend == "memory":
+        raise WorkersRefused(
+            f"--workers {workers} needs state.backend: redis. With the memory back end each "
+            "worker would keep its own rate-limit, budget and fair-share counters, so every "
+            "limit would be multiplied by the number of workers."
+        )
     client = bind(config.listen.host, config.listen.port)
     admin = bind(config.admin_listen.host, config.admin_listen.port)
     announce = f"fairgate listening on {_url(client)} admin {_url(admin)}"

@@ -13,6 +13,7 @@ restriction; ``AUTH`` is the header that presents it.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,18 @@ async def _provision(path: Path) -> None:
                 .where(tables.keys.c.id == created.key.id)
                 .values(secret_sha256=sha256(TEST_KEY), prefix=TEST_KEY[:11])
             )
+
+
+@pytest.fixture
+def redis_state(tmp_path: Path, redis_url: str) -> dict[str, Any]:
+    """A ``state`` section on the test Redis, under a prefix of this test's own."""
+    url_file = tmp_path / "redis-url"
+    url_file.write_text(redis_url)
+    return {
+        "backend": "redis",
+        "url_file": str(url_file),
+        "prefix": f"fg-test:{os.urandom(6).hex()}:",
+    }
 
 
 @pytest.fixture

@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tests.e2e.conftest import AUTH, StartGateway, StartSim, model
+from tests.e2e.conftest import AUTH, StartGateway, StartSim, model, write_config
 from tests.e2e.robust_wire import (
     PATIENT_HEALTH,
     chat_body,
@@ -57,19 +59,41 @@ def refuses_connections(gateway: GatewayProcess) -> bool:
     return False
 
 
-def start(start_sim: StartSim, start_gateway: StartGateway, speed: str) -> GatewayProcess:
+def start(
+    start_sim: StartSim, start_gateway: StartGateway, speed: str, state: dict[str, Any]
+) -> GatewayProcess:
     sim = start_sim("--model", "m", "--speed", speed, "--ttft", "0")
     gateway = start_gateway(
-        [model("m", sim)], "--workers", "2", proxy={"shutdown_grace": "20s"}, health=PATIENT_HEALTH
+        [model("m", sim)],
+        "--workers",
+        "2",
+        proxy={"shutdown_grace": "20s"},
+        health=PATIENT_HEALTH,
+        state=state,
     )
     until(lambda: len(children(gateway.pid or 0)) == 2, 10, "two workers running")
     return gateway
 
 
+def test_workers_are_refused_with_the_memory_state_back_end(tmp_path: Path) -> None:
+    upstreams = [{"name": "r0", "url": "http://127.0.0.1:9"}]
+    config = write_config(tmp_path, [model("m", upstreams=upstreams)])
+    done = subprocess.run(
+        [sys.executable, "-m", "fairgate", "serve", "--config", str(config), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--workers 2 needs state.backend: redis" in done.stderr
+    assert "multiplied by the number of workers" in done.stderr
+
+
 def test_two_workers_share_the_port_and_sigterm_stops_them_all(
-    start_sim: StartSim, start_gateway: StartGateway
+    start_sim: StartSim, start_gateway: StartGateway, redis_state: dict[str, Any]
 ) -> None:
-    gateway = start(start_sim, start_gateway, "0")
+    gateway = start(start_sim, start_gateway, "0", redis_state)
     workers = children(gateway.pid or 0)
     seen: set[str] = set()
     deadline = time.monotonic() + 60
@@ -86,9 +110,9 @@ def test_two_workers_share_the_port_and_sigterm_stops_them_all(
 
 
 def test_a_signal_to_every_process_drains_streams_and_refuses_new_connections(
-    start_sim: StartSim, start_gateway: StartGateway
+    start_sim: StartSim, start_gateway: StartGateway, redis_state: dict[str, Any]
 ) -> None:
-    gateway = start(start_sim, start_gateway, "10")
+    gateway = start(start_sim, start_gateway, "10", redis_state)
     sock = connect(gateway.host, gateway.port)
     post(sock, "/v1/chat/completions", chat_body(stream=True, max_tokens=60))  # about 6 s
     assert read_until(sock, lambda got: b"data: {" in got, timeout=30).startswith(b"HTTP/1.1 200")

@@ -23,14 +23,20 @@ def serve(
         "--workers",
         min=1,
         max=64,
-        help="Processes sharing the listening sockets. Each worker keeps its own in-memory "
-        "state (replica health, in-flight counts, metrics), so N>1 is for stateless "
-        "pass-through only; see docs/operations.md.",
+        help="Processes sharing the listening sockets. N>1 needs state.backend: redis "
+        "(limits, budgets and fair share are shared there; it is refused with memory). "
+        "Replica health, in-flight counts and metrics stay per worker; see "
+        "docs/operations.md.",
     ),
 ) -> None:
-    from fairgate.app import run
+    from fairgate.app import WorkersRefused, run
     from fairgate.observability.logging import configure_logging
 
     cfg = load_or_exit(config)
     configure_logging(cfg.logging.level, json=cfg.logging.json)
-    raise typer.Exit(run(cfg, workers=workers))
+    try:
+        status = run(cfg, workers=workers)
+    except WorkersRefused as refused:
+        typer.echo(f"fairgate serve: {refused}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(status)

@@ -38,6 +38,9 @@ class EngineAdapter(Protocol):
     def rewrites_body(self) -> bool: ...
 
     @property
+    def sends_priority(self) -> bool: ...
+
+    @property
     def metric_names(self) -> MetricNames: ...
 
     @property

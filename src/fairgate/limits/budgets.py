@@ -95,5 +95,13 @@ class BudgetBook:
                     found.append(budget)
         return tuple(found)
 
+    def for_subject(self, subject: Subject) -> tuple[Budget, ...]:
+        """Every budget of ``subject``'s scopes, whatever its model, widest scope first."""
+        return tuple(b for scope in subject.scopes() for b in self._by_scope.get(scope, ()))
+
+    def all(self) -> tuple[Budget, ...]:
+        """Every budget of the book."""
+        return tuple(b for budgets in self._by_scope.values() for b in budgets)
+
     def __len__(self) -> int:
         return sum(len(b) for b in self._by_scope.values())

@@ -39,12 +39,14 @@ class Admission:
     ``lease`` is None when nothing was charged: no limit applied, or the state back
     end was unavailable and the limiter fails open (then ``degraded`` is True).
     ``soft_crossed`` lists the budgets whose soft limit this request's reservation
-    crossed (an alert is due, once per budget and period, by whoever sends them).
+    crossed (an alert is due, once per budget and period, by whoever sends them),
+    and ``soft_spent`` what each of them holds now, reservation included.
     """
 
     lease: Lease | None
     tpm_key: str | None = None
     budget_keys: tuple[str, ...] = ()
     soft_crossed: tuple[Budget, ...] = ()
+    soft_spent: tuple[Money, ...] = ()
     degraded: bool = False
     settled: bool = False

@@ -167,13 +167,16 @@ class Limiter:
 
 def _admission(plan: Plan, lease: Lease, totals: tuple[int, ...], demand: Demand) -> Admission:
     crossed = []
+    spent = []
     for budget, index in plan.budgets:
         after = totals[index] if index < len(totals) else 0
         if budget.soft is not None and after - demand.cost.micro < budget.soft.micro <= after:
             crossed.append(budget)
+            spent.append(Money(after))
     return Admission(
         lease=lease,
         tpm_key=plan.tpm_key,
         budget_keys=tuple(plan.charges[i].key for _, i in plan.budgets),
         soft_crossed=tuple(crossed),
+        soft_spent=tuple(spent),
     )

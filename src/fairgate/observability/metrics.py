@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["GatewayMetrics", "ReplicaGauge"]
+__all__ = ["AdmissionMetrics", "GatewayMetrics", "ReplicaGauge"]
 
 # Latency buckets for end-to-end and first-token times (seconds).
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -56,6 +56,49 @@ class _ReplicaCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
+
+
+class AdmissionMetrics:
+    """The admission controllers' observer (``fairgate.admission.AdmissionObserver``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._depth = Gauge(
+            "fairgate_admission_queue_depth",
+            "Requests waiting for admission, by pool and band",
+            ["pool", "band"],
+            registry=registry,
+        )
+        self._wait = Histogram(
+            "fairgate_admission_wait_seconds",
+            "Time admitted requests waited in the admission queue",
+            ["pool", "band"],
+            buckets=(0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=registry,
+        )
+        self._rejected = Counter(
+            "fairgate_admission_rejections",
+            "Requests admission refused, by pool, band and reason (queue_full, queue_timeout)",
+            ["pool", "band", "reason"],
+            registry=registry,
+        )
+        self._saturation = Gauge(
+            "fairgate_pool_saturation",
+            "Pool saturation as admission last read it (1.0 = every batch slot taken)",
+            ["pool"],
+            registry=registry,
+        )
+
+    def queue_depth(self, pool: str, band: str, depth: int) -> None:
+        self._depth.labels(pool, band).set(depth)
+
+    def admitted(self, pool: str, band: str, waited: float) -> None:
+        self._wait.labels(pool, band).observe(waited)
+
+    def rejected(self, pool: str, band: str, reason: Any) -> None:
+        self._rejected.labels(pool, band, str(reason)).inc()
+
+    def saturation(self, pool: str, value: float) -> None:
+        self._saturation.labels(pool).set(value)
 
 
 class GatewayMetrics:
@@ -144,6 +187,26 @@ class GatewayMetrics:
             "Streams currently relayed to clients",
             registry=r,
         )
+        self.accounting_queue = Gauge(
+            "fairgate_accounting_queue",
+            "Usage records waiting to be written to the store",
+            registry=r,
+        )
+        self.state_unavailable = Counter(
+            "fairgate_limits_state_unavailable",
+            "Requests met while the limits state back end was unreachable, by what happened: "
+            "refused (503), served_without_limits (fail_open), settle_lost (a correction lost)",
+            ["outcome"],
+            registry=r,
+        )
+        self.fairshare_requests = Counter(
+            "fairgate_fairshare_requests",
+            "Requests given a fair-share priority, by pool, organisation and kind "
+            "(within_share, borrowing)",
+            ["pool", "org", "kind"],
+            registry=r,
+        )
+        self.admission = AdmissionMetrics(r)
         if replicas is not None:
             r.register(_ReplicaCollector(replicas))
         self._children: dict[tuple[Any, ...], Any] = {}

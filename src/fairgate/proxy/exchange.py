@@ -42,6 +42,10 @@ class Exchange:
     body: bytes = b""
     content_type: bytes | None = None
     accept: bytes | None = None
+    session: bytes | None = None  # the session header's value, for routing affinity
+    tags: tuple[str, ...] | None = None  # the key's tags and the request's (None: the key's)
+    priority: int | None = None  # the fair-share priority sent to the engine
+    cache_salt: str | None = None  # the tenant's prefix-cache salt (vLLM), set by the gateway
     replica: str = ""
     attempts: int = 0
     status: int = 0

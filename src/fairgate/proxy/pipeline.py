@@ -1,4 +1,4 @@
-"""The hot path: read → (identify, limit, admit: later stages) → route → relay → settle.
+"""The hot path: identify → read → limit, fair share, admit (the gate) → route → relay → settle.
 
 Each stage is a call on an object built once by the Gateway; nothing here reads
 the configuration file, the store or the environment. Retries and fallbacks
@@ -22,6 +22,7 @@ from fairgate.core.errors import (
 from fairgate.core.principal import Principal
 from fairgate.engines import is_json
 from fairgate.proxy.exchange import Exchange, Outcome
+from fairgate.proxy.gate import Gate, Ticket
 from fairgate.proxy.relay import AttemptFailed, Relay, SlowReader, estimate_for
 from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, read_body
 from fairgate.proxy.routes import ModelEntry, RouteTable
@@ -49,6 +50,10 @@ class Pipeline:
         request_ids: Callable[[], str],
         authenticate: Callable[[bytes | None, str], Awaitable[Principal]],
         stopping: Callable[[], bool] = lambda: False,
+        gate: Gate | None = None,
+        salt: Callable[[Principal], str | None] = lambda _p: None,
+        session_header: bytes = b"x-session-id",
+        tags_header: bytes = b"x-fairgate-tags",
     ) -> None:
         self._routes = routes
         self._caps = caps
@@ -59,6 +64,10 @@ class Pipeline:
         self._ids = request_ids
         self._stopping = stopping  # true once the server drains: a cancellation is its own
         self._authenticate = authenticate
+        self._gate = gate
+        self._salt = salt
+        self._session_header = session_header
+        self._tags_header = tags_header
 
     async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         client = scope.get("client")
@@ -70,10 +79,11 @@ class Pipeline:
             client=client[0] if client else "",
         )
         watcher: _Watcher | None = None
+        ticket: Ticket | None = None
         try:
             # identify: before anything else, whatever the path, so no route can be
             # reached without a key (unknown paths answer 401 too, not 404).
-            authorization, length = _scan_headers(scope, ex)
+            authorization, length, tags = self._scan_headers(scope, ex)
             ex.principal = await self._authenticate(authorization, ex.client)
             route = self._routes.resolve_path(scope.get("raw_path") or scope["path"].encode())
             ex.route = route.name
@@ -87,7 +97,10 @@ class Pipeline:
             await self._read(receive, ex, length)
             entry = self._routes.model_for(ex)
             watcher = _watch_disconnect(scope, receive, ex)
-            await self._forward(ex, entry, send)
+            if self._gate is not None:
+                ticket = await self._gate.enter(ex, tags)
+            ex.cache_salt = self._salt(ex.principal)
+            await self._forward(ex, entry, send, ticket)
         except GatewayError as error:
             ex.status = error.status
             ex.reason = ex.reason or (error.code or type(error).__name__)
@@ -121,7 +134,32 @@ class Pipeline:
             ex.finished = time.monotonic()
             if ex.replica:
                 estimate_for(ex)
+            if ticket is not None and self._gate is not None:
+                await self._gate.leave(ticket, ex)
             self._settler.settle(ex)
+
+    def _scan_headers(
+        self, scope: dict[str, Any], ex: Exchange
+    ) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """One pass over the request's headers: content type, accept and the session onto
+        the exchange; returns the Authorization, Content-Length and tags values (the rest
+        is never forwarded)."""
+        authorization = length = tags = None
+        session, tags_name = self._session_header, self._tags_header
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+            elif name == b"content-type":
+                ex.content_type = value
+            elif name == b"content-length":
+                length = value
+            elif name == b"accept":
+                ex.accept = value
+            elif name == session:
+                ex.session = value
+            elif name == tags_name:
+                tags = value
+        return authorization, length, tags
 
     async def _read(self, receive: Any, ex: Exchange, length: bytes | None) -> None:
         declared = None
@@ -143,7 +181,9 @@ class Pipeline:
                 isinstance(options, dict) and options.get("include_usage") is True
             )
 
-    async def _forward(self, ex: Exchange, entry: ModelEntry, send: Any) -> None:
+    async def _forward(
+        self, ex: Exchange, entry: ModelEntry, send: Any, ticket: Ticket | None = None
+    ) -> None:
         budget = 1 + self._retries
         last: AttemptFailed | None = None
         for position, candidate in enumerate(entry.chain):
@@ -158,7 +198,7 @@ class Pipeline:
                 if ex.attempts > 1:
                     self._settler.retried(ex.requested_model)
                 try:
-                    await self._attempt(ex, candidate, replica, send)
+                    await self._attempt(ex, candidate, replica, send, ticket)
                 except AttemptFailed as failed:
                     self._settler.attempt_failed(replica.name, failed.reason)
                     if failed.reason in ("total_timeout", "response_too_large"):
@@ -197,12 +237,16 @@ class Pipeline:
         ex.first_byte_at = time.monotonic()
         await send({"type": "http.response.body", "body": body})
 
-    async def _attempt(self, ex: Exchange, candidate: Any, replica: Any, send: Any) -> None:
+    async def _attempt(
+        self, ex: Exchange, candidate: Any, replica: Any, send: Any, ticket: Ticket | None
+    ) -> None:
         adapter = replica.adapter
         body = candidate.body_for(ex)
         headers = candidate.headers_for(ex, replica)
         target = replica.prefix + candidate.upstream_target(ex.route)
         with self._registry.lease(replica):
+            if ticket is not None:
+                ticket.dispatched()
             try:
                 opened = await self._relay.open(ex, replica, target, headers, body)
             except (asyncio.CancelledError, ClientGone):
@@ -262,22 +306,6 @@ def _unwatch(watcher: _Watcher) -> None:
         watcher.cancel()
     else:
         watcher(None)
-
-
-def _scan_headers(scope: dict[str, Any], ex: Exchange) -> tuple[bytes | None, bytes | None]:
-    """One pass over the request's headers: content type and accept onto the exchange;
-    returns the Authorization and Content-Length values (the rest is never forwarded)."""
-    authorization = length = None
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            authorization = value
-        elif name == b"content-type":
-            ex.content_type = value
-        elif name == b"content-length":
-            length = value
-        elif name == b"accept":
-            ex.accept = value
-    return authorization, length
 
 
 def _abort_connection(scope: dict[str, Any]) -> None:

@@ -53,7 +53,7 @@ class RecordBuilder:
                 org=principal.org,
                 team=principal.team,
                 project=principal.project,
-                tags=principal.tags,
+                tags=principal.tags if ex.tags is None else ex.tags,
                 model=ex.model,
                 pool=self._pools.get(ex.model),
                 replica=ex.replica,

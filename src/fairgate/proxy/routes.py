@@ -30,7 +30,7 @@ from fairgate.engines import (
 )
 from fairgate.proxy.exchange import Exchange
 
-__all__ = ["Candidate", "ModelEntry", "Route", "RouteTable"]
+__all__ = ["Candidate", "LocalHandler", "ModelEntry", "Route", "RouteTable", "send_json"]
 
 LocalHandler = Callable[[dict[str, Any], Exchange, Any], Awaitable[None]]
 _MODEL_PREFIX = b"/v1/models/"
@@ -80,7 +80,7 @@ class Candidate:
                     client_model=ex.client_model or None,
                     stream=ex.stream,
                     include_usage=ex.stream and self._usage_in_stream(ex.route),
-                    cache_salt=None,
+                    cache_salt=ex.cache_salt,
                     content_type=ex.content_type,
                 )
             )
@@ -96,7 +96,7 @@ class Candidate:
             content_type=ex.content_type,
             accept=ex.accept,
             request_id=ex.request_id,
-            priority=None,
+            priority=ex.priority,
             host=replica.host_header,
         )
 
@@ -109,7 +109,13 @@ class ModelEntry:
 class RouteTable:
     """Paths and model names resolved against the configuration, built once at start-up."""
 
-    def __init__(self, models: Sequence[Any], adapters: dict[str, EngineAdapter]) -> None:
+    def __init__(
+        self,
+        models: Sequence[Any],
+        adapters: dict[str, EngineAdapter],
+        local: dict[str, LocalHandler] | None = None,
+    ) -> None:
+        self._local = dict(local or {})  # gateway pages by exact path (GET /me)
         candidates = {
             m.name: Candidate(m.name, m.upstream_model, adapters[m.engine]) for m in models
         }
@@ -138,6 +144,9 @@ class RouteTable:
             raise NotFound("unknown route", code="unknown_route")
         if path == "/v1/models":
             return Route(path, self._list_models)
+        handler = self._local.get(path)
+        if handler is not None:
+            return Route(path, handler)
         if path.startswith("/v1/models/"):
             # The route's name is a metric label: never the client's model id.
             return Route(_MODEL_ROUTE, self._get_model)
@@ -172,7 +181,7 @@ class RouteTable:
         return ModelEntry(tuple(chain)) if len(chain) != len(entry.chain) else entry
 
     async def _list_models(self, scope: dict[str, Any], ex: Exchange, send: Any) -> None:
-        await _send_json(send, 200, self._listing(ex.principal), ex)
+        await send_json(send, 200, self._listing(ex.principal), ex)
 
     def _listing(self, principal: Principal | None) -> bytes:
         """The model list a principal may see (aliases included), rendered once per allowlist."""
@@ -214,14 +223,14 @@ class RouteTable:
                 "root": canonical,
             }
         )
-        await _send_json(send, 200, body, ex)
+        await send_json(send, 200, body, ex)
 
 
 def _printable(name: str) -> str:
     return name[:200].encode("ascii", "backslashreplace").decode()
 
 
-async def _send_json(send: Any, status: int, body: bytes, ex: Exchange) -> None:
+async def send_json(send: Any, status: int, body: bytes, ex: Exchange) -> None:
     ex.status = status
     await send(
         {

@@ -1,0 +1,62 @@
+"""Spend recorded in the store, put back into the budget counters at start-up.
+
+The budget counters live in the state back end; with the memory back end they
+die with the process. Before serving, the gateway raises every budget's counter
+for the current period to what the store's usage records say was spent in it,
+so that a restart never hands out a fresh allowance. ``seed`` never lowers a
+counter, so doing this on several gateways sharing one Redis, or twice, is
+harmless. Records still in a dead process's queue (kill -9) are lost to this
+as to the reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from fairgate.core.money import Money
+from fairgate.limits import Budget, Calendar, Limiter
+from fairgate.store import Store, usage_records
+
+__all__ = ["restore_spend", "spent_in_period"]
+
+log = logging.getLogger(__name__)
+
+
+def _filters(budget: Budget) -> dict[str, str]:
+    if budget.scope_kind == "project":
+        team, _, project = budget.scope.partition("/")
+        wanted = {"team": team, "project": project}
+    else:
+        wanted = {budget.scope_kind: budget.scope}
+    if budget.model is not None:
+        wanted["model"] = budget.model
+    return wanted
+
+
+async def spent_in_period(store: Store, budget: Budget, now: float) -> Money:
+    """What the records say ``budget``'s scope spent in its period holding ``now``."""
+    span = Calendar(UTC).span(budget.period, now)
+    async with store.read() as conn:
+        (row,) = await usage_records.spend(
+            conn,
+            start=datetime.fromtimestamp(span.start, UTC),
+            end=datetime.fromtimestamp(span.end, UTC),
+            filters=_filters(budget),
+        )
+    return Money(row.cost_micro)
+
+
+async def restore_spend(
+    store: Store, limiter: Limiter, budgets: Iterable[Budget], now: float
+) -> int:
+    """Seed each budget's current counter with its recorded spend; returns how many were
+    raised above zero. Raises ``StoreUnavailable`` or ``StateUnavailable``."""
+    raised = 0
+    for budget in budgets:
+        spent = await spent_in_period(store, budget, now)
+        if spent.micro > 0:
+            await limiter.restore(budget, spent, now)
+            raised += 1
+    return raised

@@ -1,0 +1,418 @@
+"""The stages between identification and routing: limits and budgets, fair share, admission.
+
+    ticket = await gate.enter(ex)          # RateLimited 429, ServiceUnavailable 503, 504
+    try:
+        ...                                # route, forward, relay; ticket.dispatched()
+    finally:
+        await gate.leave(ticket, ex)       # whatever happened, also on disconnect
+
+``enter`` runs, in this order, each only when configured for the request:
+
+1. limits and budgets: one atomic check-and-charge of the key's rate limits and
+   of every budget the request falls under, at the estimated tokens and cost
+   (``fairgate.limits``); a refusal names the limit or the budget;
+2. fair share: one atomic claim of a within-share slot of the organisation in
+   the model's pool, then the priority (``fairgate.fairshare``), which goes to
+   the engine (vLLM's ``X-Vllm-Priority``) or orders the admission queue;
+3. admission: a lease from the pool's admission controller, waiting in the
+   key's band while the pool is saturated (``fairgate.admission``).
+
+``leave`` gives everything back and corrects the charges with the real usage:
+the admission lease, the fair-share slot (and the request's cost is charged to
+the organisation's decayed usage), the in-flight slot, tokens and cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from fairgate.accounting import Prices
+from fairgate.admission import AdmissionController, Bands
+from fairgate.admission.lease import Lease
+from fairgate.core.clock import Clock
+from fairgate.core.errors import BadRequest
+from fairgate.core.money import Money
+from fairgate.core.principal import Principal
+from fairgate.fairshare import MAX_RANK, FairShare, PriorityClass
+from fairgate.fairshare.priority import decide
+from fairgate.limits import Budget, BudgetBook, Demand, Limiter, Limits, StateUnavailable, Subject
+from fairgate.limits.demand import Admission
+from fairgate.limits.estimate import BYTES_PER_TOKEN, estimate_tokens
+from fairgate.limits.fairshare_state import Claim, FairShareState
+from fairgate.proxy.exchange import Exchange
+
+__all__ = ["Gate", "TagPolicy", "Ticket"]
+
+log = logging.getLogger("fairgate.proxy")
+
+USAGE_TTL = 1.0
+"""Seconds a pool's decayed usage is reused between reads (a ranking a second old is as
+good as a fresh one at a half-life of days, and it saves a round trip per request)."""
+
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}")
+
+Alert = Callable[[Budget, float, Money], None]
+"""Called once per budget whose soft limit a reservation crossed: (budget, now, spent)."""
+
+
+class _Tokens(NamedTuple):
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TagPolicy:
+    """Tags a request may add through its one tag header: at most ``limit``; when
+    ``allowed`` is not empty, only those values."""
+
+    limit: int = 8
+    allowed: frozenset[str] = frozenset()
+
+    def parse(self, raw: bytes) -> tuple[str, ...]:
+        """The header's comma-separated tags, de-duplicated in order; ``BadRequest``
+        (400) for too many, a malformed or a tag not allowed."""
+        try:
+            text = raw.decode("ascii")
+        except UnicodeDecodeError:
+            raise BadRequest("tags must be ASCII", code="invalid_tag") from None
+        tags = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+        if len(tags) > self.limit:
+            raise BadRequest(
+                f"a request may carry at most {self.limit} tags, this one has {len(tags)}",
+                code="too_many_tags",
+            )
+        for tag in tags:
+            if not _TAG.fullmatch(tag):
+                raise BadRequest(
+                    "a tag is 1 to 64 of the characters A-Z a-z 0-9 . _ : / - "
+                    "and starts with a letter or digit",
+                    code="invalid_tag",
+                )
+            if self.allowed and tag not in self.allowed:
+                raise BadRequest(f"tag '{tag}' is not allowed", code="tag_not_allowed")
+        return tags
+
+
+@dataclass(slots=True)
+class Ticket:
+    """What one request holds between ``Gate.enter`` and ``Gate.leave``."""
+
+    limits: Admission | None = None
+    pool: str | None = None
+    claim: Claim | None = None
+    lease: Lease | None = None
+    priority: int | None = None
+    borrowing: bool = False
+
+    def dispatched(self) -> None:
+        """The request is now counted in a replica's in-flight: no longer pending."""
+        if self.lease is not None:
+            self.lease.dispatched()
+
+
+class _PoolUsage:
+    """A pool's decayed usage per organisation, re-read at most every ``USAGE_TTL``."""
+
+    __slots__ = ("at", "reading", "value")
+
+    def __init__(self) -> None:
+        self.value: dict[str, float] = {}
+        self.at = -USAGE_TTL
+        self.reading: asyncio.Future[dict[str, float]] | None = None
+
+
+class Gate:
+    """Limits, fair share and admission for every request, built once by the Gateway.
+
+    ``pools`` maps each canonical model to its pool (None: no pool); fair share
+    applies to models whose pool ``fairshare`` knows, admission to models whose
+    pool (or, without one, the model's own name) has a controller in
+    ``admission``. ``classes`` maps a model to ``interactive``/``batch``.
+    ``budgets()`` returns the current book (refreshed by its owner).
+    """
+
+    def __init__(
+        self,
+        *,
+        limiter: Limiter,
+        budgets: Callable[[], BudgetBook],
+        prices: Mapping[str, Prices],
+        pools: Mapping[str, str | None],
+        classes: Mapping[str, str],
+        default_completion: int,
+        clock: Clock,
+        fairshare: FairShare | None = None,
+        fairshare_state: FairShareState | None = None,
+        admission: Mapping[str, AdmissionController] | None = None,
+        bands: Bands | None = None,
+        tags: TagPolicy | None = None,
+        on_soft_limit: Alert | None = None,
+        send_priority: bool = True,
+        on_claim: Callable[[str, str, bool], None] | None = None,
+    ) -> None:
+        self._limiter = limiter
+        self._budgets = budgets
+        self._prices = prices
+        self._pools = pools
+        self._classes = classes
+        self._default_completion = default_completion
+        self._clock = clock
+        self._fairshare = fairshare if fairshare_state is not None else None
+        self._state = fairshare_state
+        self._fair_pools = frozenset(fairshare.pools) if fairshare is not None else frozenset()
+        self._admission = dict(admission or {})
+        self._bands = bands
+        self._tags = tags or TagPolicy()
+        self._on_soft_limit = on_soft_limit
+        self._send_priority = send_priority
+        self._on_claim = on_claim  # (pool, org, borrowing), for a metric
+        self._usage: dict[str, _PoolUsage] = {}
+        self.in_flight: dict[tuple[str, str], list[int]] = {}  # (pool, org) → [within, borrowing]
+        self._state_down = False
+
+    async def enter(self, ex: Exchange, tag_header: bytes | None = None) -> Ticket:
+        """Admit ``ex`` (identified, body read, model resolved) or raise its refusal."""
+        principal = ex.principal
+        assert principal is not None
+        ticket = Ticket()
+        if tag_header is not None:
+            ex.tags = tuple(dict.fromkeys((*principal.tags, *self._tags.parse(tag_header))))
+        model = ex.requested_model
+        now = self._clock.wall()
+        limits = Limits(principal.rpm, principal.tpm, principal.rpd, principal.max_in_flight)
+        book = self._budgets()
+        budgets = (
+            book.applicable(_subject(principal, ex.tags or principal.tags), model)
+            if len(book)
+            else ()
+        )
+        if budgets or limits.rpm or limits.tpm or limits.rpd or limits.max_in_flight:
+            tokens = estimate_tokens(ex.prompt_bytes, _max_tokens(ex.parsed), self._default)
+            subject = _subject(principal, ex.tags or principal.tags)
+            demand = Demand(subject, limits, model, tokens, self._estimate_cost(ex, model), budgets)
+            ticket.limits = await self._limiter.admit(demand, now)
+            for budget, spent in zip(
+                ticket.limits.soft_crossed, ticket.limits.soft_spent, strict=True
+            ):
+                if self._on_soft_limit is not None:
+                    self._on_soft_limit(budget, now, spent)
+        try:
+            pool = self._pools.get(model)
+            if pool is not None and pool in self._fair_pools:
+                await self._claim(ticket, pool, principal.org, model, now)
+            controller = self._admission.get(pool or model)
+            if controller is not None and self._bands is not None:
+                band = self._bands.for_team(principal.team).name
+                ticket.lease = await controller.admit(
+                    band=band,
+                    tenant=principal.key_id,
+                    priority=ticket.priority if ticket.priority is not None else 0,
+                )
+        except BaseException:
+            await self.leave(ticket, ex)
+            raise
+        if self._send_priority:
+            ex.priority = ticket.priority
+        return ticket
+
+    @property
+    def _default(self) -> int:
+        return self._default_completion
+
+    async def leave(self, ticket: Ticket, ex: Exchange) -> None:
+        """Give back what ``ticket`` holds and charge the real usage. Never raises but
+        ``CancelledError``; safe to call twice."""
+        if ticket.lease is not None:
+            ticket.lease.release()
+        served = bool(ex.replica)
+        cost: Money | None = None
+        tokens: int | None = None
+        if served and ex.usage is not None:
+            prices = self._prices.get(ex.model)
+            cost = prices.cost_of(ex.usage) if prices is not None else Money(0)
+            tokens = ex.usage.prompt_tokens + ex.usage.completion_tokens
+        elif not served:
+            cost, tokens = Money(0), 0  # nothing reached an engine: give the estimate back
+        if ticket.pool is not None:
+            pool, org = ticket.pool, ex.principal.org if ex.principal else ""
+            counts = self.in_flight.get((pool, org))
+            if counts is not None:
+                counts[1 if ticket.borrowing else 0] -= 1
+            claim, ticket.claim, ticket.pool = ticket.claim, None, None
+            await self._settle_fairshare(pool, org, claim, cost)
+        if ticket.limits is not None:
+            await self._limiter.settle(ticket.limits, tokens=tokens, cost=cost, now=self._now())
+
+    def _now(self) -> float:
+        return self._clock.wall()
+
+    async def _claim(self, ticket: Ticket, pool: str, org: str, model: str, now: float) -> None:
+        assert self._fairshare is not None and self._state is not None
+        policy = self._fairshare
+        reservation = policy.reservations(pool).get(org, 0)
+        claim: Claim | None = None
+        try:
+            claim = await self._state.claim(pool, org, reservation, now)
+            usage = await self._pool_usage(pool, now)
+            self._note_state(None)
+        except StateUnavailable as exc:
+            # Without the shared count no reservation can be proven: borrow, at the
+            # lowest rank (the safe answer), and serve the request.
+            self._note_state(exc)
+            usage = {}
+        cls = (
+            PriorityClass.BATCH
+            if self._classes.get(model) == "batch"
+            else PriorityClass.INTERACTIVE
+        )
+        if claim is None:
+            # the lowest borrowing rank: never ahead of a borrower the state could rank
+            priority = decide(org, reservation, reservation, MAX_RANK, cls).priority
+        else:
+            priority = policy.decide(pool, org, cls, claim.in_flight, usage).priority
+        ticket.pool, ticket.claim = pool, claim
+        ticket.priority = priority
+        ticket.borrowing = claim is None or not claim.within_share
+        counts = self.in_flight.setdefault((pool, org), [0, 0])
+        counts[1 if ticket.borrowing else 0] += 1
+        if self._on_claim is not None:
+            self._on_claim(pool, org, ticket.borrowing)
+
+    async def _pool_usage(self, pool: str, now: float) -> dict[str, float]:
+        assert self._state is not None and self._fairshare is not None
+        entry = self._usage.get(pool)
+        if entry is None:
+            entry = self._usage[pool] = _PoolUsage()
+        if now - entry.at < USAGE_TTL:
+            return entry.value
+        if entry.reading is not None:
+            if entry.at >= 0:
+                return entry.value  # someone is reading; the last value will do
+            return await asyncio.shield(entry.reading)
+        entry.reading = asyncio.ensure_future(
+            self._state.usage(pool, now, self._fairshare.half_life)
+        )
+        try:
+            entry.value = await asyncio.shield(entry.reading)
+            entry.at = now
+        finally:
+            entry.reading = None
+        return entry.value
+
+    async def _settle_fairshare(
+        self, pool: str, org: str, claim: Claim | None, cost: Money | None
+    ) -> None:
+        assert self._state is not None and self._fairshare is not None
+        try:
+            if claim is not None:
+                await self._state.release(claim)
+            if cost is not None and cost.micro > 0:
+                await self._state.charge(
+                    pool, org, cost.micro / 1_000_000, self._now(), self._fairshare.half_life
+                )
+        except StateUnavailable as exc:
+            # The slot expires by itself (lease TTL); the usage charge is lost.
+            self._note_state(exc)
+
+    def _note_state(self, exc: StateUnavailable | None) -> None:
+        if exc is not None and not self._state_down:
+            self._state_down = True
+            log.error("fair-share state unavailable, requests borrow meanwhile: %s", exc)
+        elif exc is None and self._state_down:
+            self._state_down = False
+            log.warning("fair-share state available again")
+
+    def _estimate_cost(self, ex: Exchange, model: str) -> Money:
+        prices = self._prices.get(model)
+        if prices is None:
+            return Money(0)
+        prompt = -(-ex.prompt_bytes // BYTES_PER_TOKEN)
+        completion = _max_tokens(ex.parsed)
+        if completion is None or completion < 0:
+            completion = self._default_completion
+        return prices.cost_of(_Tokens(prompt, completion))
+
+    async def standing(self, principal: Principal) -> dict[str, Any]:
+        """What ``GET /me`` shows: the key, its limits with their use now, and every budget
+        it falls under (for all its models) with the spend of the current period.
+        ``ServiceUnavailable`` when the state back end is down."""
+        subject = _subject(principal, principal.tags)
+        limits = Limits(principal.rpm, principal.tpm, principal.rpd, principal.max_in_flight)
+        book = self._budgets()
+        budgets = book.for_subject(subject) if len(book) else ()
+        usage = await self._limiter.usage(subject, limits, budgets, self._clock.wall())
+        used = {
+            "rpm": usage.requests_last_minute,
+            "tpm": usage.tokens_last_minute,
+            "rpd": usage.requests_today,
+            "max_in_flight": usage.in_flight,
+        }
+        return {
+            "object": "key",
+            "key_id": principal.key_id,
+            "org": principal.org,
+            "team": principal.team,
+            "project": principal.project,
+            "tags": list(principal.tags),
+            "models": None if principal.models is None else sorted(principal.models),
+            "limits": {
+                name: None
+                if getattr(limits, name) is None
+                else {"limit": getattr(limits, name), "used": used[name]}
+                for name in ("rpm", "tpm", "rpd", "max_in_flight")
+            },
+            "budgets": [
+                {
+                    "scope_kind": b.budget.scope_kind,
+                    "scope": b.budget.scope,
+                    "model": b.budget.model,
+                    "period": b.budget.period,
+                    "period_start": _iso(b.period.start),
+                    "period_end": _iso(b.period.end),
+                    "max": str(b.limit),
+                    "soft": None if b.budget.soft is None else str(b.budget.soft),
+                    "spent": str(b.spent),
+                    "remaining": str(b.remaining),
+                    "max_micro": b.limit.micro,
+                    "spent_micro": b.spent.micro,
+                }
+                for b in usage.budgets
+            ],
+        }
+
+    def fairshare_counts(self) -> Mapping[tuple[str, str], tuple[int, int]]:
+        """This process's (within share, borrowing) requests in flight per (pool, org)."""
+        return {key: (c[0], c[1]) for key, c in self.in_flight.items()}
+
+
+def _subject(principal: Principal, tags: tuple[str, ...]) -> Subject:
+    # budgets name a project as team/project: project names are unique per team only
+    project = principal.project
+    return Subject(
+        principal.key_id,
+        principal.org,
+        principal.team,
+        None if project is None else f"{principal.team}/{project}",
+        tags,
+    )
+
+
+def _iso(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _max_tokens(parsed: dict[str, Any] | None) -> int | None:
+    if not parsed:
+        return None
+    for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = parsed.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
