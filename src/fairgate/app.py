@@ -17,7 +17,16 @@ import socket
 from collections.abc import Callable, Iterator, Sequence
 from zoneinfo import ZoneInfo
 
-from fairgate.accounting import Recorder, StoreUsageWriter, prices_by_model
+from prometheus_client import Counter
+
+from fairgate.accounting import (
+    Alerter,
+    Recorder,
+    SmtpTarget,
+    StoreUsageWriter,
+    WebhookTarget,
+    prices_by_model,
+)
 from fairgate.accounting.restore import restore_spend
 from fairgate.admin import build_admin_app
 from fairgate.admission import (
@@ -31,10 +40,18 @@ from fairgate.auth import Authenticator, FailureLimiter, KeyCache, ModelResolver
 from fairgate.config import Config
 from fairgate.core.clock import SystemClock
 from fairgate.core.errors import StoreUnavailable
+from fairgate.core.money import Money
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.engines import EngineAdapter, adapter_for
 from fairgate.fairshare import FairShare
-from fairgate.limits import BudgetBook, LeaseRefresher, Limiter, StateUnavailable
+from fairgate.limits import (
+    Budget,
+    BudgetBook,
+    Calendar,
+    LeaseRefresher,
+    Limiter,
+    StateUnavailable,
+)
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
 from fairgate.proxy.asgi import ProxyApp
 from fairgate.proxy.gate import Gate, TagPolicy
@@ -48,7 +65,7 @@ from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
 from fairgate.server.runner import Listener, bind, serve
 from fairgate.state import MemoryCounterStore, RedisCounterStore
-from fairgate.store import StoreKeyDirectory, upgrade
+from fairgate.store import Store, StoreKeyDirectory, upgrade
 from fairgate.tenancy import Tenancy, build_store, model_names
 from fairgate.tenancy.budgets import budget_book
 from fairgate.upstream import (
@@ -74,6 +91,7 @@ class Gateway:
         self.draining = False
         self._tasks: list[asyncio.Task[None]] = []
         self._restored = False
+        self._calendar = Calendar()  # budgets run in UTC periods
         limits = config.limits
         adapters: dict[str, EngineAdapter] = {
             kind: adapter_for(kind) for kind in sorted({m.engine for m in config.models})
@@ -113,6 +131,7 @@ class Gateway:
         self.fairshare = _fairshare(config)
         self.admission = self._admission(config, clock)
         fair_requests = self.metrics.fairshare_requests
+        self.alerter = _alerter(config, self.store, clock, self.metrics.alerts)
         self.gate = Gate(
             limiter=self.limiter,
             budgets=lambda: self.budgets,
@@ -127,6 +146,7 @@ class Gateway:
             bands=_bands(config),
             tags=TagPolicy(config.tags.max_per_request, frozenset(config.tags.allowed)),
             send_priority=config.fairshare.send_priority,
+            on_soft_limit=self._soft_limit if self.alerter.enabled else None,
             on_claim=lambda pool, org, borrowing: fair_requests.labels(
                 pool, org, "borrowing" if borrowing else "within_share"
             ).inc(),
@@ -242,6 +262,7 @@ class Gateway:
         log.info("store at schema %s; organisations %s", revision, report)
         await self._load_budgets(restore=True)
         self.recorder.start()
+        self.alerter.start()
         self.health.start()
         self.scraper.start()
         self._tasks = [
@@ -262,8 +283,15 @@ class Gateway:
         # Every record queued so far reaches the store before it closes (SIGTERM loses none).
         if not await self.recorder.drain(timeout=30.0):
             log.error("accounting: some usage records could not be written at shutdown")
+        await self.alerter.stop(timeout=10.0)
         await self.state.aclose()
         await self.store.close()
+
+    def _soft_limit(self, budget: Budget, now: float, spent: Money) -> None:
+        span = self._calendar.span(budget.period, now)
+        self.alerter.soft_limit_crossed(
+            budget, span.label, span.end, spent, budget.effective_max(now)
+        )
 
     async def _load_budgets(self, *, restore: bool) -> None:
         """Read every budget from the store; raise the counters of the ones not seen
@@ -340,6 +368,43 @@ def _snapshots(replicas: list[Replica]) -> Callable[[], list[ReplicaSnapshot]]:
 
 class WorkersRefused(Exception):
     """``--workers N`` (N > 1) with a state back end the workers cannot share."""
+
+
+def _alerter(config: Config, store: Store, clock: SystemClock, counter: Counter) -> Alerter:
+    """Soft-limit alerts to the configured webhook and/or SMTP relay (secrets read once)."""
+    hook, mail = config.alerts.webhook, config.alerts.smtp
+    webhook = (
+        None
+        if hook is None
+        else WebhookTarget(
+            hook.url,
+            token=hook.token_file.read().strip() if hook.token_file else None,
+            timeout=hook.timeout,
+        )
+    )
+    smtp = (
+        None
+        if mail is None
+        else SmtpTarget(
+            mail.host,
+            sender=mail.sender,
+            recipients=tuple(mail.recipients),
+            port=mail.port,
+            starttls=mail.starttls,
+            username=mail.username,
+            password=mail.password_file.read().strip() if mail.password_file else None,
+            timeout=mail.timeout,
+        )
+    )
+    return Alerter(
+        store,
+        webhook=webhook,
+        smtp=smtp,
+        clock=clock,
+        on_sent=lambda channel: counter.labels(channel, "sent").inc(),
+        on_failed=lambda channel: counter.labels(channel, "failed").inc(),
+        on_dropped=lambda reason: counter.labels("any", reason).inc(),
+    )
 
 
 def _state_store(config: Config) -> MemoryCounterStore | RedisCounterStore:

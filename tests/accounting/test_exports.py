@@ -7,6 +7,7 @@ import fairgate.accounting
 
 def test_accounting_exports() -> None:
     assert sorted(fairgate.accounting.__all__) == [
+        "Alerter",
         "DEFAULT_GROUP_BY",
         "FORMATS",
         "GROUPS",
@@ -15,12 +16,15 @@ def test_accounting_exports() -> None:
         "Prices",
         "Recorder",
         "RecorderStats",
+        "SmtpTarget",
+        "SoftLimitAlert",
         "SpendReport",
         "SpendRow",
         "StoreUsageWriter",
         "TokenCounts",
         "UsageRecord",
         "UsageWriter",
+        "WebhookTarget",
         "check_format",
         "gpu_hours",
         "key_spend",

@@ -8,6 +8,8 @@
     await recorder.drain(timeout=10.0)                   # at shutdown
     report = await spend(store, actor, "2025-10-01", "2025-11-01", ("org", "team"))
     text = render(report, "parsable2")
+    alerter = Alerter(store, webhook=WebhookTarget(url, token=…), smtp=None, clock=clock)
+    alerter.soft_limit_crossed(budget, label, period_end, spent, cap)   # once per period
 
 Every request is recorded whatever its outcome: one that used a GPU and then
 failed still used it. ``record()`` never blocks and never raises; a full queue
@@ -22,6 +24,7 @@ Errors::
                                         recorder never raises it, it counts it
 """
 
+from fairgate.accounting.alerts import Alerter, SmtpTarget, SoftLimitAlert, WebhookTarget
 from fairgate.accounting.cost import ModelCost, Prices, TokenCounts, prices_by_model
 from fairgate.accounting.formats import (
     FORMATS,
@@ -52,16 +55,20 @@ __all__ = [
     "FORMATS",
     "GROUPS",
     "MEDIA_TYPES",
+    "Alerter",
     "ModelCost",
     "Prices",
     "Recorder",
     "RecorderStats",
+    "SmtpTarget",
+    "SoftLimitAlert",
     "SpendReport",
     "SpendRow",
     "StoreUsageWriter",
     "TokenCounts",
     "UsageRecord",
     "UsageWriter",
+    "WebhookTarget",
     "check_format",
     "gpu_hours",
     "key_spend",

@@ -206,6 +206,13 @@ class GatewayMetrics:
             ["pool", "org", "kind"],
             registry=r,
         )
+        self.alerts = Counter(
+            "fairgate_budget_alerts",
+            "Soft-limit alerts by channel (webhook, smtp; any) and result (sent, failed, "
+            "queue_full, store_unavailable, stopped)",
+            ["channel", "result"],
+            registry=r,
+        )
         self.admission = AdmissionMetrics(r)
         if replicas is not None:
             r.register(_ReplicaCollector(replicas))

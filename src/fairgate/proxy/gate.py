@@ -106,6 +106,7 @@ class Ticket:
 
     limits: Admission | None = None
     pool: str | None = None
+    org: str = ""
     claim: Claim | None = None
     lease: Lease | None = None
     priority: int | None = None
@@ -241,7 +242,7 @@ class Gate:
         elif not served:
             cost, tokens = Money(0), 0  # nothing reached an engine: give the estimate back
         if ticket.pool is not None:
-            pool, org = ticket.pool, ex.principal.org if ex.principal else ""
+            pool, org = ticket.pool, ticket.org
             counts = self.in_flight.get((pool, org))
             if counts is not None:
                 counts[1 if ticket.borrowing else 0] -= 1
@@ -277,7 +278,7 @@ class Gate:
             priority = decide(org, reservation, reservation, MAX_RANK, cls).priority
         else:
             priority = policy.decide(pool, org, cls, claim.in_flight, usage).priority
-        ticket.pool, ticket.claim = pool, claim
+        ticket.pool, ticket.org, ticket.claim = pool, org, claim
         ticket.priority = priority
         ticket.borrowing = claim is None or not claim.within_share
         counts = self.in_flight.setdefault((pool, org), [0, 0])

@@ -7,6 +7,7 @@
     audit_events (append only; org_id/team_id say who may read an event)
     usage_records ─< usage_record_tags (append only; one row per request, names copied)
     budgets ─< budget_increases (one budget per scope, model and period)
+    alert_marks (one row per budget counter and period whose soft-limit alert is claimed)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
@@ -33,6 +34,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Text,
     UniqueConstraint,
 )
 
@@ -41,6 +43,7 @@ from fairgate.store.timestamp import UtcDateTime
 __all__ = [
     "NAME_LENGTH",
     "admin_tokens",
+    "alert_marks",
     "audit_events",
     "budget_increases",
     "budgets",
@@ -248,4 +251,17 @@ budget_increases = Table(
     Column("expires_at", UtcDateTime, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("created_by", String(200), nullable=False),
+)
+
+alert_marks = Table(
+    "alert_marks",
+    metadata,
+    # The SHA-256 of the budget's counter key (fairgate.limits.Budget.counter_key, the
+    # period label included): unique however long the scope and model names are.
+    Column("key_sha256", LargeBinary(32), primary_key=True),
+    Column("counter_key", Text, nullable=False),
+    Column("period_end", UtcDateTime, nullable=False, index=True),  # for pruning old marks
+    Column("claimed_at", UtcDateTime, nullable=False),
+    Column("sent_at", UtcDateTime, nullable=True),  # None: being sent (or its sender died)
+    Column("channels", JSON(none_as_null=True), nullable=True),  # {"webhook": "sent", …}
 )

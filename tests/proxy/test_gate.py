@@ -1,0 +1,170 @@
+"""The gate in one process: limits, budgets and fair share on a real memory or Redis back end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from fairgate.accounting import Prices
+from fairgate.core.clock import SystemClock
+from fairgate.core.errors import BadRequest, RateLimited, ServiceUnavailable
+from fairgate.core.money import Money
+from fairgate.core.principal import Principal
+from fairgate.fairshare import FairShare
+from fairgate.limits import Budget, BudgetBook, Limiter
+from fairgate.proxy.exchange import Exchange
+from fairgate.proxy.gate import Gate, TagPolicy
+from fairgate.proxy.usage import Usage
+from fairgate.state import MemoryCounterStore, RedisCounterStore
+
+PRICES = {"m": Prices(Money.from_units(1).micro, Money.from_units(2).micro, 0)}
+
+
+def exchange(principal: Principal, *, body: int = 400, max_tokens: int | None = 100) -> Exchange:
+    ex = Exchange(request_id="r", method="POST", path="/v1/chat/completions", started=0.0)
+    ex.principal = principal
+    ex.requested_model = ex.model = "m"
+    ex.prompt_bytes = body
+    ex.parsed = {} if max_tokens is None else {"max_tokens": max_tokens}
+    return ex
+
+
+def served(ex: Exchange, prompt: int, completion: int) -> Exchange:
+    ex.replica = "r0"
+    ex.usage = Usage(prompt, completion)
+    return ex
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    if request.param == "memory":
+        yield MemoryCounterStore()
+        return
+    url = request.getfixturevalue("redis_url")
+    redis = RedisCounterStore(url, prefix=f"fg-test:gate:{id(request)}:")
+    yield redis
+    await redis.aclose()
+
+
+def gate(store: Any, *, budgets: tuple[Budget, ...] = (), pools: bool = False) -> Gate:
+    fairshare = FairShare({"p": 4}, {"p": {"a": 0.5, "b": 0.5}}) if pools else None
+    book = BudgetBook(budgets)
+    return Gate(
+        limiter=Limiter(store),
+        budgets=lambda: book,
+        prices=PRICES,
+        pools={"m": "p" if pools else None},
+        classes={"m": "interactive"},
+        default_completion=256,
+        clock=SystemClock(),
+        fairshare=fairshare,
+        fairshare_state=store if pools else None,
+    )
+
+
+A = Principal("ka", "a", "ta")
+B = Principal("kb", "b", "tb")
+
+
+async def test_within_share_requests_get_priority_0_then_the_org_borrows(store: Any) -> None:
+    g = gate(store, pools=True)
+    tickets = [await g.enter(exchange(A)) for _ in range(3)]
+    assert [t.priority for t in tickets] == [0, 0, 10]  # reservation of a: 2 of 4
+    assert g.fairshare_counts()[("p", "a")] == (2, 1)
+    # b has its own reservation whatever a holds
+    other = await g.enter(exchange(B))
+    assert other.priority == 0
+    # a request that ends frees its within-share slot for the next one
+    await g.leave(tickets[0], served(exchange(A), 10, 10))
+    again = await g.enter(exchange(A))
+    assert again.priority == 0
+    for t in (tickets[1], tickets[2], other, again):
+        await g.leave(t, exchange(A))
+    assert g.fairshare_counts()[("p", "a")] == (0, 0)
+
+
+async def test_usage_is_charged_when_a_request_ends_and_ranks_the_borrower(store: Any) -> None:
+    g = gate(store, pools=True)
+    ticket = await g.enter(exchange(A))
+    await g.leave(ticket, served(exchange(A), 1_000_000, 0))  # 1 GPU-hour at 1/Mtok
+    usage = await store.usage("p", SystemClock().wall(), 3600.0)
+    assert usage["a"] == pytest.approx(1.0, rel=1e-3)
+    # with its reservation full, a borrows behind b, which has used nothing
+    held = [await g.enter(exchange(A)) for _ in range(2)]
+    held_b = [await g.enter(exchange(B)) for _ in range(2)]
+    await asyncio.sleep(1.1)  # past the usage cache
+    borrower_a = await g.enter(exchange(A))
+    borrower_b = await g.enter(exchange(B))
+    assert borrower_b.priority is not None and borrower_a.priority is not None
+    assert borrower_b.priority < borrower_a.priority
+    for t in [*held, *held_b, borrower_a, borrower_b]:
+        await g.leave(t, exchange(A))
+
+
+async def test_in_flight_limit_is_given_back_when_the_request_leaves(store: Any) -> None:
+    g = gate(store)
+    limited = Principal("k1", "a", "ta", max_in_flight=1)
+    first = await g.enter(exchange(limited))
+    with pytest.raises(RateLimited, match="1 in flight"):
+        await g.enter(exchange(limited))
+    await g.leave(first, exchange(limited))  # never reached an engine
+    second = await g.enter(exchange(limited))
+    await g.leave(second, exchange(limited))
+
+
+async def test_a_budget_is_reserved_at_the_estimate_and_corrected_by_the_real_cost(
+    store: Any,
+) -> None:
+    # estimate: 100 prompt tokens (400 bytes) at 1/Mtok + 100 completion at 2/Mtok = 300 µ;
+    # a budget admits while something is left (overspend bounded by one estimate)
+    budget = Budget("team", "ta", None, "day", max=Money(300))
+    g = gate(store, budgets=(budget,))
+    principal = Principal("k1", "a", "ta")
+    first = await g.enter(exchange(principal))
+    with pytest.raises(RateLimited, match="team 'ta'") as refused:
+        await g.enter(exchange(principal))  # 300 reserved: nothing left
+    assert refused.value.headers() == []  # waiting does not help: no Retry-After
+    await g.leave(first, served(exchange(principal), 50, 25))  # really 100 µ
+    second = await g.enter(exchange(principal))  # 100 spent: room left
+    await g.leave(second, served(exchange(principal), 50, 25))
+    standing = await g.standing(principal)
+    (shown,) = standing["budgets"]
+    assert shown["spent_micro"] == 200 and shown["max_micro"] == 300
+
+
+async def test_request_tags_reach_tag_budgets() -> None:
+    budget = Budget("tag", "nightly", None, "day", max=Money(0))
+    g = gate(MemoryCounterStore(), budgets=(budget,))
+    principal = Principal("k1", "a", "ta")
+    ticket = await g.enter(exchange(principal))  # no tag: the tag budget does not apply
+    await g.leave(ticket, exchange(principal))
+    with pytest.raises(RateLimited, match="tag 'nightly'"):
+        await g.enter(exchange(principal), b"nightly")
+
+
+async def test_the_state_back_end_down_fails_closed_and_borrows_for_fair_share() -> None:
+    down = RedisCounterStore("redis://127.0.0.1:1", timeout=0.2)
+    try:
+        limited = Principal("k1", "a", "ta", rpm=10)
+        with pytest.raises(ServiceUnavailable, match="unavailable"):
+            await gate(down).enter(exchange(limited))
+        # fair share alone: served, at the lowest borrowing priority (101 for batch,
+        # 100 for interactive), never within a reservation it cannot prove
+        ticket = await gate(down, pools=True).enter(exchange(A))
+        assert ticket.priority == 100
+    finally:
+        await down.aclose()
+
+
+def test_tag_policy() -> None:
+    policy = TagPolicy(limit=2, allowed=frozenset({"x", "y", "z"}))
+    assert policy.parse(b" x , y,x ") == ("x", "y")
+    with pytest.raises(BadRequest, match="at most 2 tags"):
+        policy.parse(b"x,y,z")
+    with pytest.raises(BadRequest, match="'w' is not allowed"):
+        policy.parse(b"w")
+    with pytest.raises(BadRequest, match="a tag is 1 to 64"):
+        TagPolicy().parse(b"bad tag")
