@@ -81,6 +81,18 @@ async def _provision(path: Path) -> None:
             )
 
 
+def add_key(config: Path, team: str, **options: Any) -> str:
+    """A new key in ``team`` of the store ``config`` names; returns its secret.
+    ``options`` go to ``Keys.create`` (``project``, ``tags``, ``limits``, …)."""
+
+    async def create() -> str:
+        async with open_tenancy(load_config(config)) as tenancy:
+            created = await tenancy.keys.create(Actor.operator("tests"), team=team, **options)
+            return created.secret
+
+    return asyncio.run(create())
+
+
 @pytest.fixture
 def redis_state(tmp_path: Path, redis_url: str) -> dict[str, Any]:
     """A ``state`` section on the test Redis, under a prefix of this test's own."""

@@ -30,6 +30,7 @@ class GatewayProcess(ServerProcess):
         startup_timeout: float = 30.0,
         stop_timeout: float = 30.0,
     ) -> None:
+        self.config = Path(config)
         argv: Sequence[str] = [sys.executable, "-m", "fairgate", "serve", "-c", str(config), *args]
         super().__init__(
             argv,
