@@ -29,6 +29,7 @@ from fairgate.accounting import (
 )
 from fairgate.accounting.restore import restore_spend
 from fairgate.admin import build_admin_app
+from fairgate.admin.fairshare import FairShareMonitor
 from fairgate.admission import (
     AdmissionController,
     Bands,
@@ -52,6 +53,7 @@ from fairgate.limits import (
     Limiter,
     StateUnavailable,
 )
+from fairgate.observability.fairshare_metrics import FairShareMetrics
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
 from fairgate.proxy.asgi import ProxyApp
 from fairgate.proxy.gate import Gate, TagPolicy
@@ -152,6 +154,16 @@ class Gateway:
             ).inc(),
         )
         self.routes = RouteTable(config.models, adapters, local={"/me": me_handler(self.gate)})
+        self.fairshare_monitor = (
+            FairShareMonitor(self.fairshare, self.state, clock, self.gate.fairshare_counts)
+            if self.fairshare is not None
+            else None
+        )
+        self.fairshare_metrics = (
+            FairShareMetrics(self.fairshare_monitor, self.metrics.registry)
+            if self.fairshare_monitor is not None
+            else None
+        )
         self.tenancy = Tenancy(self.store, models=model_names(config))
         a = config.auth
         self.failures = FailureLimiter(
@@ -206,6 +218,7 @@ class Gateway:
             registry=self.metrics.registry,
             models_ready=self.registry.ready,
             draining=lambda: self.draining,
+            fairshare=self.fairshare_monitor,
         )
         self.health = HealthChecker(
             self.registry,
@@ -270,6 +283,9 @@ class Gateway:
             asyncio.create_task(self._refresh_budgets()),
             *(asyncio.create_task(c.run()) for c in self.admission.values()),
         ]
+        if self.fairshare_metrics is not None:
+            interval = self.config.health.interval
+            self._tasks.append(asyncio.create_task(self.fairshare_metrics.run(interval)))
 
     async def stop(self) -> None:
         """Stop background tasks and close upstream connections."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import httpx
 from tests.e2e.conftest import AUTH, StartGateway, StartSim, model
 
+MASTER = "fg-master-" + "x" * 32
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -19,12 +21,15 @@ def priorities(sim_requests: list[dict[str, object]]) -> list[str | None]:
 
 
 def test_within_share_then_borrowing_priority_reaches_the_engine(
-    start_sim: StartSim, start_gateway: StartGateway
+    start_sim: StartSim, start_gateway: StartGateway, tmp_path: Path
 ) -> None:
+    master = tmp_path / "master-key"
+    master.write_text(MASTER)
     sim = start_sim("--model", "m", "--speed", "20", "--ttft", "0")
     gw = start_gateway(
-        [model("m", sim, pool="p")],
+        [model("m", sim, pool="p", cost={"input_per_mtok": 1.0, "output_per_mtok": 2.0})],
         pools=[{"name": "p", "capacity": 1}],  # the org's reservation: one request
+        master_key_file=str(master),
     )
     # one long request holds the reservation while a second one is sent
     started = threading.Event()
@@ -58,6 +63,16 @@ def test_within_share_then_borrowing_priority_reaches_the_engine(
     assert 'fairgate_fairshare_requests_total{kind="borrowing",org="test-org",pool="p"} 1.0' in (
         metrics
     )
+    # the organisation's standing: its reservation, nothing in flight now, usage charged
+    report = httpx.get(
+        gw.admin_url + "/admin/fairshare",
+        headers={"authorization": f"Bearer {MASTER}"},
+        timeout=10,
+    ).json()
+    (pool,) = report["pools"]
+    org = next(o for o in pool["orgs"] if o["org"] == "test-org")
+    assert org["reservation"] == 1 and org["within_share_in_flight"] == 0
+    assert org["usage"] > 0
 
 
 def test_send_priority_false_keeps_the_header_away(

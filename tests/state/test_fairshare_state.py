@@ -124,6 +124,41 @@ async def test_a_slot_released_by_a_cancelled_releaser_is_still_freed(
     assert freed is not None and freed.within_share
 
 
+async def test_in_flight_counts_the_within_share_slots_held_per_organisation(
+    state: FairShareState,
+) -> None:
+    assert await state.in_flight("p", T0) == {}
+    a = [await state.claim("p", "a", 2, T0) for _ in range(3)]  # two within share, one borrows
+    b = await state.claim("p", "b", 3, T0)
+    await state.claim("p", "guest", 0, T0)  # a reservation of 0 holds nothing
+    await state.claim("q", "a", 1, T0)
+    assert await state.in_flight("p", T0) == {"a": 2, "b": 1}
+    assert await state.in_flight("q", T0) == {"a": 1}
+    await state.release(a[2])  # the borrower: nothing changes
+    await state.release(a[0])
+    assert await state.in_flight("p", T0) == {"a": 1, "b": 1}
+    await state.release(a[1])
+    await state.release(b)
+    assert await state.in_flight("p", T0) == {}  # organisations holding none are left out
+    assert await state.in_flight("q", T0) == {"a": 1}
+
+
+async def test_in_flight_agrees_with_concurrent_claims(state: FairShareState) -> None:
+    claims = await asyncio.gather(*(state.claim("b300", "etabA", 7, T0) for _ in range(50)))
+    assert await state.in_flight("b300", T0) == {"etabA": 7}
+    await asyncio.gather(*(state.release(c) for c in claims[:25]))
+    held = sum(c.within_share for c in claims[25:])
+    assert await state.in_flight("b300", T0) == ({"etabA": held} if held else {})
+
+
+async def test_in_flight_keeps_awkward_names_apart(state: FairShareState) -> None:
+    names = [("x:y", "z"), ("x", "y:z"), ("x", "50%:off"), ("x", "50%3Aoff"), ("x", "é 漢")]
+    for pool, org in names:
+        assert (await state.claim(pool, org, 2, T0)).within_share
+    assert await state.in_flight("x", T0) == {"y:z": 1, "50%:off": 1, "50%3Aoff": 1, "é 漢": 1}
+    assert await state.in_flight("x:y", T0) == {"z": 1}
+
+
 async def test_a_pool_without_usage_reads_empty(state: FairShareState) -> None:
     assert await state.usage("p", T0, WEEK) == {}
 

@@ -62,6 +62,15 @@ async def test_two_gateways_share_one_reservation(stores: StoreFactory) -> None:
     assert (await other.claim("b300", "etabA", 6, T0)).within_share
 
 
+async def test_every_gateway_reads_the_slots_of_all(stores: StoreFactory) -> None:
+    east, west = stores(), stores()
+    for gateway, org in [(east, "etabA"), (west, "etabA"), (west, "etabB")]:
+        assert (await gateway.claim("b300", org, 4, T0)).within_share
+    expected = {"etabA": 2, "etabB": 1}
+    assert await east.in_flight("b300", T0) == expected
+    assert await west.in_flight("b300", T0) == expected
+
+
 async def test_two_gateways_rank_on_one_usage(stores: StoreFactory) -> None:
     east, west = stores(), stores()
     await east.charge("b300", "etabA", 3.0, T0, WEEK)
@@ -76,7 +85,9 @@ async def test_a_dead_gateways_claims_expire_after_the_lease_ttl(stores: StoreFa
     dead, live = stores(lease_ttl=30.0), stores(lease_ttl=30.0)
     assert (await dead.claim("p", "org", 1, T0)).within_share
     await dead.aclose()  # gone without releasing
+    assert await live.in_flight("p", T0 + 29) == {"org": 1}
     assert not (await live.claim("p", "org", 1, T0 + 29)).within_share
+    assert await live.in_flight("p", T0 + 31) == {}  # expired: no longer counted
     assert (await live.claim("p", "org", 1, T0 + 31)).within_share
 
 
@@ -85,6 +96,7 @@ async def test_a_live_gateway_keeps_its_claims_by_refreshing(stores: StoreFactor
     held = await holder.claim("p", "org", 1, T0)
     assert held.within_share
     await holder.refresh(T0 + 20)  # what the LeaseRefresher does every lease_ttl / 3
+    assert await other.in_flight("p", T0 + 45) == {"org": 1}
     assert not (await other.claim("p", "org", 1, T0 + 45)).within_share
     await holder.release(held)
     await holder.refresh(T0 + 47)  # a released claim is not brought back
@@ -154,9 +166,32 @@ async def test_every_key_expires(stores: StoreFactory, redis_url: str) -> None:
         }
     finally:
         await client.aclose()
-    assert set(ttls) == {"fairshare:inflight:b300:etabA", "fairshare:usage:b300"}
+    assert set(ttls) == {
+        "fairshare:inflight:b300:etabA",
+        "fairshare:orgs:b300",
+        "fairshare:usage:b300",
+    }
     assert 0 < ttls["fairshare:inflight:b300:etabA"] <= 60_000
+    assert 0 < ttls["fairshare:orgs:b300"] <= 60_000
     assert 20 * 3600_000 - 60_000 < ttls["fairshare:usage:b300"] <= 20 * 3600_000
+
+
+async def test_a_refresh_keeps_the_pool_readable_as_long_as_the_slots(
+    stores: StoreFactory, redis_url: str
+) -> None:
+    holder, other = stores(lease_ttl=30.0), stores(lease_ttl=30.0)
+    assert (await holder.claim("p", "org", 1, T0)).within_share
+    client = Redis.from_url(redis_url)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{holder.prefix}*")]
+        assert len(keys) == 2  # the slots and the pool's index of organisations
+        for key in keys:  # as if the claim were long ago: only refreshes keep them now
+            await client.pexpire(key, 1000)
+        await holder.refresh(T0 + 20)
+        assert [await client.pttl(key) > 30_000 for key in keys] == [True, True]
+    finally:
+        await client.aclose()
+    assert await other.in_flight("p", T0 + 45) == {"org": 1}
 
 
 def free_port() -> int:
@@ -180,6 +215,8 @@ async def test_redis_down_fails_fast_and_opens_the_breaker() -> None:
                 await store.claim("p", "org", 2, T0)
             with pytest.raises(StateUnavailable, match="breaker open"):
                 await store.usage("p", T0, WEEK)
+            with pytest.raises(StateUnavailable, match="breaker open"):
+                await store.in_flight("p", T0)
             with pytest.raises(StateUnavailable, match="breaker open"):
                 await store.charge("p", "org", 1.0, T0, WEEK)
         assert time.monotonic() - started < 5  # no network at all while open

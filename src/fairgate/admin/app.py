@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from fairgate.admin.authn import AdminAuthenticator, FailureLimiter
 from fairgate.admin.body_limit import BodyLimit
 from fairgate.admin.errors import install_error_handlers
+from fairgate.admin.fairshare import FairShareMonitor, fairshare_router
 from fairgate.admin.health import health_routes
 from fairgate.admin.routes.budgets import budgets_router
 from fairgate.admin.routes.keys import keys_router
@@ -41,8 +42,10 @@ def build_admin_app(
     registry: CollectorRegistry,
     models_ready: Callable[[], Mapping[str, bool]],
     draining: Callable[[], bool],
+    fairshare: FairShareMonitor | None = None,
 ) -> BodyLimit:
-    """The whole admin listener as one ASGI application."""
+    """The whole admin listener as one ASGI application (``GET /admin/fairshare`` only
+    with a ``fairshare`` monitor: without fair share configured the route is absent)."""
     app = FastAPI(
         title="fairgate admin API",
         version="1",
@@ -59,6 +62,8 @@ def build_admin_app(
     app.include_router(people_router(tenancy))
     app.include_router(spend_router(tenancy.store))
     app.include_router(budgets_router(tenancy))
+    if fairshare is not None:
+        app.include_router(fairshare_router(fairshare, tenancy))
     for route in health_routes(registry=registry, models_ready=models_ready, draining=draining):
         app.router.routes.append(route)
     return BodyLimit(app)

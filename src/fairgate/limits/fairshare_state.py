@@ -80,6 +80,16 @@ class FairShareState(Protocol):
         releasing twice, or after the lease expired, frees nothing else."""
         ...
 
+    async def in_flight(self, pool: str, now: float) -> dict[str, int]:
+        """Within-share slots held in ``pool`` per organisation, by every gateway on the
+        back end: live leases only (unexpired at ``now``), organisations holding none left out.
+
+        A read for monitoring (``GET /admin/fairshare``, metrics), never for a
+        decision: ``claim`` alone counts atomically. In Redis one round trip,
+        O(organisations that claimed in the pool recently).
+        """
+        ...
+
     async def usage(self, pool: str, now: float, half_life: float) -> dict[str, float]:
         """Decayed usage of every organisation with usage in ``pool``, all at ``now``.
 

@@ -129,6 +129,9 @@ class MemoryCounterStore:
         if not held:
             del self._claims[(claim.pool, claim.org)]
 
+    async def in_flight(self, pool: str, now: float) -> dict[str, int]:
+        return {org: len(held) for (p, org), held in self._claims.items() if p == pool and held}
+
     async def usage(self, pool: str, now: float, half_life: float) -> dict[str, float]:
         records = self._records.get(pool, {})
         return {

@@ -14,6 +14,7 @@ Key layout (``prefix`` default ``fairgate:``), each with an expiry:
     <prefix>budget:<kind>:<scope>:<model|*>:<period>:<label>  string micro-units  keep-until
     <prefix>inflight:<key>                 zset   lease id → expiry (s)      2 × lease_ttl
     <prefix>fairshare:inflight:<pool>:<org>  zset lease id → expiry (s)      2 × lease_ttl
+    <prefix>fairshare:orgs:<pool>          zset   org → latest expiry (s)    2 × lease_ttl
     <prefix>fairshare:usage:<pool>         hash   org → "value at"           20 half-lives
 
 (``%`` and ``:`` in pool and organisation names are escaped, so keys never collide.)
@@ -28,7 +29,9 @@ acquisition touches keys of several scopes, which must live on one server.
 The fair-share state (``fairgate.limits.FairShareState``) lives here too:
 within-share slots are leases like in-flight slots (kept alive by the same
 ``refresh``), usage is one hash per pool, charged by a Lua step and read with
-one HGETALL.
+one HGETALL. Each pool also keeps an index of the organisations that claimed
+there (``fairshare:orgs:<pool>``, written by the claim, refreshed with the
+slots), so ``in_flight`` reads the whole pool in one script without scanning.
 """
 
 from __future__ import annotations
@@ -124,8 +127,10 @@ class RedisCounterStore:
         self._seed = self._redis.register_script(_lua("seed"))
         self._refresh = self._redis.register_script(_lua("refresh"))
         self._claim = self._redis.register_script(_lua("claim"))
+        self._in_flight = self._redis.register_script(_lua("in_flight"))
         self._charge = self._redis.register_script(_lua("charge"))
-        self._held: dict[str, tuple[str, ...]] = {}  # lease id → its in-flight counters
+        # lease id → the (sorted set, member) pairs its refresh extends
+        self._held: dict[str, tuple[tuple[str, str], ...]] = {}
         self._pending: set[asyncio.Future[Any]] = set()  # work of cancelled callers
 
     @property
@@ -156,7 +161,7 @@ class RedisCounterStore:
             retry_ms = int(reply[1])
             retry = IN_FLIGHT_RETRY_AFTER if retry_ms < 0 else retry_ms / 1000
             return Verdict(lease=None, refused=first - 1, retry_after=retry)
-        held = tuple(self._key(c) for c in charges if isinstance(c, InFlightCharge))
+        held = tuple((self._key(c), lease_id) for c in charges if isinstance(c, InFlightCharge))
         if held:
             self._held[lease_id] = held
         totals = tuple(int(v) for v in reply[1:])
@@ -197,20 +202,21 @@ class RedisCounterStore:
         await self._call(self._seed, [self._key(counter)], [max(0, total), keep_ms])
 
     async def refresh(self, now: float) -> None:
-        pairs = [(key, lease) for lease, keys in self._held.items() for key in keys]
+        # a pool's index appears once per slot held in it: extend it once
+        pairs = list(dict.fromkeys(pair for held in self._held.values() for pair in held))
         expiry, keep_ms = repr(now + self.lease_ttl), math.ceil(2 * self.lease_ttl * 1000)
         for start in range(0, len(pairs), _REFRESH_BATCH):
             batch = pairs[start : start + _REFRESH_BATCH]
-            args: list[str | int | float] = [expiry, keep_ms, *(lease for _, lease in batch)]
+            args: list[str | int | float] = [expiry, keep_ms, *(member for _, member in batch)]
             await self._call(self._refresh, [key for key, _ in batch], args)
 
     async def claim(self, pool: str, org: str, reservation: int, now: float) -> Claim:
         if reservation <= 0:  # nothing to reserve: always borrows, no round trip
             return Claim(pool, org, within_share=False, in_flight=0, lease=None, claimed_at=now)
         lease = secrets.token_hex(8)
-        key = self._claims_key(pool, org)
-        args: list[str | int | float] = [repr(now), lease, repr(self.lease_ttl), reservation]
-        call = asyncio.ensure_future(self._call(self._claim, [key], args))
+        key, index = self._claims_key(pool, org), self._index_key(pool)
+        args: list[str | int | float] = [repr(now), lease, repr(self.lease_ttl), reservation, org]
+        call = asyncio.ensure_future(self._call(self._claim, [key, index], args))
         try:
             reply = await asyncio.shield(call)
         except asyncio.CancelledError:
@@ -222,7 +228,7 @@ class RedisCounterStore:
         taken, held = int(reply[0]) == 1, int(reply[1])
         if not taken:
             return Claim(pool, org, within_share=False, in_flight=held, lease=None, claimed_at=now)
-        self._held[lease] = (key,)
+        self._held[lease] = ((key, lease), (index, org))
         return Claim(pool, org, within_share=True, in_flight=held, lease=lease, claimed_at=now)
 
     async def release(self, claim: Claim) -> None:
@@ -237,6 +243,11 @@ class RedisCounterStore:
             self._pending.add(call)
             call.add_done_callback(self._finished)
             raise
+
+    async def in_flight(self, pool: str, now: float) -> dict[str, int]:
+        args: list[str | int | float] = [repr(now), self._slots_prefix(pool)]
+        reply = await self._call(self._in_flight, [self._index_key(pool)], args)
+        return {reply[i].decode(): int(reply[i + 1]) for i in range(0, len(reply), 2)}
 
     async def usage(self, pool: str, now: float, half_life: float) -> dict[str, float]:
         key = self._usage_key(pool)
@@ -293,8 +304,15 @@ class RedisCounterStore:
     def _key(self, charge: Charge) -> str:
         return self.prefix + charge.key
 
+    def _slots_prefix(self, pool: str) -> str:
+        """What every ``_claims_key`` of ``pool`` starts with (in_flight.lua appends the org)."""
+        return f"{self.prefix}fairshare:inflight:{_escape(pool)}:"
+
     def _claims_key(self, pool: str, org: str) -> str:
-        return f"{self.prefix}fairshare:inflight:{_escape(pool)}:{_escape(org)}"
+        return self._slots_prefix(pool) + _escape(org)
+
+    def _index_key(self, pool: str) -> str:
+        return f"{self.prefix}fairshare:orgs:{_escape(pool)}"
 
     def _usage_key(self, pool: str) -> str:
         return f"{self.prefix}fairshare:usage:{_escape(pool)}"
@@ -318,7 +336,7 @@ class RedisCounterStore:
         return result
 
 
-def _escape(name: str) -> str:
+def _escape(name: str) -> str:  # in_flight.lua has a copy: keep them in step
     return name.replace("%", "%25").replace(":", "%3A")
 
 

@@ -1,6 +1,7 @@
--- Extend in-flight leases still held (never re-adding one that already expired).
--- KEYS[i]: an in-flight counter, ARGV[i + 2]: the lease id held in it,
--- ARGV[1]: the new expiry score (s), ARGV[2]: the counter's expiry (ms from now)
+-- Extend leases still held (never re-adding one that already expired).
+-- KEYS[i]: a sorted set holding member ARGV[i + 2]: an in-flight counter and a lease id, or a
+-- pool's index of organisations and an organisation (kept alive as long as its slots).
+-- ARGV[1]: the new expiry score (s), ARGV[2]: the set's expiry (ms from now)
 for i = 1, #KEYS do
   redis.call('ZADD', KEYS[i], 'XX', ARGV[1], ARGV[i + 2])
   redis.call('PEXPIRE', KEYS[i], ARGV[2])

@@ -1,0 +1,205 @@
+"""``GET /admin/fairshare``: reservation, in flight, usage, LF and rank per pool and organisation.
+
+(No ``from __future__ import annotations``: FastAPI reads these annotations at run time.)
+
+    monitor = FairShareMonitor(policy, state, clock, local=gate.fairshare_counts)
+    body = await monitor.report()                  # every pool and organisation
+    app.include_router(fairshare_router(monitor, tenancy))
+
+Where each number comes from:
+
+    capacity, share, reservation          the policy (the configuration)
+    within_share_in_flight                the state back end: every gateway sharing it
+    usage, level, rank                    the back end's decayed usage, ranked by the policy
+    this_gateway.*                        this process's own counters (``local``): borrowing
+                                          requests hold nothing in the back end, so only the
+                                          gateway that sent them knows them
+
+``level`` is LF = S / U; an organisation without usage has LF = +inf, which
+JSON cannot carry: it is ``null`` there (every such organisation has rank 0).
+``rank`` is what a borrowing request of the organisation would
+get now, the rank ``FairShare.decide`` computes.
+"""
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from fastapi import APIRouter
+
+from fairgate.admin.routes.context import Caller
+from fairgate.core.clock import Clock
+from fairgate.core.errors import Forbidden, NotFound, ServiceUnavailable
+from fairgate.fairshare import FairShare, Standing
+from fairgate.limits import FairShareState, StateUnavailable
+from fairgate.tenancy import Actor, Tenancy
+
+__all__ = ["FairShareMonitor", "LocalInFlight", "fairshare_router"]
+
+log = logging.getLogger("fairgate.admin")
+
+LocalInFlight = Callable[[], Mapping[tuple[str, str], tuple[int, int]]]
+"""This gateway's requests in flight per (pool, org): (within share, borrowing)."""
+
+
+class FairShareMonitor:
+    """Reads the fair-share state of every pool for the admin API and the metrics.
+
+    ``local()`` gives this process's in-flight requests per (pool, org) as
+    (within share, borrowing). ``report`` reads the back end twice per pool
+    (in-flight slots and usage, all pools concurrently) and raises
+    ``StateUnavailable`` when it cannot.
+    """
+
+    def __init__(
+        self, policy: FairShare, state: FairShareState, clock: Clock, local: LocalInFlight
+    ) -> None:
+        self._policy = policy
+        self._state = state
+        self._clock = clock
+        self._local = local
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        return self._policy.pools
+
+    async def report(
+        self, *, orgs: Collection[str] | None = None, pool: str | None = None
+    ) -> dict[str, Any]:
+        """The JSON body of ``GET /admin/fairshare``, at the clock's current time.
+
+        ``orgs`` None: a row for every organisation with a share, usage, or a
+        request in flight in the pool; otherwise exactly one row per pool for
+        each of ``orgs``. ``pool`` limits the report to that pool (``KeyError``
+        if the policy does not know it).
+        """
+        if pool is not None and pool not in self._policy.pools:
+            raise KeyError(pool)
+        pools = self._policy.pools if pool is None else (pool,)
+        now = self._clock.wall()
+        local = dict(self._local())
+        reads = await asyncio.gather(*(self._read(p, now) for p in pools), return_exceptions=True)
+        failed = next((r for r in reads if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
+        body: list[dict[str, Any]] = []
+        for name, read in zip(pools, reads, strict=True):
+            assert not isinstance(read, BaseException)
+            held, usage = read
+            body.append(
+                {
+                    "pool": name,
+                    "capacity": self._policy.capacity(name),
+                    "orgs": self._rows(name, held, usage, local, orgs),
+                }
+            )
+        return {
+            "object": "fairshare",
+            "at": now,
+            "half_life_seconds": self._policy.half_life,
+            "pools": body,
+        }
+
+    async def _read(self, pool: str, now: float) -> tuple[dict[str, int], dict[str, float]]:
+        held = await self._state.in_flight(pool, now)
+        usage = await self._state.usage(pool, now, self._policy.half_life)
+        return held, usage
+
+    def _rows(
+        self,
+        pool: str,
+        held: Mapping[str, int],
+        usage: Mapping[str, float],
+        local: Mapping[tuple[str, str], tuple[int, int]],
+        orgs: Collection[str] | None,
+    ) -> list[dict[str, Any]]:
+        standings = self._policy.standings(pool, usage)
+        if orgs is None:
+            here = {o for (p, o), counts in local.items() if p == pool and any(counts)}
+            names = set(standings) | set(held) | here
+        else:
+            names = set(orgs)
+        rows = [
+            _row(self._standing(pool, org, standings, usage), held, local.get((pool, org)))
+            for org in names
+        ]
+        rows.sort(key=lambda row: (row["rank"], row["org"]))
+        return rows
+
+    def _standing(
+        self, pool: str, org: str, standings: Mapping[str, Standing], usage: Mapping[str, float]
+    ) -> Standing:
+        """``org``'s standing, ranked as ``decide`` ranks it: among the others plus itself."""
+        found = standings.get(org)
+        if found is not None:
+            return found
+        return self._policy.standings(pool, {**usage, org: 0.0})[org]
+
+
+def _row(
+    standing: Standing, held: Mapping[str, int], local: tuple[int, int] | None
+) -> dict[str, Any]:
+    within_here, borrowing_here = local or (0, 0)
+    here = within_here + borrowing_here
+    return {
+        "org": standing.org,
+        "share": standing.share,
+        "reservation": standing.reservation,
+        "within_share_in_flight": held.get(standing.org, 0),
+        "usage": standing.usage,
+        "level": None if math.isinf(standing.level) else standing.level,
+        "rank": standing.rank,
+        "this_gateway": {
+            "within_share_in_flight": within_here,
+            "borrowing_in_flight": borrowing_here,
+            "borrowed_fraction": borrowing_here / here if here else None,
+        },
+    }
+
+
+_DESCRIPTION = """\
+Per pool: `capacity`, and per organisation its `share`, `reservation`,
+`within_share_in_flight` (requests holding a reserved slot, counted by every
+gateway sharing the state back end), decayed `usage` (cost units), `level`
+(LF = S / U; `null` means +infinity: no usage), and `rank` (what a borrowing
+request of the organisation gets now; 0 is served first). `this_gateway` holds
+the counts only this gateway has: its own requests in flight within share and
+borrowing, and `borrowed_fraction` = borrowing / all of them (`null` when it
+has none in flight). Proxy admins and viewers see every organisation with a
+share, usage or a request in flight; organisation admins and viewers see one
+row per pool for each of their organisations; other roles are refused (403).
+503 `state_unavailable` when the state back end does not answer.
+"""
+
+
+async def _visible(tenancy: Tenancy, actor: Actor) -> Collection[str] | None:
+    """The organisations whose rows ``actor`` reads (None: all of them)."""
+    if actor.root_reader:
+        return None
+    if not actor.read_orgs:
+        raise Forbidden(
+            "fair-share standings are for proxy and organisation admins and viewers",
+            code="forbidden",
+        )
+    return {org.name for org in await tenancy.orgs.list(actor) if org.id in actor.read_orgs}
+
+
+def fairshare_router(monitor: FairShareMonitor, tenancy: Tenancy) -> APIRouter:
+    router = APIRouter(prefix="/admin", tags=["fairshare"])
+
+    @router.get("/fairshare", summary="Fair-share standings", description=_DESCRIPTION)
+    async def fairshare(actor: Caller, pool: str | None = None) -> dict[str, Any]:
+        orgs = await _visible(tenancy, actor)
+        if pool is not None and pool not in monitor.pools:
+            raise NotFound(f"no pool {pool!r}", code="pool_not_found")
+        try:
+            return await monitor.report(orgs=orgs, pool=pool)
+        except StateUnavailable as exc:
+            log.error("admin API: fair-share state: %s", exc)
+            raise ServiceUnavailable(
+                "the fair-share state is unavailable; try again", code="state_unavailable"
+            ) from None
+
+    return router
