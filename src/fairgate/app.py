@@ -219,7 +219,14 @@ class Gateway:
             models_ready=self.registry.ready,
             draining=lambda: self.draining,
             fairshare=self.fairshare_monitor,
+            health_details=lambda: {
+                "state": {
+                    "backend": config.state.backend,
+                    "available": self.gate.state_available,
+                }
+            },
         )
+        self.metrics.state_available.set_function(lambda: float(self.gate.state_available))
         self.health = HealthChecker(
             self.registry,
             self.sessions,

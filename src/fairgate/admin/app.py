@@ -43,6 +43,7 @@ def build_admin_app(
     models_ready: Callable[[], Mapping[str, bool]],
     draining: Callable[[], bool],
     fairshare: FairShareMonitor | None = None,
+    health_details: Callable[[], Mapping[str, object]] | None = None,
 ) -> BodyLimit:
     """The whole admin listener as one ASGI application (``GET /admin/fairshare`` only
     with a ``fairshare`` monitor: without fair share configured the route is absent)."""
@@ -64,6 +65,8 @@ def build_admin_app(
     app.include_router(budgets_router(tenancy))
     if fairshare is not None:
         app.include_router(fairshare_router(fairshare, tenancy))
-    for route in health_routes(registry=registry, models_ready=models_ready, draining=draining):
+    for route in health_routes(
+        registry=registry, models_ready=models_ready, draining=draining, details=health_details
+    ):
         app.router.routes.append(route)
     return BodyLimit(app)

@@ -1,6 +1,8 @@
 """``/healthz``, ``/readyz`` and ``/metrics`` on the admin listener (loopback by default).
 
-- ``/healthz``: 200 while the process runs its event loop.
+- ``/healthz``: 200 while the process runs its event loop, with the state of the
+  shared dependencies (``details``: e.g. the state back end reachable or not);
+  an outage there shows here and in metrics, never as a failed probe.
 - ``/readyz``: 200 when the configuration is loaded, the gateway is not draining and
   every model has at least one replica that passes health checks with its breaker
   not open; otherwise 503 with the per-model detail.
@@ -28,11 +30,15 @@ def health_routes(
     registry: CollectorRegistry,
     models_ready: Callable[[], Mapping[str, bool]],
     draining: Callable[[], bool],
+    details: Callable[[], Mapping[str, object]] | None = None,
 ) -> list[Route]:
     """The three routes, to mount on the admin app (``build_admin_app``) or on their own."""
 
     async def healthz(request: Request) -> Response:
-        return Response(orjson.dumps({"status": "ok"}), media_type="application/json")
+        body: dict[str, object] = {"status": "ok"}
+        if details is not None:
+            body.update(details())
+        return Response(orjson.dumps(body), media_type="application/json")
 
     async def readyz(request: Request) -> Response:
         models = dict(models_ready())

@@ -74,6 +74,11 @@ class Limiter:
         self._on_unavailable = on_unavailable
         self._outage = False
 
+    @property
+    def available(self) -> bool:
+        """False from a failed call to the back end until the next one that succeeds."""
+        return not self._outage
+
     async def admit(self, demand: Demand, now: float) -> Admission:
         """Charge every limit and budget of ``demand`` at once, or refuse it."""
         plan = self._planner.plan(demand, now)

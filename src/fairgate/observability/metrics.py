@@ -199,6 +199,11 @@ class GatewayMetrics:
             ["outcome"],
             registry=r,
         )
+        self.state_available = Gauge(
+            "fairgate_state_available",
+            "1 unless the last call to the state back end (limits, budgets, fair share) failed",
+            registry=r,
+        )
         self.fairshare_requests = Counter(
             "fairgate_fairshare_requests",
             "Requests given a fair-share priority, by pool, organisation and kind "

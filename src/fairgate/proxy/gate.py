@@ -340,6 +340,11 @@ class Gate:
             completion = self._default_completion
         return prices.cost_of(_Tokens(prompt, completion))
 
+    @property
+    def state_available(self) -> bool:
+        """False while the state back end failed its last call, for limits or fair share."""
+        return self._limiter.available and not self._state_down
+
     async def standing(self, principal: Principal) -> dict[str, Any]:
         """What ``GET /me`` shows: the key, its limits with their use now, and every budget
         it falls under (for all its models) with the spend of the current period.

@@ -1,0 +1,45 @@
+"""Redis unreachable: limits fail closed (or open), readiness stays, /healthz says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.e2e.conftest import StartGateway, StartSim, add_key, model
+
+from fairgate.tenancy.limits import KeyLimits
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+
+
+@pytest.mark.parametrize("fail_open", [False, True])
+def test_an_unreachable_state_back_end(
+    start_sim: StartSim, start_gateway: StartGateway, tmp_path: Path, fail_open: bool
+) -> None:
+    url_file = tmp_path / "redis-url"
+    url_file.write_text("redis://127.0.0.1:1/0")  # nothing listens there
+    sim = start_sim("--model", "m", "--speed", "0")
+    gw = start_gateway(
+        [model("m", sim)],
+        state={"backend": "redis", "url_file": str(url_file), "fail_open": fail_open},
+    )
+    limited = {"authorization": "Bearer " + add_key(gw.config, "t", limits=KeyLimits(rpm=100))}
+    answer = httpx.post(gw.url + "/v1/chat/completions", json=BODY, headers=limited, timeout=30)
+    if fail_open:
+        assert answer.status_code == 200
+    else:
+        assert answer.status_code == 503
+        error = answer.json()["error"]
+        assert error["code"] == "limits_unavailable"
+        assert "rate-limit and budget service is unavailable" in error["message"]
+        assert "127.0.0.1:1" not in answer.text  # the back end's address stays server-side
+    health = httpx.get(gw.admin_url + "/healthz", timeout=10)
+    assert health.status_code == 200
+    assert health.json()["state"] == {"backend": "redis", "available": False}
+    # every replica would fail alike: readiness does not empty the fleet
+    assert httpx.get(gw.admin_url + "/readyz", timeout=10).status_code == 200
+    metrics = httpx.get(gw.admin_url + "/metrics", timeout=10).text
+    outcome = "served_without_limits" if fail_open else "refused"
+    assert f'fairgate_limits_state_unavailable_total{{outcome="{outcome}"}} 1.0' in metrics
+    assert "fairgate_state_available 0.0" in metrics
