@@ -83,8 +83,11 @@ class BudgetBook:
 
     def __init__(self, budgets: Iterable[Budget] = ()) -> None:
         self._by_scope: dict[tuple[ScopeKind, str], list[Budget]] = {}
+        count = 0
         for budget in budgets:
             self._by_scope.setdefault((budget.scope_kind, budget.scope), []).append(budget)
+            count += 1
+        self._count = count
 
     def applicable(self, subject: Subject, model: str) -> tuple[Budget, ...]:
         """The budgets a request of ``subject`` for ``model`` falls under, widest scope first."""
@@ -104,4 +107,4 @@ class BudgetBook:
         return tuple(b for budgets in self._by_scope.values() for b in budgets)
 
     def __len__(self) -> int:
-        return sum(len(b) for b in self._by_scope.values())
+        return self._count

@@ -187,28 +187,33 @@ class Gate:
             ex.tags = tuple(dict.fromkeys((*principal.tags, *self._tags.parse(tag_header))))
         model = ex.requested_model
         now = self._clock.wall()
-        limits = Limits(principal.rpm, principal.tpm, principal.rpd, principal.max_in_flight)
         book = self._budgets()
         budgets = (
             book.applicable(_subject(principal, ex.tags or principal.tags), model)
             if len(book)
             else ()
         )
-        if budgets or limits.rpm or limits.tpm or limits.rpd or limits.max_in_flight:
-            tokens = estimate_tokens(ex.prompt_bytes, _max_tokens(ex.parsed), self._default)
+        p = principal
+        if budgets or p.rpm or p.tpm or p.rpd or p.max_in_flight:
+            limits = Limits(p.rpm, p.tpm, p.rpd, p.max_in_flight)
+            tokens = estimate_tokens(
+                ex.prompt_bytes, _max_tokens(ex.parsed), self._default_completion
+            )
             subject = _subject(principal, ex.tags or principal.tags)
             demand = Demand(subject, limits, model, tokens, self._estimate_cost(ex, model), budgets)
             ticket.limits = await self._limiter.admit(demand, now)
-            for budget, spent in zip(
-                ticket.limits.soft_crossed, ticket.limits.soft_spent, strict=True
-            ):
-                if self._on_soft_limit is not None:
+            if self._on_soft_limit is not None:
+                for budget, spent in zip(
+                    ticket.limits.soft_crossed, ticket.limits.soft_spent, strict=True
+                ):
                     self._on_soft_limit(budget, now, spent)
+        pool = self._pools.get(model)
+        controller = self._admission.get(pool or model)
+        if (pool is None or pool not in self._fair_pools) and controller is None:
+            return ticket  # nothing else to take
         try:
-            pool = self._pools.get(model)
             if pool is not None and pool in self._fair_pools:
                 await self._claim(ticket, pool, principal.org, model, now)
-            controller = self._admission.get(pool or model)
             if controller is not None and self._bands is not None:
                 band = self._bands.for_team(principal.team).name
                 ticket.lease = await controller.admit(
@@ -223,13 +228,11 @@ class Gate:
             ex.priority = ticket.priority
         return ticket
 
-    @property
-    def _default(self) -> int:
-        return self._default_completion
-
     async def leave(self, ticket: Ticket, ex: Exchange) -> None:
         """Give back what ``ticket`` holds and charge the real usage. Never raises but
         ``CancelledError``; safe to call twice."""
+        if ticket.limits is None and ticket.pool is None and ticket.lease is None:
+            return
         if ticket.lease is not None:
             ticket.lease.release()
         served = bool(ex.replica)
