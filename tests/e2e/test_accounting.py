@@ -1,15 +1,19 @@
 """One usage record per request, whatever its outcome, written by a real gateway process.
 
 Success, an engine failure and a client abort each leave a record; SIGTERM drains
-the recorder before the store closes, and `fairgate export` totals equal the sum
-of the records in the store.
+the recorder before the store closes, kill -9 under load loses at most the queued
+records and leaves the store whole, and `fairgate export` totals equal the sum of
+the records in the store.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -74,6 +78,83 @@ def test_every_request_leaves_one_record_and_sigterm_loses_none(tmp_path: Path) 
     assert by_id[failed.headers["x-request-id"]][1:3] == ("upstream_error", 503)
     (aborted,) = [row for row in rows if row[1] == "client_abort"]
     assert aborted[6] == 1 and aborted[4] >= 2  # estimated from the deltas relayed
+
+
+def test_kill_9_under_load_loses_at_most_the_queue_and_never_the_store(tmp_path: Path) -> None:
+    clients = 4
+    answered: list[str] = []
+    stop = threading.Event()
+
+    def load(gateway: GatewayProcess) -> None:
+        with httpx.Client(headers=AUTH, timeout=30) as client:
+            while not stop.is_set():
+                try:
+                    answer = client.post(
+                        gateway.url + "/v1/chat/completions",
+                        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                    )
+                except httpx.HTTPError:
+                    return  # the gateway is gone
+                if answer.status_code == 200:
+                    answered.append(answer.headers["x-request-id"])
+
+    with SimProcess("--model", "m", "--speed", "0") as sim:
+        config = write_config(tmp_path, [model("m", sim, cost=COST)])
+        gateway = GatewayProcess(config).start()
+        threads = [threading.Thread(target=load, args=(gateway,)) for _ in range(clients)]
+        try:
+            for thread in threads:
+                thread.start()
+            # long enough for several batches to be committed while requests keep coming
+            deadline = time.monotonic() + 30
+            while len(answered) < 200 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.5)
+            assert gateway.pid is not None
+            os.kill(gateway.pid, signal.SIGKILL)
+            assert gateway.wait(30) == -signal.SIGKILL
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(60)
+            gateway.stop()
+        served = len(answered)
+
+        with sqlite3.connect(tmp_path / "fairgate.db") as db:
+            assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            ids = {row[0] for row in db.execute("SELECT request_id FROM usage_records")}
+        assert ids, "no batch was committed during the load"
+        # Only what was queued is lost. A request can be answered and recorded with its
+        # answer still on the way to the client when the process dies: one per client.
+        assert len(ids) <= served + clients
+        assert len(ids - set(answered)) <= clients
+
+        # the gateway starts again on the same store, serves, and reports what it holds
+        (tmp_path / "master.key").write_text("a-master-key-for-this-test-only\n")
+        config = write_config(tmp_path, [model("m", sim, cost=COST)], master_key_file="master.key")
+        with GatewayProcess(config) as again:
+            assert chat(again).status_code == 200
+            today = datetime.now(UTC).date()
+            deadline = time.monotonic() + 20
+            while True:
+                report = httpx.get(
+                    again.admin_url + "/admin/spend",
+                    params={
+                        "from": str(today - timedelta(days=1)),
+                        "to": str(today + timedelta(days=1)),
+                        "group_by": "",
+                    },
+                    headers={"authorization": "Bearer a-master-key-for-this-test-only"},
+                    timeout=30,
+                )
+                assert report.status_code == 200, report.text
+                if (
+                    report.json()["total"]["requests"] == len(ids) + 1
+                    or time.monotonic() > deadline
+                ):
+                    break
+                time.sleep(0.2)
+            assert report.json()["total"]["requests"] == len(ids) + 1
 
 
 def test_export_totals_equal_the_records(tmp_path: Path) -> None:

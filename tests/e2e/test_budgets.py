@@ -1,0 +1,241 @@
+"""Budgets and spend reports through a real gateway and simulated engine.
+
+Prices are one micro GPU-hour per completion token (``PRICES``), so a request
+with ``max_tokens=10`` is estimated and charged exactly 10 micro GPU-hours and
+a budget of 50 has room for exactly five of them. Budgets are monthly, set in
+the store before the gateway starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.e2e.conftest import AUTH, StartSim, model
+from tests.e2e.robust_wire import until
+from tests.e2e.test_limits import PRICES, chat, configure, refusal
+
+from fairgate.server.process import GatewayProcess
+
+pytestmark = pytest.mark.slow
+
+MASTER = "a-master-key-for-the-budget-tests"
+
+
+@pytest.fixture(params=["memory", "redis"])
+def state(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The ``state`` section: the memory back end, or the test Redis under a fresh prefix."""
+    if request.param == "memory":
+        return {"backend": "memory"}
+    redis: dict[str, Any] = request.getfixturevalue("redis_state")
+    return redis
+
+
+def master_key(directory: Path) -> str:
+    """``master_key_file`` for a config in ``directory``: the file, written there."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "master.key").write_text(MASTER + "\n")
+    return "master.key"
+
+
+def spend(gateway: GatewayProcess, group_by: str, fmt: str = "json") -> httpx.Response:
+    today = datetime.now(UTC).date()
+    answer = httpx.get(
+        gateway.admin_url + "/admin/spend",
+        params={
+            "from": str(today - timedelta(days=1)),
+            "to": str(today + timedelta(days=1)),
+            "group_by": group_by,
+            "format": fmt,
+        },
+        headers={"authorization": f"Bearer {MASTER}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
+def written(gateway: GatewayProcess, requests: int) -> dict[str, Any]:
+    """The JSON report's total once the recorder has written ``requests`` records."""
+    total: dict[str, Any] = until(
+        lambda: (t := spend(gateway, "").json()["total"])["requests"] == requests and t,
+        20,
+        f"{requests} usage records written",
+    )
+    return total
+
+
+def budget_refusal(answer: httpx.Response, scope: str) -> None:
+    status, code, message = refusal(answer)
+    assert (status, code) == (429, "budget_exceeded"), answer.text
+    assert message.startswith(f"Budget spent: the monthly budget of {scope} is used up until ")
+    assert message.endswith(" 00:00 UTC.")
+    # waiting does not help until the period rolls over: no invitation to retry
+    assert "retry-after" not in answer.headers
+
+
+def test_a_spent_budget_is_refused_naming_its_scope_without_retry_after(
+    tmp_path: Path, start_sim: StartSim, state: dict[str, Any]
+) -> None:
+    sim = start_sim("--model", "m", "--speed", "0")
+    config = configure(
+        tmp_path, [model("m", sim, cost=PRICES)], budgets=[("team:t", 20)], state=state
+    )
+    with GatewayProcess(config) as gateway:
+        assert [chat(gateway, 10).status_code for _ in range(2)] == [200, 200]
+        budget_refusal(chat(gateway, 10), "team 't'")
+        budget_refusal(chat(gateway, 1), "team 't'")  # spent is spent, however small the ask
+        assert len(sim.requests("/v1/chat/completions")) == 2
+
+
+def test_fifty_concurrent_requests_against_room_for_five_pass_five(
+    tmp_path: Path, start_sim: StartSim, state: dict[str, Any]
+) -> None:
+    sim = start_sim("--model", "m", "--speed", "0")
+    config = configure(
+        tmp_path, [model("m", sim, cost=PRICES)], budgets=[("team:t", 50)], state=state
+    )
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(
+            base_url=gateway.url,
+            headers=AUTH,
+            timeout=60,
+            limits=httpx.Limits(max_connections=50, max_keepalive_connections=0),
+        ) as client:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
+            return list(
+                await asyncio.gather(
+                    *(client.post("/v1/chat/completions", json=body) for _ in range(50))
+                )
+            )
+
+    with GatewayProcess(config) as gateway:
+        answers = asyncio.run(burst())
+        statuses = [a.status_code for a in answers]
+        assert statuses.count(200) == 5, statuses
+        assert statuses.count(429) == 45, statuses
+        for answer in answers:
+            if answer.status_code == 429:
+                budget_refusal(answer, "team 't'")
+        assert len(sim.requests("/v1/chat/completions")) == 5
+        budget_refusal(chat(gateway, 10), "team 't'")
+
+
+def test_a_restart_keeps_the_spend_of_the_period(tmp_path: Path, start_sim: StartSim) -> None:
+    """Memory back end, SQLite store: the counters die with the process, the spend does not."""
+    sim = start_sim("--model", "m", "--speed", "0")
+    config = configure(
+        tmp_path,
+        [model("m", sim, cost=PRICES)],
+        budgets=[("team:t", 20)],
+        state={"backend": "memory"},
+    )
+    with GatewayProcess(config) as gateway:
+        assert [chat(gateway, 10).status_code for _ in range(2)] == [200, 200]
+        budget_refusal(chat(gateway, 10), "team 't'")
+    # SIGTERM wrote every record; the new process restores the spend from them
+    with GatewayProcess(config) as gateway:
+        budget_refusal(chat(gateway, 10), "team 't'")
+        budget_refusal(chat(gateway, 1), "team 't'")
+    assert len(sim.requests("/v1/chat/completions")) == 2
+
+
+def test_a_tag_budget_binds_the_requests_carrying_the_tag(
+    tmp_path: Path, start_sim: StartSim, state: dict[str, Any]
+) -> None:
+    sim = start_sim("--model", "m", "--speed", "0")
+    config = configure(
+        tmp_path,
+        [model("m", sim, cost=PRICES)],
+        budgets=[("tag:blue", 20)],
+        state=state,
+        master_key_file=master_key(tmp_path),
+    )
+    with GatewayProcess(config) as gateway:
+        assert chat(gateway, 10, tags="blue").status_code == 200
+        assert chat(gateway, 10, tags="red, blue").status_code == 200
+        budget_refusal(chat(gateway, 10, tags="blue"), "tag 'blue'")
+        budget_refusal(chat(gateway, 10, tags="blue,red"), "tag 'blue'")
+        # the same key without the tag is not under that budget
+        assert chat(gateway, 10, tags="red").status_code == 200
+        assert chat(gateway, 10).status_code == 200
+        written(gateway, 6)
+        rows = {r["tag"]: r for r in spend(gateway, "tag").json()["data"]}
+        # refused requests leave a record too, at no cost
+        assert {t: (r["requests"], r["cost_micro"]) for t, r in rows.items()} == {
+            "blue": (4, 20),
+            "red": (3, 20),
+            None: (1, 10),  # the untagged record
+        }
+
+
+def test_report_totals_equal_the_records_in_every_format(
+    tmp_path: Path, start_sim: StartSim
+) -> None:
+    sim = start_sim("--model", "m", "--model", "n", "--speed", "0")
+    prices = {"input_per_mtok": 2.0, "output_per_mtok": 7.0}
+    config = configure(
+        tmp_path,
+        [model("m", sim, cost=prices), model("n", sim, cost=prices)],
+        master_key_file=master_key(tmp_path),
+    )
+    with GatewayProcess(config) as gateway:
+        sent = 0
+        for tokens in (1, 5, 9, 13):
+            for name in ("m", "n"):
+                answer = httpx.post(
+                    gateway.url + "/v1/chat/completions",
+                    json={
+                        "model": name,
+                        "messages": [{"role": "user", "content": "hello " * tokens}],
+                        "max_tokens": tokens,
+                    },
+                    headers=AUTH,
+                    timeout=30,
+                )
+                assert answer.status_code == 200, answer.text
+                sent += 1
+        total = written(gateway, sent)
+        with sqlite3.connect(tmp_path / "fairgate.db") as db:
+            records = db.execute(
+                "SELECT count(*), sum(prompt_tokens), sum(completion_tokens), sum(cost_micro)"
+                " FROM usage_records"
+            ).fetchone()
+        assert records[0] == sent
+        expected = {
+            "requests": records[0],
+            "prompt_tokens": records[1],
+            "completion_tokens": records[2],
+            "cost_micro": records[3],
+        }
+        assert records[3] > 0
+
+        def summed(rows: list[dict[str, str]]) -> dict[str, int]:
+            return {
+                "requests": sum(int(r["requests"]) for r in rows),
+                "prompt_tokens": sum(int(r["prompt_tokens"]) for r in rows),
+                "completion_tokens": sum(int(r["completion_tokens"]) for r in rows),
+                # six decimals printed from the integer: exact, no float involved
+                "cost_micro": sum(int(r["gpu_hours"].replace(".", "")) for r in rows),
+            }
+
+        report = spend(gateway, "model").json()
+        assert {k: int(total[k]) for k in expected} == expected
+        assert len(report["data"]) == 2
+        assert summed(report["data"]) == expected
+        assert sum(int(r["cost_micro"]) for r in report["data"]) == expected["cost_micro"]
+        as_csv = list(csv.DictReader(io.StringIO(spend(gateway, "model", "csv").text)))
+        assert summed(as_csv) == expected
+        lines = spend(gateway, "model", "parsable2").text.splitlines()
+        header = lines[0].split("|")
+        as_parsable2 = [dict(zip(header, line.split("|"), strict=True)) for line in lines[1:]]
+        assert [r["model"] for r in as_parsable2] == ["m", "n"]
+        assert summed(as_parsable2) == expected
