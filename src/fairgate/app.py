@@ -55,6 +55,7 @@ from fairgate.limits import (
 )
 from fairgate.observability.fairshare_metrics import FairShareMetrics
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
+from fairgate.observability.routing_metrics import RoutingMetrics
 from fairgate.proxy.asgi import ProxyApp
 from fairgate.proxy.gate import Gate, TagPolicy
 from fairgate.proxy.me import me_handler
@@ -65,6 +66,7 @@ from fairgate.proxy.request import Caps
 from fairgate.proxy.routes import RouteTable
 from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
+from fairgate.routing import strategy_for
 from fairgate.server.runner import Listener, bind, serve
 from fairgate.state import MemoryCounterStore, RedisCounterStore
 from fairgate.store import Store, StoreKeyDirectory, upgrade
@@ -98,8 +100,15 @@ class Gateway:
         adapters: dict[str, EngineAdapter] = {
             kind: adapter_for(kind) for kind in sorted({m.engine for m in config.models})
         }
-        self.registry = ReplicaRegistry(self._replicas(config, adapters))
+        # metrics first: _replica_gauges reads the registry only when scraped
         self.metrics = GatewayMetrics(replicas=self._replica_gauges)
+        self.routing_metrics = RoutingMetrics(self.metrics.registry)
+        self.registry = ReplicaRegistry(
+            self._replicas(config, adapters),
+            strategies={m.name: strategy_for(m.routing) for m in config.models},
+            on_decision=self.routing_metrics.observe,
+            log_decisions=config.routing.log_decisions,
+        )
         # Health checks and metric scrapes use aiohttp; requests use the lean pool.
         self.sessions = UpstreamSessions(connect_timeout=limits.connect_timeout)
         # Idle connections are dropped before the engines' own keep-alive timeout

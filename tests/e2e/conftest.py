@@ -38,6 +38,11 @@ StartSim = Callable[..., SimProcess]
 StartGateway = Callable[..., GatewayProcess]
 
 
+HEAVIEST_FIRST = {"scorers": {"weight": 1}}
+"""A routing strategy that always tries the heaviest replica not tried yet (tests that need
+to know which replica a request reaches first)."""
+
+
 def model(name: str, *sims: SimProcess, **extra: Any) -> dict[str, Any]:
     """A model entry whose upstreams are the given simulators (named r0, r1, …)."""
     entry: dict[str, Any] = {"name": name, "engine": "vllm"}
@@ -103,6 +108,15 @@ def redis_state(tmp_path: Path, redis_url: str) -> dict[str, Any]:
         "url_file": str(url_file),
         "prefix": f"fg-test:{os.urandom(6).hex()}:",
     }
+
+
+@pytest.fixture(params=["memory", "redis"])
+def state(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The ``state`` section: the memory back end, or the test Redis under a fresh prefix."""
+    if request.param == "memory":
+        return {"backend": "memory"}
+    redis: dict[str, Any] = request.getfixturevalue("redis_state")
+    return redis
 
 
 @pytest.fixture

@@ -60,7 +60,10 @@ def test_readyz_follows_the_health_of_each_models_replicas(
     )
     other = start_sim("--model", "n", "--speed", "0")
     gateway = start_gateway([model("m", first, second), model("n", other)], health=PATIENT_HEALTH)
-    assert get(gateway.admin_url + "/healthz") == (200, b'{"status":"ok"}')
+    assert get(gateway.admin_url + "/healthz") == (
+        200,
+        b'{"status":"ok","state":{"backend":"memory","available":true}}',
+    )
     until(lambda: readiness(gateway) == (200, {"m": True, "n": True}), 15, "ready")
 
     first.stop()  # m keeps one healthy replica: still ready

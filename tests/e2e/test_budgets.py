@@ -29,15 +29,6 @@ pytestmark = pytest.mark.slow
 MASTER = "a-master-key-for-the-budget-tests"
 
 
-@pytest.fixture(params=["memory", "redis"])
-def state(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The ``state`` section: the memory back end, or the test Redis under a fresh prefix."""
-    if request.param == "memory":
-        return {"backend": "memory"}
-    redis: dict[str, Any] = request.getfixturevalue("redis_state")
-    return redis
-
-
 def master_key(directory: Path) -> str:
     """``master_key_file`` for a config in ``directory``: the file, written there."""
     directory.mkdir(parents=True, exist_ok=True)

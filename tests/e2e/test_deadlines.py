@@ -23,7 +23,7 @@ import httpx
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.e2e.conftest import AUTH, model, write_config
+from tests.e2e.conftest import AUTH, HEAVIEST_FIRST, model, write_config
 from tests.e2e.raw_client import check_error
 
 from fairgate.server.process import GatewayProcess
@@ -113,6 +113,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                         {"name": "r0", "url": sim.url, "weight": 2},
                         {"name": "r1", "url": spare.url},
                     ],
+                    routing=HEAVIEST_FIRST,
                 )
             ],
             limits={

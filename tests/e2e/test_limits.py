@@ -121,15 +121,6 @@ def retry_after(answer: httpx.Response) -> int:
     return int(value)
 
 
-@pytest.fixture(params=["memory", "redis"])
-def state(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The ``state`` section: the memory back end, or the test Redis under a fresh prefix."""
-    if request.param == "memory":
-        return {"backend": "memory"}
-    redis: dict[str, Any] = request.getfixturevalue("redis_state")
-    return redis
-
-
 def test_rpm_refuses_with_retry_after_and_names_the_limit(
     tmp_path: Path, start_sim: StartSim, state: dict[str, Any]
 ) -> None:

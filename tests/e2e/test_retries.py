@@ -26,7 +26,7 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
-from tests.e2e.conftest import AUTH, TEST_KEY, model, write_config
+from tests.e2e.conftest import AUTH, HEAVIEST_FIRST, TEST_KEY, model, write_config
 from tests.e2e.raw_client import check_error
 
 from fairgate.server.process import GatewayProcess
@@ -90,6 +90,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         m = model(
             "m",
             upstreams=[{"name": "s0", "url": s0.url, "weight": 2}, {"name": "s1", "url": s1.url}],
+            routing=HEAVIEST_FIRST,
         )
         a = model("a", s2, fallbacks=["b"])
         b = model("b", s3)
@@ -109,6 +110,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                         {"name": "doomed", "url": doomed.url, "weight": 2},
                         {"name": "s1", "url": s1.url},
                     ],
+                    routing=HEAVIEST_FIRST,
                 ),
             ],
             proxy={"retries": 2},

@@ -30,6 +30,7 @@ def test_exported_members() -> None:
         "prefix_hashes",
         "preset",
         "route",
+        "strategy_for",
     }
     for name in routing.__all__:
         assert hasattr(routing, name)

@@ -97,3 +97,21 @@ def test_a_scorer_breaking_its_contract_is_an_error() -> None:
             RequestFeatures(MODEL),
             random.Random(0),
         )
+
+
+def test_a_decision_names_only_the_filters_that_removed_something() -> None:
+    decision = route(STRATEGY, FLEET, RequestFeatures(MODEL), random.Random(0))
+    assert [d.filter for d in decision.dropped] == [
+        "healthy",
+        "breaker-closed",
+        "serves-model",
+        "kv-ceiling",
+    ]
+    clean = route(STRATEGY, FLEET[:2], RequestFeatures(MODEL), random.Random(0))
+    assert clean.dropped == ()
+    assert clean.drops == tuple(FilterDrop(f, ()) for f in STRATEGY.filter_names)
+    assert clean.as_dict()["drops"] == {f: [] for f in STRATEGY.filter_names}
+    assert clean.log_line() == (
+        "route strategy=test model=llama replica=a dropped=[] "
+        "a=0.700(queue-depth=1.000 kv-usage=0.100) b=0.633(queue-depth=0.500 kv-usage=0.900)"
+    )

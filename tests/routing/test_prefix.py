@@ -10,9 +10,9 @@ from fairgate.routing.prefix import PrefixIndex, prefix_hashes
 
 
 def test_only_whole_blocks_up_to_the_limit_are_hashed() -> None:
-    assert prefix_hashes("x" * 99, block_chars=100) == ()
-    assert len(prefix_hashes("x" * 250, block_chars=100)) == 2
-    assert len(prefix_hashes("x" * 10_000, block_chars=100, max_blocks=5)) == 5
+    assert prefix_hashes("x" * 99, block_size=100) == ()
+    assert len(prefix_hashes("x" * 250, block_size=100)) == 2
+    assert len(prefix_hashes("x" * 10_000, block_size=100, max_blocks=5)) == 5
 
 
 def test_shared_leading_blocks_share_hashes_and_nothing_after() -> None:
@@ -33,8 +33,11 @@ def test_a_salt_separates_tenants() -> None:
 def test_tokens_bytes_and_text_are_accepted_and_stable() -> None:
     assert len(prefix_hashes(list(range(64)), 16)) == 4
     assert prefix_hashes(b"a" * 32, 16) == prefix_hashes("a" * 32, 16)
-    # Stable across processes and versions: BLAKE2b, never hash().
-    assert prefix_hashes("abcd", 2) == (2254925052192150791, 8575860539265041204)
+    # Stable across processes and versions: zlib's CRC-32, never hash().
+    assert prefix_hashes("abcd", 2) == (2659403885, 3984772369)
+    assert prefix_hashes([1, 2, 3, 4], 2) == prefix_hashes(
+        bytes(b"".join(n.to_bytes(8, "little") for n in (1, 2, 3, 4))), 16
+    )
 
 
 def test_invalid_sizes_are_refused() -> None:
@@ -44,12 +47,20 @@ def test_invalid_sizes_are_refused() -> None:
         PrefixIndex(0)
 
 
+def test_text_blocks_are_bytes_of_its_utf8() -> None:
+    assert len(prefix_hashes("é" * 100, 100)) == 2  # 200 bytes
+    assert prefix_hashes("é" * 100, 100) == prefix_hashes(("é" * 100).encode(), 100)
+    assert len(prefix_hashes("é" * 10_000, 100, max_blocks=3)) == 3
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=40), st.text(max_size=40), st.integers(1, 8))
 def test_hashes_agree_exactly_as_far_as_the_blocks_do(a: str, b: str, block: int) -> None:
     ha, hb = prefix_hashes(a, block, 100), prefix_hashes(b, block, 100)
+    ea, eb = a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass")
+    assert len(ha) == min(len(ea) // block, 100)
     for i in range(min(len(ha), len(hb))):
-        assert (ha[i] == hb[i]) == (a[: (i + 1) * block] == b[: (i + 1) * block])
+        assert (ha[i] == hb[i]) == (ea[: (i + 1) * block] == eb[: (i + 1) * block])
 
 
 def test_the_index_counts_leading_blocks_per_replica() -> None:

@@ -17,6 +17,7 @@ from fairgate.routing import (
     build_scorer,
     build_strategy,
     preset,
+    strategy_for,
 )
 from fairgate.routing.filters import KvCeilingFilter
 from fairgate.routing.pickers import SoftmaxPicker
@@ -111,6 +112,16 @@ def test_presets_are_the_same_code_with_other_weights(name: str) -> None:
     assert all(w.scorer.name in SCORERS for w in strategy.scorers)
     with pytest.raises(ValueError):
         preset("fastest")
+
+
+def test_a_configured_strategy_is_a_preset_name_or_a_specification() -> None:
+    assert strategy_for("batch") == preset("batch")
+    custom = strategy_for({"scorers": {"in-flight": 1}, "picker": "round-robin"})
+    assert (custom.name, custom.picker.name) == ("custom", "round-robin")
+    with pytest.raises(ValueError, match="unknown strategy preset 'fastest'"):
+        strategy_for("fastest")
+    with pytest.raises(ValueError, match="expected a preset name or a strategy mapping"):
+        strategy_for(3)  # type: ignore[arg-type]
 
 
 def test_every_plugin_and_parameter_is_documented() -> None:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fairgate.routing import Strategy, WeightedScorer
+from fairgate.routing import Strategy, WeightedScorer, build_strategy, preset
 from fairgate.routing.filters import HealthyFilter
 from fairgate.routing.pickers import MaxScorePicker
 from fairgate.routing.scorers import KvUsageScorer
@@ -24,3 +24,18 @@ def test_a_plugin_appears_once() -> None:
         Strategy("s", (), twice, MaxScorePicker())
     with pytest.raises(ValueError, match="filter appears twice"):
         Strategy("s", (HealthyFilter(), HealthyFilter()), (), MaxScorePicker())
+
+
+def test_names_and_shares_are_derived_once() -> None:
+    strategy = build_strategy("s", {"scorers": {"queue-depth": 3, "kv-usage": 1, "weight": 0}})
+    assert strategy.scorer_names == ("queue-depth", "kv-usage", "weight")
+    assert strategy.filter_names == ("healthy", "breaker-closed", "serves-model", "kv-ceiling")
+    assert strategy.shares == (0.75, 0.25, 0.0)
+    silent = build_strategy("z", {"scorers": {"kv-usage": 0}})
+    assert silent.shares == (0.0,)
+
+
+def test_a_strategy_says_which_request_features_it_reads() -> None:
+    assert preset("chat").uses_session and preset("chat").uses_prefix
+    assert not preset("batch").uses_session and not preset("batch").uses_prefix
+    assert preset("long-context").uses_prefix and not preset("long-context").uses_session

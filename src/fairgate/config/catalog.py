@@ -11,8 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
 
-from fairgate.config.fields import Name, NonEmpty, Section, normalise_upstream_url
+from fairgate.config.fields import Name, NonEmpty, Section, describe, normalise_upstream_url
 from fairgate.config.secrets import SecretRef
+from fairgate.routing import strategy_for
 
 __all__ = ["MAX_CAPACITY", "Cost", "EngineKind", "Model", "ModelClass", "Org", "Pool", "Upstream"]
 
@@ -72,6 +73,9 @@ class Model(Section):
     ``pool`` names a pool (required when pools are declared); ``model_class``
     (YAML key ``class``) sets the priority class; ``fallbacks`` are tried in
     order when no upstream can serve, before anything reached the client.
+    ``routing`` is a preset's name (``chat``, ``batch``, ``long-context``) or a
+    ``{filters, scorers, picker}`` specification; it is built here, so an
+    unknown plugin or a bad parameter is a configuration error.
     """
 
     name: Name
@@ -84,6 +88,14 @@ class Model(Section):
     cost: Cost = Field(default_factory=Cost)
     routing: str | dict[str, Any] = "chat"
     upstreams: Annotated[tuple[Upstream, ...], NonEmpty]
+
+    @field_validator("routing", mode="before")
+    @classmethod
+    def _valid_routing(cls, value: Any) -> Any:
+        if not isinstance(value, str | dict):
+            raise ValueError(f"expected a preset name or a mapping, got {describe(value)}")
+        strategy_for(value)  # raises ValueError naming the preset, plugin or parameter
+        return value
 
     @model_validator(mode="before")
     @classmethod

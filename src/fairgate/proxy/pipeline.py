@@ -21,6 +21,7 @@ from fairgate.core.errors import (
 )
 from fairgate.core.principal import Principal
 from fairgate.engines import is_json
+from fairgate.proxy.affinity import routing_inputs
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.gate import Gate, Ticket
 from fairgate.proxy.relay import AttemptFailed, Relay, SlowReader, estimate_for
@@ -186,10 +187,14 @@ class Pipeline:
     ) -> None:
         budget = 1 + self._retries
         last: AttemptFailed | None = None
+        hashed = any(self._registry.uses_prefix(c.name) for c in entry.chain)
+        session, prefix = routing_inputs(ex, prefix=hashed)
         for position, candidate in enumerate(entry.chain):
             tried: set[str] = set()
             while budget > 0:
-                replica = self._registry.pick(candidate.name, exclude=tried)
+                replica = self._registry.pick(
+                    candidate.name, exclude=tried, session=session, prefix=prefix
+                )
                 if replica is None:
                     break
                 tried.add(replica.name)

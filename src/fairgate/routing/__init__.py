@@ -7,7 +7,7 @@ filter dropped, what each scorer gave each replica).
 
     total(r) = Σ weightᵢ · scoreᵢ(r) / Σ weightᵢ        every score in [0, 1]
 
-    strategy = preset("chat")                 # or build_strategy(name, spec from config)
+    strategy = preset("chat")                 # or strategy_for(model's routing from config)
     decision = route(strategy, snapshots, RequestFeatures("llama-3.3-70b", session, hashes),
                      rng, RoutingState(cursor, prefix_index))
     decision.replica, decision.drops, decision.scores, decision.log_line()
@@ -35,6 +35,7 @@ from fairgate.routing.registry import (
     build_scorer,
     build_strategy,
     preset,
+    strategy_for,
 )
 from fairgate.routing.ring import HashRing
 from fairgate.routing.state import RoutingState
@@ -64,4 +65,5 @@ __all__ = [
     "prefix_hashes",
     "preset",
     "route",
+    "strategy_for",
 ]

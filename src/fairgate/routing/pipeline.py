@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from operator import mul
 
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.routing.decision import Decision, FilterDrop
@@ -38,37 +39,43 @@ def route(
     """Choose a replica of ``snapshots``; ``Decision.replica`` is None when no replica is left.
 
     Raises ``ValueError`` if a scorer breaks its contract (one score per replica).
+    The decision's mappings are built only when read (see :class:`Decision`).
     """
     state = _NO_STATE if state is None else state
-    candidates = list(snapshots)
-    drops: list[FilterDrop] = []
+    candidates = snapshots
+    dropped: list[FilterDrop] = []
     for plugin in strategy.filters:
         kept = plugin.filter(candidates, features)
-        kept_names = {r.name for r in kept}
-        drops.append(
-            FilterDrop(plugin.name, tuple(r.name for r in candidates if r.name not in kept_names))
-        )
+        # A filter keeps a subset in order, so an equal length means nothing was removed.
+        if len(kept) != len(candidates):
+            kept_ids = {id(r) for r in kept}
+            removed = tuple(r.name for r in candidates if id(r) not in kept_ids)
+            dropped.append(FilterDrop(plugin.name, removed))
         candidates = kept
-    names = [r.name for r in candidates]
-    totals = [0.0] * len(candidates)
-    scores: dict[str, dict[str, float]] = {}
+    count = len(candidates)
+    values_by_scorer: list[list[float]] = []
     for weighted in strategy.scorers:
         values = weighted.scorer.score(candidates, features, state)
-        if len(values) != len(candidates):
+        if len(values) != count:
             raise ValueError(f"scorer {weighted.scorer.name} returned {len(values)} scores")
-        scores[weighted.scorer.name] = dict(zip(names, values, strict=True))
-        for i, value in enumerate(values):
-            totals[i] += weighted.weight * value
-    weight_sum = sum(ws.weight for ws in strategy.scorers)
-    if weight_sum > 0:
-        totals = [t / weight_sum for t in totals]
+        values_by_scorer.append(values)
+    # One weighted sum per replica over its column of scores, in C (map/sum).
+    shares = strategy.shares
+    totals = (
+        [sum(map(mul, shares, column)) for column in zip(*values_by_scorer, strict=True)]
+        if values_by_scorer
+        else [0.0] * count
+    )
     pick = strategy.picker.pick(list(zip(candidates, totals, strict=True)), rng, state.cursor)
-    return Decision(
-        strategy=strategy.name,
-        model=features.model,
-        replica=None if pick.replica is None else pick.replica.name,
-        drops=tuple(drops),
-        scores=scores,
-        totals=dict(zip(names, totals, strict=True)),
-        cursor=pick.cursor,
+    return Decision.from_pass(
+        strategy.name,
+        features.model,
+        None if pick.replica is None else pick.replica.name,
+        pick.cursor,
+        filters=strategy.filter_names,
+        dropped=tuple(dropped),
+        names=[r.name for r in candidates],
+        scorers=strategy.scorer_names,
+        values=values_by_scorer,
+        totals=totals,
     )

@@ -56,6 +56,7 @@ __all__ = [
     "build_scorer",
     "build_strategy",
     "preset",
+    "strategy_for",
 ]
 
 FILTERS: Mapping[str, type[Filter]] = MappingProxyType(
@@ -129,6 +130,18 @@ def preset(name: str) -> Strategy:
     if name not in scorers:
         raise ValueError(f"unknown strategy preset {name!r}; known: {', '.join(PRESETS)}")
     return build_strategy(name, {"scorers": scorers[name], "picker": pickers[name]})
+
+
+def strategy_for(spec: str | Mapping[str, object]) -> Strategy:
+    """A model's strategy as configured: a preset's name, or a specification named ``custom``.
+
+    Raises ``ValueError`` (naming the preset, plugin or parameter) for anything else.
+    """
+    if isinstance(spec, str):
+        return preset(spec)
+    if isinstance(spec, Mapping):
+        return build_strategy("custom", spec)
+    raise ValueError(f"expected a preset name or a strategy mapping, got {type(spec).__name__}")
 
 
 def _build(kind: str, table: Mapping[str, type[_T]], name: str, params: Mapping[str, object]) -> _T:

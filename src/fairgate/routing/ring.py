@@ -19,6 +19,7 @@ import bisect
 import hashlib
 import math
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import repeat
 
 __all__ = ["HashRing", "load_bound"]
 
@@ -72,8 +73,17 @@ class HashRing:
         """
         if not self._names:
             return None
-        bound = load_bound(sum(loads.get(n, 0) for n in self._names), len(self._names), epsilon)
-        for name in self.walk(key):
-            if loads.get(name, 0) < bound:
-                return name
+        total = sum(map(loads.get, self._names, repeat(0)))
+        bound = load_bound(total, len(self._names), epsilon)
+        # The walk of ``walk()``, inlined: a key's home is nearly always its first owner.
+        owners, size = self._owners, len(self._owners)
+        start = bisect.bisect_left(self._points, _point(key))
+        passed: set[str] = set()
+        for offset in range(size):
+            owner = owners[(start + offset) % size]
+            if owner in passed:
+                continue
+            if loads.get(owner, 0) < bound:
+                return owner
+            passed.add(owner)
         return None  # unreachable: the loads sum to less than n × bound

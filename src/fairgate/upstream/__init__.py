@@ -2,12 +2,14 @@
 
     registry = ReplicaRegistry([Replica("gpu01", "llama-3.3-70b", "http://10.0.0.11:8000",
                                         1, key, adapter_for("vllm"), Breaker())])
-    replica = registry.pick("llama-3.3-70b")             # None → 503
+    replica = registry.pick("llama-3.3-70b", session=key_id, prefix=hashes)   # None → 503
     with registry.lease(replica):                        # in-flight counted by the gateway
         async with sessions.request(replica, "POST", route.path, headers=h, data=b) as resp:
             ...                                          # then breaker.success()/failure()
 
-Three independent signals per replica, each with its own failure policy:
+``pick`` runs the model's routing strategy (``fairgate.routing``) over fresh
+snapshots of its replicas. Three independent signals per replica, each with its
+own failure policy:
 health checks decide ``healthy``; real request outcomes feed the breaker;
 scraped metrics give the load and, when they fail, only make it unknown.
 """

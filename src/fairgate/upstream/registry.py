@@ -1,83 +1,162 @@
-"""All replicas by model, the gateway's in-flight count, and a stop-gap picker.
+"""All replicas by model, the gateway's in-flight count, and the routing of each request.
 
-``pick`` is the simple choice used until ``routing/`` takes over: among the
-replicas that are healthy, not excluded and whose breaker admits a request,
-the one with the fewest requests in flight; ties go to the larger weight,
-then round-robin (one cursor per model, kept here):
+``pick`` runs the model's routing strategy (:mod:`fairgate.routing`: filter →
+score → pick) over fresh snapshots of the model's replicas, minus those the
+request already tried, and keeps the routing state between requests: the
+round-robin cursor and the prefix index of each model.
 
-    in_flight  a=2 b=0 c=0, weights a=1 b=1 c=2   → c, then b, c, b … as they tie
+    registry = ReplicaRegistry(replicas, strategies={"llama": preset("chat")})
+    replica = registry.pick("llama", exclude=tried, session="conv-42", prefix=hashes)
 
-The breaker is asked with ``allow()`` only for the replica actually chosen,
-because admitting a half-open probe takes its one slot.
+The breaker is asked with ``allow()`` only for the replica routing chose,
+because admitting a half-open probe takes its one slot; should it refuse
+(its probe went to another request since the snapshot), routing runs again
+without that replica. The prefix index learns the request's prefix hashes on
+the replica chosen, as the engine there will hold them once it serves it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterator, Sequence
+import random
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from fairgate.core.replica import ReplicaSnapshot
+from fairgate.routing import (
+    Decision,
+    PrefixIndex,
+    RequestFeatures,
+    RoutingState,
+    Strategy,
+    preset,
+    route,
+)
 from fairgate.upstream.replica import Replica
 
 __all__ = ["ReplicaRegistry"]
 
 _log = logging.getLogger(__name__)
+_decisions_log = logging.getLogger("fairgate.routing")
+
+
+class _ModelRouting:
+    """One model's replicas, strategy and routing state (cursor, prefix index)."""
+
+    __slots__ = ("by_name", "prefix", "replicas", "state", "strategy")
+
+    def __init__(self, replicas: tuple[Replica, ...], strategy: Strategy, blocks: int) -> None:
+        self.replicas = replicas
+        self.by_name = {r.name: r for r in replicas}
+        self.strategy = strategy
+        self.prefix = PrefixIndex(blocks) if strategy.uses_prefix else None
+        self.state = RoutingState(0, self.prefix)
 
 
 class ReplicaRegistry:
     """The replicas of every model, fixed at construction (from configuration).
 
-    A ``(model, name)`` pair must be unique. Methods are synchronous and meant
-    for one event loop; ``lease`` is the way the proxy counts a request in flight.
+    A ``(model, name)`` pair must be unique. ``strategies`` maps a model to its
+    routing strategy (``preset("chat")`` for a model not listed); ``rng`` is
+    the random source of randomised pickers and ties; ``on_decision`` is
+    called with every decision ``pick`` makes (also those that found no
+    replica), e.g. to count them in metrics; ``log_decisions`` writes each
+    decision's rationale as one DEBUG line on the ``fairgate.routing`` logger;
+    ``prefix_blocks`` bounds each replica's entry in a model's prefix index.
+    Methods are synchronous and meant for one event loop; ``lease`` is the way
+    the proxy counts a request in flight.
     """
 
-    def __init__(self, replicas: Sequence[Replica]) -> None:
+    def __init__(
+        self,
+        replicas: Sequence[Replica],
+        *,
+        strategies: Mapping[str, Strategy] | None = None,
+        rng: random.Random | None = None,
+        on_decision: Callable[[Decision], None] | None = None,
+        log_decisions: bool = False,
+        prefix_blocks: int = 4096,
+    ) -> None:
         by_model: dict[str, list[Replica]] = {}
         for replica in replicas:
             group = by_model.setdefault(replica.model, [])
             if any(other.name == replica.name for other in group):
                 raise ValueError(f"duplicate replica {replica.name!r} for model {replica.model!r}")
             group.append(replica)
-        self._by_model = {model: tuple(group) for model, group in by_model.items()}
+        strategies = strategies or {}
+        chat = preset("chat")
+        self._routing = {
+            model: _ModelRouting(tuple(group), strategies.get(model, chat), prefix_blocks)
+            for model, group in by_model.items()
+        }
         self._all = tuple(replicas)
-        self._cursor = dict.fromkeys(self._by_model, 0)
+        self._rng = rng or random.Random()
+        self._on_decision = on_decision
+        self._log_decisions = log_decisions
 
     def models(self) -> Sequence[str]:
-        return tuple(self._by_model)
+        return tuple(self._routing)
 
     def all(self) -> Sequence[Replica]:
         return self._all
 
     def replicas(self, model: str) -> Sequence[Replica]:
         """The replicas of ``model``; empty for an unknown model."""
-        return self._by_model.get(model, ())
+        routing = self._routing.get(model)
+        return routing.replicas if routing is not None else ()
 
     def snapshots(self, model: str) -> list[ReplicaSnapshot]:
         return [replica.snapshot() for replica in self.replicas(model)]
 
-    def pick(self, model: str, exclude: Collection[str] = ()) -> Replica | None:
+    def strategy(self, model: str) -> Strategy | None:
+        """The routing strategy of ``model``; ``None`` for an unknown model."""
+        routing = self._routing.get(model)
+        return routing.strategy if routing is not None else None
+
+    def uses_prefix(self, model: str) -> bool:
+        """Does routing ``model`` read prefix hashes? (If not, the caller need not compute them.)"""
+        routing = self._routing.get(model)
+        return routing is not None and routing.prefix is not None
+
+    def pick(
+        self,
+        model: str,
+        exclude: Collection[str] = (),
+        session: str | None = None,
+        prefix: tuple[int, ...] = (),
+    ) -> Replica | None:
         """The replica for the next request of ``model``, or ``None`` if none may take it.
 
-        ``exclude`` holds replica names already tried for this request.
+        ``exclude`` holds replica names already tried for this request;
+        ``session`` is the key session affinity hashes (a session header or
+        the key id; ``None``: no affinity); ``prefix`` the prompt's prefix
+        hashes (:func:`fairgate.routing.prefix_hashes`).
         """
-        eligible = [
-            r
-            for r in self.replicas(model)
-            if r.healthy and r.name not in exclude and not r.breaker.blocked()
-        ]
-        if not eligible:
+        routing = self._routing.get(model)
+        if routing is None:
             return None
-        eligible.sort(key=lambda r: (r.in_flight, -r.weight))
-        best = (eligible[0].in_flight, eligible[0].weight)
-        ties = [r for r in eligible if (r.in_flight, r.weight) == best]
-        turn = self._cursor[model] % len(ties)
-        self._cursor[model] += 1
-        order = ties[turn:] + ties[:turn] + eligible[len(ties) :]
-        for replica in order:
-            if replica.breaker.allow():
-                return replica
-        return None
+        replicas = routing.replicas
+        if exclude:
+            replicas = tuple(r for r in replicas if r.name not in exclude)
+        snapshots = [r.snapshot() for r in replicas]
+        features = RequestFeatures(model, session, prefix)
+        while True:
+            decision = route(routing.strategy, snapshots, features, self._rng, routing.state)
+            if decision.cursor != routing.state.cursor:
+                routing.state = RoutingState(decision.cursor, routing.prefix)
+            chosen = None if decision.replica is None else routing.by_name[decision.replica]
+            if chosen is None or chosen.breaker.allow():
+                break
+            # Its half-open probe went to another request since the snapshot: route
+            # again among the others (the decision that named it is not reported).
+            snapshots = [s for s in snapshots if s.name != chosen.name]
+        if chosen is not None and prefix and routing.prefix is not None:
+            routing.prefix.record(chosen.name, prefix)
+        if self._on_decision is not None:
+            self._on_decision(decision)
+        if self._log_decisions and _decisions_log.isEnabledFor(logging.DEBUG):
+            _decisions_log.debug("%s", decision.log_line())
+        return chosen
 
     def acquire(self, replica: Replica) -> None:
         replica.in_flight += 1
@@ -100,6 +179,6 @@ class ReplicaRegistry:
     def ready(self) -> dict[str, bool]:
         """Per model: is at least one replica healthy with a breaker that admits requests?"""
         return {
-            model: any(r.healthy and not r.breaker.blocked() for r in group)
-            for model, group in self._by_model.items()
+            model: any(r.healthy and not r.breaker.blocked() for r in routing.replicas)
+            for model, routing in self._routing.items()
         }

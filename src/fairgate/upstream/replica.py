@@ -13,6 +13,8 @@ from fairgate.upstream.breaker import Breaker
 
 __all__ = ["Replica"]
 
+_NO_LOAD = EngineLoad()
+
 
 class Replica:
     """A running engine serving ``model`` at ``url`` (from configuration only).
@@ -69,6 +71,8 @@ class Replica:
         self.load_at = 0.0
         self._load_until = 0.0
         self._clock = clock
+        self._snapshot: ReplicaSnapshot | None = None
+        self._snapshot_of: tuple[int, bool, bool, EngineLoad | None] | None = None
 
     def url_for(self, path: str) -> str:
         """The absolute URL of ``path`` (which starts with ``/``) on this replica."""
@@ -101,19 +105,30 @@ class Replica:
         return self.load
 
     def snapshot(self) -> ReplicaSnapshot:
-        """What routing and admission see of this replica now (stale load hidden)."""
-        load = self.fresh_load() or EngineLoad()
-        return ReplicaSnapshot(
-            name=self.name,
-            model=self.model,
-            weight=self.weight,
-            healthy=self.healthy,
-            breaker_open=self.breaker.blocked(),
-            in_flight=self.in_flight,
-            running=load.running,
-            waiting=load.waiting,
-            kv_usage=load.kv_usage,
+        """What routing and admission see of this replica now (stale load hidden).
+
+        The last snapshot is handed out again while nothing it shows has
+        changed: routing takes one per replica per request, and a frozen
+        dataclass costs about a microsecond to build.
+        """
+        load = self.fresh_load()
+        state = (self.in_flight, self.healthy, self.breaker.blocked(), load)
+        if state == self._snapshot_of and self._snapshot is not None:
+            return self._snapshot
+        shown = load or _NO_LOAD
+        snapshot = ReplicaSnapshot(
+            self.name,
+            self.model,
+            self.weight,
+            state[1],
+            state[2],
+            state[0],
+            shown.running,
+            shown.waiting,
+            shown.kv_usage,
         )
+        self._snapshot, self._snapshot_of = snapshot, state
+        return snapshot
 
     def __repr__(self) -> str:
         return f"Replica({self.model}/{self.name} {self.url} in_flight={self.in_flight})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import ClassVar
 
 from fairgate.core.replica import ReplicaSnapshot
@@ -13,6 +14,7 @@ from fairgate.routing.plugin import Pick
 __all__ = ["MaxScorePicker"]
 
 _TIE = 1e-12
+_total = itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +30,6 @@ class MaxScorePicker:
     ) -> Pick:
         if not scored:
             return Pick(None, cursor)
-        best = max(total for _, total in scored)
+        leader, best = max(scored, key=_total)
         tied = [replica for replica, total in scored if total >= best - _TIE]
-        return Pick(tied[0] if len(tied) == 1 else rng.choice(tied), cursor)
+        return Pick(leader if len(tied) == 1 else rng.choice(tied), cursor)

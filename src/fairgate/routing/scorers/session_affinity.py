@@ -10,7 +10,6 @@ its ring walk carrying fewer than ``ceil((1 + ε)(L + 1) / n)`` requests.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -30,16 +29,17 @@ class SessionAffinityScorer:
     """``epsilon`` (> 0) is the overload allowed above the average; ``vnodes`` the ring points
     per replica.
 
-    A ring depends only on the candidates' names; the last few are kept in a
-    small cache so a decision costs one hash, a binary search and a walk of at
-    most n replicas. The cache never changes a result.
+    A ring depends only on the candidates' names; up to 32 candidate sets keep
+    theirs in a small cache (the oldest set goes first), so a decision costs
+    one hash, a binary search and a walk of at most n replicas. The cache
+    never changes a result.
     """
 
     name: ClassVar[str] = "session-affinity"
     epsilon: float = 0.25
     vnodes: int = 64
-    _rings: OrderedDict[frozenset[str], HashRing] = field(
-        default_factory=OrderedDict, init=False, repr=False, compare=False
+    _rings: dict[frozenset[str], HashRing] = field(
+        default_factory=dict, init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
@@ -51,20 +51,20 @@ class SessionAffinityScorer:
     def score(
         self, replicas: Sequence[ReplicaSnapshot], request: RequestFeatures, state: RoutingState
     ) -> list[float]:
-        if request.session_key is None or not replicas:
+        key = request.session_key
+        if key is None or not replicas:
             return [0.0] * len(replicas)
-        ring = self._ring(frozenset(r.name for r in replicas))
-        loads = {r.name: max(0, r.in_flight) for r in replicas}
-        home = ring.home(request.session_key, loads, self.epsilon)
+        loads = {r.name: r.in_flight if r.in_flight > 0 else 0 for r in replicas}
+        names = frozenset(loads)
+        ring = self._rings.get(names)
+        if ring is None:
+            ring = self._ring(names)
+        home = ring.home(key, loads, self.epsilon)
         return [1.0 if r.name == home else 0.0 for r in replicas]
 
     def _ring(self, names: frozenset[str]) -> HashRing:
-        ring = self._rings.get(names)
-        if ring is None:
-            ring = HashRing(names, self.vnodes)
-            self._rings[names] = ring
-            if len(self._rings) > _RINGS_KEPT:
-                self._rings.popitem(last=False)
-        else:
-            self._rings.move_to_end(names)
+        ring = HashRing(names, self.vnodes)
+        if len(self._rings) >= _RINGS_KEPT:
+            del self._rings[next(iter(self._rings))]
+        self._rings[names] = ring
         return ring
