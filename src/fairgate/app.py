@@ -192,6 +192,8 @@ class Gateway:
             on_dropped=lambda n: accounted.labels("dropped").inc(n),
             on_failed=lambda n: accounted.labels("failed").inc(n),
         )
+        recorder = self.recorder
+        self.metrics.watch_accounting(lambda: (recorder.stats.queued, recorder.stats.duplicates))
         records = RecordBuilder(
             self.recorder.record,
             prices_by_model(config.models),

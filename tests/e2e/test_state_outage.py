@@ -43,3 +43,5 @@ def test_an_unreachable_state_back_end(
     outcome = "served_without_limits" if fail_open else "refused"
     assert f'fairgate_limits_state_unavailable_total{{outcome="{outcome}"}} 1.0' in metrics
     assert "fairgate_state_available 0.0" in metrics
+    assert "fairgate_accounting_duplicates_total 0.0" in metrics
+    assert "fairgate_accounting_queue " in metrics

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = ["AdmissionMetrics", "GatewayMetrics", "ReplicaGauge"]
@@ -53,6 +53,27 @@ class _ReplicaCollector(Collector):
         yield healthy
         yield in_flight
         yield breaker
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+class _AccountingCollector(Collector):
+    def __init__(self, read: Callable[[], tuple[int, int]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        queued, duplicates = self._read()
+        yield GaugeMetricFamily(
+            "fairgate_accounting_queue",
+            "Usage records waiting to be written to the store",
+            value=float(queued),
+        )
+        yield CounterMetricFamily(
+            "fairgate_accounting_duplicates",
+            "Usage records a retried batch found already stored (counted once, never twice)",
+            value=float(duplicates),
+        )
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
@@ -177,19 +198,14 @@ class GatewayMetrics:
         )
         self.accounting = Counter(
             "fairgate_accounting_records",
-            "Usage records by result: written, duplicate (already stored), dropped (queue "
-            "full, store failing twice, or shutdown), failed (batch write attempts that failed)",
+            "Usage records by result: written, dropped (queue full, store failing twice, or "
+            "shutdown), failed (batch write attempts that failed)",
             ["result"],
             registry=r,
         )
         self.streams_open = Gauge(
             "fairgate_streams_open",
             "Streams currently relayed to clients",
-            registry=r,
-        )
-        self.accounting_queue = Gauge(
-            "fairgate_accounting_queue",
-            "Usage records waiting to be written to the store",
             registry=r,
         )
         self.state_unavailable = Counter(
@@ -222,6 +238,10 @@ class GatewayMetrics:
         if replicas is not None:
             r.register(_ReplicaCollector(replicas))
         self._children: dict[tuple[Any, ...], Any] = {}
+
+    def watch_accounting(self, read: Callable[[], tuple[int, int]]) -> None:
+        """Report the recorder's queue length and duplicates, read at scrape time."""
+        self.registry.register(_AccountingCollector(read))
 
     def child(self, family: Any, *labels: str) -> Any:
         """The cached label child of ``family`` for ``labels``."""
