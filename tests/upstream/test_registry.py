@@ -182,20 +182,24 @@ def test_every_decision_is_reported_with_its_rationale() -> None:
         ("m", "least-busy", None),
     ]
     assert seen[0].dropped_by("healthy") == ("b",)
-    assert seen[0].scores == {"in-flight": {"a": 1.0}}
+    assert seen[0].scores == {}  # one replica left: nothing to score
+    b.set_health(True)
+    assert registry.pick("m") is not None
+    assert set(seen[-1].scores["in-flight"]) == {"a", "b"}
     assert registry.pick("unknown") is None
-    assert len(seen) == 2  # an unknown model is not a decision
+    assert len(seen) == 3  # an unknown model is not a decision
 
 
 def test_decisions_are_logged_only_when_asked(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="fairgate.routing")
-    _registry([_replica("a")], strategies={"m": LEAST_BUSY}).pick("m")
+    two = [_replica("a"), _replica("b")]
+    _registry(two, strategies={"m": LEAST_BUSY}).pick("m")
     assert not caplog.records
-    _registry([_replica("a")], strategies={"m": LEAST_BUSY}, log_decisions=True).pick("m")
-    [record] = caplog.records
-    assert record.getMessage() == (
-        "route strategy=least-busy model=m replica=a dropped=[] a=1.000(in-flight=1.000)"
-    )
+    _registry(two, strategies={"m": LEAST_BUSY}, log_decisions=True).pick("m", exclude={"b"})
+    _registry(two, strategies={"m": LEAST_BUSY}, log_decisions=True).pick("m")
+    first, second = (r.getMessage() for r in caplog.records)
+    assert first == "route strategy=least-busy model=m replica=a dropped=[]"  # nothing scored
+    assert "a=1.000(in-flight=1.000) b=1.000(in-flight=1.000)" in second
 
 
 def test_snapshots_follow_the_live_replica() -> None:

@@ -9,7 +9,8 @@ replicas a (waiting 0, KV 0.9) and b (waiting 4, KV 0.1):
     kv-usage     a 0.1   b 0.9
     total        a (2·1.0 + 0.1)/3 = 0.70    b (2·0.5 + 0.9)/3 = 0.63   →  a
 
-Cost: O(replicas × plugins) plus each scorer's per-request work.
+Cost: O(replicas × plugins) plus each scorer's per-request work; when the
+filters leave one replica (or none), no scorer runs.
 """
 
 from __future__ import annotations
@@ -53,6 +54,20 @@ def route(
             dropped.append(FilterDrop(plugin.name, removed))
         candidates = kept
     count = len(candidates)
+    if count <= 1:
+        # Nothing to choose between: no scorer runs (the decision shows no scores).
+        return Decision.from_pass(
+            strategy.name,
+            features.model,
+            candidates[0].name if count else None,
+            state.cursor,
+            filters=strategy.filter_names,
+            dropped=tuple(dropped),
+            names=(),
+            scorers=(),
+            values=(),
+            totals=(),
+        )
     values_by_scorer: list[list[float]] = []
     for weighted in strategy.scorers:
         values = weighted.scorer.score(candidates, features, state)

@@ -14,9 +14,10 @@ once under ``None`` when it has none).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -30,6 +31,7 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store.tables import usage_record_tags, usage_records
@@ -91,15 +93,45 @@ async def insert_records(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]
     return len(added)
 
 
+_COLUMNS = tuple(c.name for c in usage_records.columns)
+_ROW = f"({', '.join('?' * len(_COLUMNS))})"
+_ROWS_PER_STATEMENT = 500  # 500 × 20 parameters, well under SQLite's 32,766
+
+
+@functools.cache
+def _sqlite_insert(rows: int) -> str:
+    # Built from the table's own column names (no outside input), with ? parameters.
+    return (
+        f"INSERT INTO usage_records ({', '.join(_COLUMNS)}) "  # noqa: S608
+        f"VALUES {', '.join([_ROW] * rows)} ON CONFLICT (request_id) DO NOTHING"
+    )
+
+
+def _sqlite_value(value: Any) -> Any:
+    # What SQLAlchemy's SQLite DATETIME stores (UTC, naive text), so queries read it alike;
+    # a naive moment is refused as the column type refuses it on the general path.
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise StatementError("timestamps must be aware datetimes (UTC)", None, None, None)
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return value
+
+
 async def _insert_untagged_sqlite(conn: AsyncConnection, records: list[dict[str, Any]]) -> int:
-    # A plain executemany: RETURNING makes SQLAlchemy render the batch as multi-row
-    # VALUES in Python, which measured at about a third of a request's CPU on the
-    # gateway. SQLite reports how many rows the batch inserted, so the count of new
-    # records holds without it; a batch with tags needs RETURNING to skip a
-    # duplicate's tags and takes the general path.
-    statement = sqlite.insert(usage_records).on_conflict_do_nothing(index_elements=["request_id"])
-    result = await conn.execute(statement, records)
-    return max(0, result.rowcount)
+    # One multi-row INSERT per 500 records, its parameters flattened, run on the driver.
+    # Measured on the gateway: SQLAlchemy's per-row parameter processing, and a plain
+    # executemany (one SQLite step per row, each giving the GIL up and waiting to get
+    # it back from the busy event loop), each cost about a fifth of a request's CPU.
+    # SQLite reports how many rows a statement inserted, so the count of new records
+    # holds without RETURNING; a batch with tags needs RETURNING to skip a duplicate's
+    # tags and takes the general path.
+    added = 0
+    for start in range(0, len(records), _ROWS_PER_STATEMENT):
+        chunk = records[start : start + _ROWS_PER_STATEMENT]
+        flat = [_sqlite_value(row.get(c)) for row in chunk for c in _COLUMNS]
+        result = await conn.exec_driver_sql(_sqlite_insert(len(chunk)), tuple(flat))
+        added += max(0, result.rowcount)
+    return added
 
 
 async def _insert_tags(
