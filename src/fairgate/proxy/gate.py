@@ -264,13 +264,18 @@ class Gate:
         claim: Claim | None = None
         try:
             claim = await self._state.claim(pool, org, reservation, now)
-            usage = await self._pool_usage(pool, now)
-            self._note_state(None)
         except StateUnavailable as exc:
             # Without the shared count no reservation can be proven: borrow, at the
             # lowest rank (the safe answer), and serve the request.
             self._note_state(exc)
-            usage = {}
+        else:
+            self._note_state(None)
+        # Held from here on: whatever happens next (a cancelled await included), leave()
+        # gives the slot back.
+        ticket.pool, ticket.org, ticket.claim = pool, org, claim
+        ticket.borrowing = claim is None or not claim.within_share
+        counts = self.in_flight.setdefault((pool, org), [0, 0])
+        counts[1 if ticket.borrowing else 0] += 1
         cls = (
             PriorityClass.BATCH
             if self._classes.get(model) == "batch"
@@ -278,14 +283,16 @@ class Gate:
         )
         if claim is None:
             # the lowest borrowing rank: never ahead of a borrower the state could rank
-            priority = decide(org, reservation, reservation, MAX_RANK, cls).priority
+            ticket.priority = decide(org, reservation, reservation, MAX_RANK, cls).priority
+        elif claim.within_share:
+            ticket.priority = policy.decide(pool, org, cls, claim.in_flight, {}).priority
         else:
-            priority = policy.decide(pool, org, cls, claim.in_flight, usage).priority
-        ticket.pool, ticket.org, ticket.claim = pool, org, claim
-        ticket.priority = priority
-        ticket.borrowing = claim is None or not claim.within_share
-        counts = self.in_flight.setdefault((pool, org), [0, 0])
-        counts[1 if ticket.borrowing else 0] += 1
+            try:
+                usage = await self._pool_usage(pool, now)
+            except StateUnavailable as exc:
+                self._note_state(exc)
+                usage = {}
+            ticket.priority = policy.decide(pool, org, cls, claim.in_flight, usage).priority
         if self._on_claim is not None:
             self._on_claim(pool, org, ticket.borrowing)
 
