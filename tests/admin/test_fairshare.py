@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from redis.asyncio import Redis
 
 from admin.conftest import MASTER_KEY, MODELS, make_client
 from fairgate.admin import build_admin_app
@@ -29,6 +28,7 @@ from fairgate.limits import Claim, FairShareState
 from fairgate.state import MemoryCounterStore, RedisCounterStore
 from fairgate.store import Store
 from fairgate.tenancy import Tenancy
+from redis_keys import delete_prefix
 from store.backends import FakeClock
 from tenancy.world import World, build_world
 
@@ -97,13 +97,7 @@ async def redis_state(url: str) -> AsyncIterator[Callable[[], RedisCounterStore]
     finally:
         for gateway in made:
             await gateway.aclose()
-        client = Redis.from_url(url)
-        try:
-            keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=500)]
-            if keys:
-                await client.delete(*keys)
-        finally:
-            await client.aclose()
+        await delete_prefix(url, prefix)
 
 
 @pytest.fixture

@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import generate_latest
-from redis.asyncio import Redis
 
 from fairgate.admin.fairshare import FairShareMonitor
 from fairgate.fairshare import FairShare
 from fairgate.observability.fairshare_metrics import FairShareMetrics
 from fairgate.observability.metrics import GatewayMetrics
 from fairgate.state import Breaker, MemoryCounterStore, RedisCounterStore
+from redis_keys import delete_prefix
 from store.backends import FakeClock
 
 HALF_LIFE = 168 * 3600.0
@@ -99,13 +99,7 @@ async def redis_store(redis_url: str) -> AsyncIterator[RedisCounterStore]:
         yield store
     finally:
         await store.aclose()
-        client = Redis.from_url(redis_url)
-        try:
-            keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=500)]
-            if keys:
-                await client.delete(*keys)
-        finally:
-            await client.aclose()
+        await delete_prefix(redis_url, prefix)
 
 
 @pytest.mark.redis

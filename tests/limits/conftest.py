@@ -6,10 +6,10 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from redis.asyncio import Redis
 
 from fairgate.limits import CounterStore
 from fairgate.state import MemoryCounterStore, RedisCounterStore
+from redis_keys import delete_prefix
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
@@ -26,13 +26,3 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[CounterStore]:
     finally:
         await redis_store.aclose()
         await delete_prefix(url, prefix)
-
-
-async def delete_prefix(url: str, prefix: str) -> None:
-    client = Redis.from_url(url)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}*", count=500)]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()

@@ -8,11 +8,11 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from redis.asyncio import Redis
 
 from fairgate.fairshare import DecayedUsage, FairShare, PriorityClass
 from fairgate.limits import Claim, FairShareState
 from fairgate.state import MemoryCounterStore, RedisCounterStore
+from redis_keys import delete_prefix
 
 T0 = 1_700_000_040.0
 HOUR = 3600.0
@@ -31,13 +31,7 @@ async def state(request: pytest.FixtureRequest) -> AsyncIterator[FairShareState]
         yield store
     finally:
         await store.aclose()
-        client = Redis.from_url(url)
-        try:
-            keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=500)]
-            if keys:
-                await client.delete(*keys)
-        finally:
-            await client.aclose()
+        await delete_prefix(url, prefix)
 
 
 async def within(state: FairShareState, pool: str, org: str, reservation: int, n: int) -> int:

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 
 from fairgate.limits import StateUnavailable
 from fairgate.state import Breaker, RedisCounterStore
+from redis_keys import delete_prefix
 
 pytestmark = pytest.mark.redis
 
@@ -42,13 +43,7 @@ async def stores(redis_url: str) -> AsyncIterator[StoreFactory]:
     yield make
     for store in made:
         await store.aclose()
-    client = Redis.from_url(redis_url)
-    try:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=500)]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
+    await delete_prefix(redis_url, prefix)
 
 
 async def test_two_gateways_share_one_reservation(stores: StoreFactory) -> None:
