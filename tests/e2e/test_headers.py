@@ -140,7 +140,9 @@ def test_vllm_gets_neither_client_headers_nor_steering_fields(env: Env) -> None:
     assert sent["content-type"] == "application/json" and sent["accept"] == "application/json"
     body = record["body"]
     document = orjson.loads(body)
-    assert set(document) == {"model", "messages", "max_tokens"}
+    # the client's cache_salt is replaced by the gateway's own (a 256-bit HMAC, base64url)
+    assert set(document) == {"model", "messages", "max_tokens", "cache_salt"}
+    assert len(document["cache_salt"]) == 43
     assert "priority" not in body and "\\u" not in body and "chosen" not in body
     assert record["priority"] == 0  # the engine scheduled it at the default priority
 
@@ -166,7 +168,8 @@ def test_vllm_through_the_sdk_extra_body_and_headers_are_dropped(env: Env) -> No
     (record,) = env.keyed.requests(path="/v1/chat/completions")
     assert_clean_headers(record, response_id, env.keyed, key=True)
     document = orjson.loads(record["body"])
-    assert not FORBIDDEN_FIELDS & set(document)
+    assert FORBIDDEN_FIELDS & set(document) == {"cache_salt"}
+    assert document["cache_salt"] != "mine"  # the gateway's own salt, not the client's
     assert document["stream_options"] == {"include_usage": True}
     assert record["priority"] == 0
 
