@@ -17,7 +17,7 @@ It serves the OpenAI routes (/v1/chat/completions, /v1/completions, /v1/embeddin
 /v1/responses, /v1/models), /health and /metrics with vLLM's metric names, schedules
 requests like vLLM v1 (waiting heap on (priority, arrival), KV blocks, preemption of the
 largest (priority, arrival), prefix caching salted by cache_salt) and streams at a set
-token rate. /sim/requests, /sim/stats, /sim/faults and /sim/reset are test and debugging
+token rate. /sim/requests, /sim/stats, /sim/batch, /sim/faults and /sim/reset are test and debugging
 endpoints without authentication: keep the simulator on loopback.
 
 Once listening it prints one line to stdout, "fairgate sim listening on http://HOST:PORT".

@@ -46,7 +46,9 @@ def level_fairshare(shares: Mapping[str, float], usage: Mapping[str, float]) -> 
             levels[org] = math.inf
             continue
         s = share_of[org] / share_total if share_total > 0 else 0.0
-        levels[org] = s / (usage_of[org] / usage_total)
+        fraction = usage_of[org] / usage_total
+        # a usage too small to be a fraction of the total (underflow) counts as none
+        levels[org] = s / fraction if fraction > 0 else math.inf
     return levels
 
 

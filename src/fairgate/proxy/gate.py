@@ -11,11 +11,13 @@
 1. limits and budgets: one atomic check-and-charge of the key's rate limits and
    of every budget the request falls under, at the estimated tokens and cost
    (``fairgate.limits``); a refusal names the limit or the budget;
-2. fair share: one atomic claim of a within-share slot of the organisation in
+2. admission: a lease from the pool's admission controller, waiting in the
+   key's band while the pool is saturated (``fairgate.admission``); a queue
+   that orders by fair-share priority gets a provisional one from this
+   gateway's own counts (no slot is held while waiting);
+3. fair share: one atomic claim of a within-share slot of the organisation in
    the model's pool, then the priority (``fairgate.fairshare``), which goes to
-   the engine (vLLM's ``X-Vllm-Priority``) or orders the admission queue;
-3. admission: a lease from the pool's admission controller, waiting in the
-   key's band while the pool is saturated (``fairgate.admission``).
+   the engine (vLLM's ``X-Vllm-Priority``).
 
 ``leave`` gives everything back and corrects the charges with the real usage:
 the admission lease, the fair-share slot (and the request's cost is charged to
@@ -209,18 +211,28 @@ class Gate:
                     self._on_soft_limit(budget, now, spent)
         pool = self._pools.get(model)
         controller = self._admission.get(pool or model)
-        if (pool is None or pool not in self._fair_pools) and controller is None:
+        fair = pool is not None and pool in self._fair_pools
+        if not fair and controller is None:
             return ticket  # nothing else to take
         try:
-            if pool is not None and pool in self._fair_pools:
-                await self._claim(ticket, pool, principal.org, model, now)
             if controller is not None and self._bands is not None:
-                band = self._bands.for_team(principal.team).name
+                # Admission first: a request waiting in the gateway's queue holds no
+                # within-share slot (its organisation's running requests keep them).
+                # A queue that orders waiters by priority gets this gateway's best
+                # guess now; the slot and the priority the engine sees are decided
+                # when the request leaves the queue.
+                waiting_priority = 0
+                if fair and controller.order_by_priority:
+                    assert pool is not None
+                    waiting_priority = await self._provisional(pool, principal.org, model, now)
                 ticket.lease = await controller.admit(
-                    band=band,
+                    band=self._bands.for_team(principal.team).name,
                     tenant=principal.key_id,
-                    priority=ticket.priority if ticket.priority is not None else 0,
+                    priority=waiting_priority,
                 )
+            if fair:
+                assert pool is not None
+                await self._claim(ticket, pool, principal.org, model, self._clock.wall())
         except BaseException:
             await self.leave(ticket, ex)
             raise
@@ -276,11 +288,7 @@ class Gate:
         ticket.borrowing = claim is None or not claim.within_share
         counts = self.in_flight.setdefault((pool, org), [0, 0])
         counts[1 if ticket.borrowing else 0] += 1
-        cls = (
-            PriorityClass.BATCH
-            if self._classes.get(model) == "batch"
-            else PriorityClass.INTERACTIVE
-        )
+        cls = _class(self._classes.get(model))
         if claim is None:
             # the lowest borrowing rank: never ahead of a borrower the state could rank
             ticket.priority = decide(org, reservation, reservation, MAX_RANK, cls).priority
@@ -295,6 +303,20 @@ class Gate:
             ticket.priority = policy.decide(pool, org, cls, claim.in_flight, usage).priority
         if self._on_claim is not None:
             self._on_claim(pool, org, ticket.borrowing)
+
+    async def _provisional(self, pool: str, org: str, model: str, now: float) -> int:
+        """The priority a waiter of ``org`` would get if its turn came now, from this
+        gateway's own within-share count (no slot is taken)."""
+        assert self._fairshare is not None
+        cls = _class(self._classes.get(model))
+        within = self.in_flight.get((pool, org), (0, 0))[0]
+        if within < self._fairshare.reservations(pool).get(org, 0):
+            return self._fairshare.decide(pool, org, cls, within, {}).priority
+        try:
+            usage = await self._pool_usage(pool, now)
+        except StateUnavailable:
+            usage = {}
+        return self._fairshare.decide(pool, org, cls, within, usage).priority
 
     async def _pool_usage(self, pool: str, now: float) -> dict[str, float]:
         assert self._state is not None and self._fairshare is not None
@@ -406,6 +428,10 @@ class Gate:
     def fairshare_counts(self) -> Mapping[tuple[str, str], tuple[int, int]]:
         """This process's (within share, borrowing) requests in flight per (pool, org)."""
         return {key: (c[0], c[1]) for key, c in self.in_flight.items()}
+
+
+def _class(name: str | None) -> PriorityClass:
+    return PriorityClass.BATCH if name == "batch" else PriorityClass.INTERACTIVE
 
 
 def _subject(principal: Principal, tags: tuple[str, ...]) -> Subject:

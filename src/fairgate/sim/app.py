@@ -84,6 +84,7 @@ class SimApp:
             "/v1/embeddings": {"POST": "embeddings"},
             "/sim/requests": {"GET": control.requests},
             "/sim/stats": {"GET": control.stats},
+            "/sim/batch": {"GET": control.batch},
             "/sim/faults": {"GET": control.get_faults, "POST": control.set_faults},
             "/sim/reset": {"POST": control.reset},
         }

@@ -1,4 +1,4 @@
-"""The control surface under ``/sim/``: what was received, counters, faults, reset.
+"""The control surface under ``/sim/``: what was received, counters, the batch, faults, reset.
 
 Test and debugging endpoints, unauthenticated by design: a simulator is meant
 to listen on loopback next to the gateway under test, never to be exposed.
@@ -18,7 +18,8 @@ __all__ = ["Control"]
 
 
 class Control:
-    """``GET /sim/requests``, ``GET /sim/stats``, ``GET|POST /sim/faults``, ``POST /sim/reset``."""
+    """``GET /sim/requests``, ``GET /sim/stats``, ``GET /sim/batch``, ``GET|POST /sim/faults``,
+    ``POST /sim/reset``."""
 
     def __init__(self, sim: Simulator) -> None:
         self._sim = sim
@@ -35,6 +36,9 @@ class Control:
 
     async def stats(self, scope: Scope, receive: Receive, send: Send) -> None:
         await respond(send, 200, orjson.dumps(self._sim.stats_json()))
+
+    async def batch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await respond(send, 200, orjson.dumps(self._sim.batch_json()))
 
     async def get_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
         await respond(send, 200, orjson.dumps(self._sim.faults.to_json()))

@@ -166,6 +166,11 @@ class SimProcess(ServerProcess):
         result: dict[str, Any] = self._call("GET", "/sim/stats")
         return result
 
+    def batch(self) -> dict[str, Any]:
+        """``GET /sim/batch``: the running sequences (request id, priority), waiting, KV usage."""
+        result: dict[str, Any] = self._call("GET", "/sim/batch")
+        return result
+
     def faults(self, **spec: Any) -> dict[str, Any]:
         """``POST /sim/faults`` with ``spec`` (e.g. ``fail_next=2, fail_status=503``)."""
         result: dict[str, Any] = self._call("POST", "/sim/faults", spec)

@@ -61,3 +61,17 @@ class Simulator:
             "kv_cache_usage": gauges.kv_usage,
             **self.stats.to_json(),
         }
+
+    def batch_json(self) -> dict[str, Any]:
+        """The batch now: each running sequence's request id and priority, in admission
+        order, the number waiting and the KV usage (cheap to poll, unlike the stats)."""
+        gauges = self.gauges()
+        running = (
+            [
+                {"request_id": seq.request_id, "priority": seq.priority}
+                for seq in self.engine.scheduler.running()
+            ]
+            if self.engine is not None
+            else []
+        )
+        return {"running": running, "waiting": gauges.waiting, "kv_cache_usage": gauges.kv_usage}
