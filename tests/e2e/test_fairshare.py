@@ -222,7 +222,7 @@ def _two_orgs(directory: Path, *, send_priority: bool) -> Run:
         keys = {"A": TEST_KEY, "B": asyncio.run(_key_in(config, "tb"))}
         with GatewayProcess(config) as gateway:
             if send_priority:
-                run = asyncio.run(_run(sim.url, gateway.url, keys, alone=8, warm=20, measure=75))
+                run = asyncio.run(_run(sim.url, gateway.url, keys, alone=8, warm=20, measure=50))
             else:
                 run = asyncio.run(_run(sim.url, gateway.url, keys, alone=4, warm=6, measure=20))
     assert not run.failures, run.failures[:5]
