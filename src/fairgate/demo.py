@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import signal
 import threading
 import time
@@ -40,6 +41,7 @@ listen: {{host: 127.0.0.1, port: 0}}
 admin_listen: {{host: 127.0.0.1, port: 0}}
 health: {{interval: 2s, timeout: 1s}}
 store: {{url: "sqlite:///fairgate.db"}}
+cache_isolation: {{scope: org, key_file: cache-salt.key}}
 orgs:
   - {{name: demo-org, share: 1.0, teams: [{DEMO_TEAM}]}}
 pools:
@@ -80,6 +82,10 @@ def _running(directory: Path) -> Iterator[tuple[GatewayProcess, list[SimProcess]
     with SimProcess(*sim_args) as sim1, SimProcess(*sim_args) as sim2:
         directory.mkdir(parents=True, exist_ok=True)
         config = directory / "gateway.yaml"
+        salt_key = directory / "cache-salt.key"
+        if not salt_key.exists():
+            salt_key.write_text(secrets.token_urlsafe(32))
+            salt_key.chmod(0o600)
         config.write_text(_config([sim1, sim2]))
         key = asyncio.run(_new_key(config))
         with GatewayProcess(config) as gateway:
