@@ -190,18 +190,15 @@ class Gate:
         model = ex.requested_model
         now = self._clock.wall()
         book = self._budgets()
-        budgets = (
-            book.applicable(_subject(principal, ex.tags or principal.tags), model)
-            if len(book)
-            else ()
-        )
+        subject = _subject(principal, ex.tags or principal.tags) if len(book) else None
+        budgets = book.applicable(subject, model) if subject is not None else ()
         p = principal
         if budgets or p.rpm or p.tpm or p.rpd or p.max_in_flight:
             limits = Limits(p.rpm, p.tpm, p.rpd, p.max_in_flight)
             tokens = estimate_tokens(
                 ex.prompt_bytes, _max_tokens(ex.parsed), self._default_completion
             )
-            subject = _subject(principal, ex.tags or principal.tags)
+            subject = subject or _subject(principal, ex.tags or principal.tags)
             demand = Demand(subject, limits, model, tokens, self._estimate_cost(ex, model), budgets)
             ticket.limits = await self._limiter.admit(demand, now)
             if self._on_soft_limit is not None:
