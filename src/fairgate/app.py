@@ -94,7 +94,6 @@ class Gateway:
         self.config = config
         self.draining = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._restored = False
         self._calendar = Calendar()  # budgets run in UTC periods
         limits = config.limits
         adapters: dict[str, EngineAdapter] = {
@@ -291,7 +290,13 @@ class Gateway:
         revision = await upgrade(self.store)
         report = await self.tenancy.sync_orgs(self.config.orgs)
         log.info("store at schema %s; organisations %s", revision, report)
-        await self._load_budgets(restore=True)
+        try:
+            await self._load_budgets()
+        except StateUnavailable as exc:
+            # Serve anyway (limits fail closed or open as configured); the first refresh
+            # that reaches the back end restores the spend.
+            log.error("budgets: state back end unavailable, spend not restored yet: %s", exc)
+            self.budgets = await budget_book(self.tenancy)
         self.recorder.start()
         self.alerter.start()
         self.health.start()
@@ -327,24 +332,26 @@ class Gateway:
             budget, span.label, span.end, spent, budget.effective_max(now)
         )
 
-    async def _load_budgets(self, *, restore: bool) -> None:
-        """Read every budget from the store; raise the counters of the ones not seen
-        before to their recorded spend (all of them at start-up)."""
+    async def _load_budgets(self) -> None:
+        """Read every budget from the store and raise the counters of the ones not seen
+        before to their recorded spend: all of them at start-up, and again whenever the
+        state back end has lost its data since (a Redis restarted without persistence)."""
         book = await budget_book(self.tenancy)
-        if restore:
-            known = {b.counter_prefix for b in self.budgets.all()} if self._restored else set()
-            fresh = [b for b in book.all() if b.counter_prefix not in known]
-            raised = await restore_spend(self.store, self.limiter, fresh, self.clock.wall())
-            if raised:
-                log.info("budgets: spend restored from the store for %d budget(s)", raised)
-            self._restored = True
+        now = self.clock.wall()
+        everything = not await self.limiter.holds_restored_spend(now)
+        known = set() if everything else {b.counter_prefix for b in self.budgets.all()}
+        fresh = [b for b in book.all() if b.counter_prefix not in known]
+        raised = await restore_spend(self.store, self.limiter, fresh, now)
+        await self.limiter.mark_restored(now)
+        if raised:
+            log.info("budgets: spend restored from the store for %d budget(s)", raised)
         self.budgets = book
 
     async def _refresh_budgets(self) -> None:
         while True:
             await asyncio.sleep(self.config.state.budget_refresh)
             try:
-                await self._load_budgets(restore=True)
+                await self._load_budgets()
             except (StoreUnavailable, StateUnavailable) as exc:
                 log.warning("budgets: refresh failed, keeping the previous ones: %s", exc)
 

@@ -12,6 +12,7 @@ import asyncio
 import csv
 import io
 import sqlite3
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 from tests.e2e.conftest import AUTH, StartSim, model
 from tests.e2e.robust_wire import until
 from tests.e2e.test_limits import PRICES, chat, configure, refusal
+from tests.redis_keys import delete_prefix
 
 from fairgate.server.process import GatewayProcess
 
@@ -136,6 +138,28 @@ def test_a_restart_keeps_the_spend_of_the_period(tmp_path: Path, start_sim: Star
     with GatewayProcess(config) as gateway:
         budget_refusal(chat(gateway, 10), "team 't'")
         budget_refusal(chat(gateway, 1), "team 't'")
+    assert len(sim.requests("/v1/chat/completions")) == 2
+
+
+def test_spend_is_restored_again_when_redis_loses_its_data(
+    tmp_path: Path, start_sim: StartSim, redis_state: dict[str, Any], redis_url: str
+) -> None:
+    """A Redis restarted without persistence forgets every counter; the next budget refresh
+    notices (the restore mark is gone) and restores the spend from the records."""
+    sim = start_sim("--model", "m", "--speed", "0")
+    config = configure(
+        tmp_path,
+        [model("m", sim, cost=PRICES)],
+        budgets=[("team:t", 20)],
+        state={**redis_state, "budget_refresh": "1s"},
+    )
+    with GatewayProcess(config) as gateway:
+        assert [chat(gateway, 10).status_code for _ in range(2)] == [200, 200]
+        budget_refusal(chat(gateway, 10), "team 't'")
+        time.sleep(2.0)  # the records reach the store (flushed every second)
+        asyncio.run(delete_prefix(redis_url, redis_state["prefix"]))
+        time.sleep(3.0)  # a refresh or two
+        budget_refusal(chat(gateway, 10), "team 't'")
     assert len(sim.requests("/v1/chat/completions")) == 2
 
 

@@ -24,7 +24,7 @@ from typing import Literal
 from fairgate.core.errors import ServiceUnavailable
 from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
-from fairgate.limits.charges import Lease
+from fairgate.limits.charges import Lease, PeriodCharge
 from fairgate.limits.demand import Admission, Demand
 from fairgate.limits.key_limits import Limits
 from fairgate.limits.periods import Calendar
@@ -44,6 +44,11 @@ UNAVAILABLE_MESSAGE = (
     "The rate-limit and budget service is unavailable, so the request was not served. "
     "Try again shortly."
 )
+
+
+# A counter no request charges, kept for good: present while the back end keeps the
+# budget counters restored into it.
+_RESTORED_MARK = PeriodCharge("restored-spend", 0, 1, 4e9, 4e9)
 
 
 class Limiter:
@@ -153,6 +158,17 @@ class Limiter:
         allowance. Raises ``StateUnavailable`` when the back end is down."""
         counter, _ = self._planner.budget_counter(budget, now)
         await self._store.seed(counter, spent.micro, now)
+
+    async def holds_restored_spend(self, now: float) -> bool:
+        """Whether the back end still holds the mark ``mark_restored`` left: False on a fresh
+        back end, or one that lost its data since (a Redis restarted without persistence),
+        whose budget counters must be restored again. Raises ``StateUnavailable``."""
+        (mark,) = await self._store.read([_RESTORED_MARK], now)
+        return mark > 0
+
+    async def mark_restored(self, now: float) -> None:
+        """Leave the mark ``holds_restored_spend`` looks for. Raises ``StateUnavailable``."""
+        await self._store.seed(_RESTORED_MARK, 1, now)
 
     def _report(self, outcome: Outage) -> None:
         if self._on_unavailable is not None:
