@@ -29,6 +29,7 @@ def exchange(principal: Principal, *, body: int = 400, max_tokens: int | None = 
     ex.requested_model = ex.model = "m"
     ex.prompt_bytes = body
     ex.parsed = {} if max_tokens is None else {"max_tokens": max_tokens}
+    ex.max_tokens = max_tokens
     return ex
 
 

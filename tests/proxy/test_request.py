@@ -88,3 +88,10 @@ def test_caps_refuse_with_a_named_reason(payload: dict[str, Any], code: str) -> 
 
 def test_values_within_the_caps_pass() -> None:
     check_caps({"n": 4, "max_tokens": 1000, "stream": True, "guided_regex": "a+"}, CAPS)
+
+
+def test_the_client_completion_cap_is_returned_max_completion_tokens_first() -> None:
+    # what the limits' token estimate counts as the completion
+    assert check_caps({"max_tokens": 5, "max_completion_tokens": 7}, CAPS) == 7
+    assert check_caps({"max_output_tokens": 3}, CAPS) == 3
+    assert check_caps({"n": 1}, CAPS) is None

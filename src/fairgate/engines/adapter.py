@@ -110,4 +110,5 @@ class RouteTableAdapter:
         return adapter
 
     def prepare_body(self, req: UpstreamRequestBody) -> bytes:
+        """The body sent upstream; each engine kind defines it (vLLM, pass-through)."""
         raise NotImplementedError

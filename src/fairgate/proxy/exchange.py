@@ -38,6 +38,7 @@ class Exchange:
     stream: bool = False
     client_wants_usage: bool = False
     prompt_bytes: int = 0
+    max_tokens: int | None = None  # the client's cap on generated tokens, if it set one
     parsed: dict[str, Any] | None = None
     body: bytes = b""
     content_type: bytes | None = None

@@ -195,9 +195,7 @@ class Gate:
         p = principal
         if budgets or p.rpm or p.tpm or p.rpd or p.max_in_flight:
             limits = Limits(p.rpm, p.tpm, p.rpd, p.max_in_flight)
-            tokens = estimate_tokens(
-                ex.prompt_bytes, _max_tokens(ex.parsed), self._default_completion
-            )
+            tokens = estimate_tokens(ex.prompt_bytes, ex.max_tokens, self._default_completion)
             subject = subject or _subject(principal, ex.tags or principal.tags)
             demand = Demand(subject, limits, model, tokens, self._estimate_cost(ex, model), budgets)
             ticket.limits = await self._limiter.admit(demand, now)
@@ -364,8 +362,8 @@ class Gate:
         if prices is None:
             return Money(0)
         prompt = -(-ex.prompt_bytes // BYTES_PER_TOKEN)
-        completion = _max_tokens(ex.parsed)
-        if completion is None or completion < 0:
+        completion = ex.max_tokens
+        if completion is None:
             completion = self._default_completion
         return prices.cost_of(_Tokens(prompt, completion))
 
@@ -445,13 +443,3 @@ def _subject(principal: Principal, tags: tuple[str, ...]) -> Subject:
 
 def _iso(moment: float) -> str:
     return datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _max_tokens(parsed: dict[str, Any] | None) -> int | None:
-    if not parsed:
-        return None
-    for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-        value = parsed.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None

@@ -175,7 +175,7 @@ class Pipeline:
         # ``application/…+json``) is parsed here, so the caps cannot be sidestepped.
         if ex.content_type is None or is_json(ex.content_type):
             ex.parsed = parse_json(ex.body)
-            check_caps(ex.parsed, self._caps)
+            ex.max_tokens = check_caps(ex.parsed, self._caps)
             ex.stream = ex.parsed.get("stream") is True
             options = ex.parsed.get("stream_options")
             ex.client_wants_usage = (

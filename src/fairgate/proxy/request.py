@@ -84,14 +84,18 @@ def parse_json(body: bytes) -> dict[str, Any]:
     return parsed
 
 
-def check_caps(parsed: dict[str, Any], caps: Caps) -> None:
-    """Refuse values the operator capped; the message names the field and the cap."""
+def check_caps(parsed: dict[str, Any], caps: Caps) -> int | None:
+    """Refuse values the operator capped; the message names the field and the cap.
+
+    Returns the client's cap on generated tokens (``max_completion_tokens``, else
+    ``max_tokens``, else ``max_output_tokens``), None when it set none."""
     n = parsed.get("n")
     if n is not None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise BadRequest("'n' must be a positive integer", code="invalid_value")
         if n > caps.max_n:
             raise BadRequest(f"'n' must be at most {caps.max_n}", code="n_too_large")
+    completion = None
     for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         value = parsed.get(field)
         if value is None:
@@ -102,6 +106,8 @@ def check_caps(parsed: dict[str, Any], caps: Caps) -> None:
             raise BadRequest(
                 f"'{field}' must be at most {caps.max_tokens}", code="max_tokens_too_large"
             )
+        if completion is None or field == "max_completion_tokens":
+            completion = value  # max_completion_tokens supersedes max_tokens
     stream = parsed.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise BadRequest("'stream' must be true or false", code="invalid_value")
@@ -114,3 +120,4 @@ def check_caps(parsed: dict[str, Any], caps: Caps) -> None:
             raise BadRequest(
                 f"'{field}' is larger than {caps.max_grammar_bytes} bytes", code="grammar_too_large"
             )
+    return completion

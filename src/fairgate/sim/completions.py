@@ -40,6 +40,7 @@ class _StreamFormat:
         self._after = self._close + b',"logprobs":null,"finish_reason":null}]}\n\n'
 
     def _choice(self, piece: str, finish: str | None) -> dict[str, Any]:
+        """One event's choice object; the chat and the completion streams define it."""
         raise NotImplementedError
 
     def _event(self, piece: str, finish: str | None) -> bytes:
