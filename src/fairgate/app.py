@@ -38,7 +38,7 @@ from fairgate.admission import (
 )
 from fairgate.admission.saturation import replica_key
 from fairgate.auth import Authenticator, FailureLimiter, KeyCache, ModelResolver, sha256
-from fairgate.config import Config
+from fairgate.config import Config, Model
 from fairgate.core.clock import SystemClock
 from fairgate.core.errors import StoreUnavailable
 from fairgate.core.money import Money
@@ -139,7 +139,8 @@ class Gateway:
         )
         self.budgets = BudgetBook()
         self.fairshare = _fairshare(config)
-        self.admission = self._admission(config, clock)
+        bands = _bands(config)
+        self.admission = self._admission(config, clock, bands, adapters)
         fair_requests = self.metrics.fairshare_requests
         self.alerter = _alerter(config, self.store, clock, self.metrics.alerts)
         self.gate = Gate(
@@ -153,7 +154,7 @@ class Gateway:
             fairshare=self.fairshare,
             fairshare_state=self.state if self.fairshare is not None else None,
             admission=self.admission,
-            bands=_bands(config),
+            bands=bands,
             tags=TagPolicy(config.tags.max_per_request, frozenset(config.tags.allowed)),
             send_priority=config.fairshare.send_priority,
             on_soft_limit=self._soft_limit if self.alerter.enabled else None,
@@ -355,19 +356,24 @@ class Gateway:
             except (StoreUnavailable, StateUnavailable) as exc:
                 log.warning("budgets: refresh failed, keeping the previous ones: %s", exc)
 
-    def _admission(self, config: Config, clock: SystemClock) -> dict[str, AdmissionController]:
+    def _admission(
+        self,
+        config: Config,
+        clock: SystemClock,
+        bands: Bands | None,
+        adapters: dict[str, EngineAdapter],
+    ) -> dict[str, AdmissionController]:
         """One admission controller per pool (a model without a pool is its own), when
         bands are configured; none otherwise."""
-        bands = _bands(config)
         if bands is None:
             return {}
         a = config.admission
-        members: dict[str, list[str]] = {}
+        members: dict[str, list[Model]] = {}
         for m in config.models:
-            members.setdefault(m.pool or m.name, []).append(m.name)
+            members.setdefault(m.pool or m.name, []).append(m)
         controllers = {}
         for pool, models in members.items():
-            replicas = [r for name in models for r in self.registry.replicas(name)]
+            replicas = [r for m in models for r in self.registry.replicas(m.name)]
             declared = config.pool(pool)
             weight = sum(r.weight for r in replicas) or 1
             starts = {
@@ -387,7 +393,7 @@ class Gateway:
                 kv_limit=a.kv_limit,
             )
             takes_priority = config.fairshare.send_priority and all(
-                self.registry.replicas(name)[0].adapter.sends_priority for name in models
+                adapters[m.engine].sends_priority for m in models
             )
             controllers[pool] = AdmissionController(
                 pool,
