@@ -121,6 +121,19 @@ def test_a_store_url_with_a_password_is_refused_without_repeating_it(problems: P
     assert "hunter2" not in "".join(found)
 
 
+@pytest.mark.parametrize(
+    "query", ["password=hunter2", "sslmode=require&PassWord=hunter2", "sslpassword=hunter2"]
+)
+def test_a_password_in_the_store_url_query_is_refused_like_an_inline_one(
+    problems: Problems, query: str
+) -> None:
+    found = problems(f"store: {{url: 'postgresql://app@db/fairgate?{query}'}}\n" + MINIMAL)
+    assert found == [
+        "1:14: store.url: the URL holds a password: write the URL to a file and set store.url_file"
+    ]
+    assert "hunter2" not in "".join(found)
+
+
 def test_redis_state_needs_a_url_file(problems: Problems) -> None:
     found = problems("state: {backend: redis}\n" + MINIMAL)
     assert found == [

@@ -6,10 +6,11 @@ seconds, sizes are bytes.
 
 from __future__ import annotations
 
+import re
 import warnings
 from itertools import pairwise
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, field_validator
 from pydantic import model_validator as _model_validator
@@ -51,6 +52,7 @@ __all__ = [
 _KiB = 1024
 _MiB = 1024 * 1024
 DEFAULT_STORE_URL = "sqlite:///fairgate.db"
+_PASSWORD_PARAM = re.compile(r"pass(word|wd)?$", re.IGNORECASE)
 
 
 class Listen(Section):
@@ -149,7 +151,7 @@ class Store(Section):
         parts = urlsplit(value)
         if not parts.scheme.startswith(("sqlite", "postgresql")):
             raise ValueError("expected a sqlite:/// or postgresql:// URL")
-        if parts.password is not None:
+        if parts.password is not None or _query_password(parts.query):
             raise ValueError(
                 "the URL holds a password: write the URL to a file and set store.url_file"
             )
@@ -161,6 +163,13 @@ class Store(Section):
         if value is not None and info.data.get("url") is not None:
             raise ValueError("set store.url or store.url_file, not both")
         return value
+
+
+def _query_password(query: str) -> bool:
+    """Whether a URL query names a password (``?password=``, ``?sslpassword=``), as
+    libpq and asyncpg accept it: the same secret as ``user:password@``, in another place."""
+    names = (name for name, _ in parse_qsl(query, keep_blank_values=True))
+    return any(_PASSWORD_PARAM.search(name) for name in names)
 
 
 class State(Section):

@@ -61,11 +61,18 @@ class Store:
         return self._engine
 
     async def connect(self) -> None:
-        """Create the engine and check that the database answers."""
+        """Create the engine and check that the database answers.
+
+        ``ValueError`` when the URL's query holds an option the driver does not take
+        (the driver's message names the option, never its value).
+        """
         if self._engine is None:
             self._engine = self._create_engine()
-        async with self.read() as conn:
-            await conn.execute(text("SELECT 1"))
+        try:
+            async with self.read() as conn:
+                await conn.execute(text("SELECT 1"))
+        except TypeError as exc:
+            raise ValueError(f"the store URL holds an option the driver refuses ({exc})") from None
 
     async def close(self) -> None:
         """Close every pooled connection; the store may be connected again."""

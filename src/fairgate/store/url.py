@@ -12,7 +12,7 @@ refused: every connection would see a different, empty database.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -36,11 +36,13 @@ _DRIVERS: dict[str, tuple[Dialect, str]] = {
 class StoreURL:
     """A parsed store URL: its dialect and the async SQLAlchemy URL to connect with.
 
-    ``str()`` never shows a password (``***`` instead), so the object may be logged.
+    ``str()`` and ``repr()`` name the store (dialect, host, port, database) and never
+    show the DSN: no user, no password, no query (which may hold ``?password=``),
+    so the object may be logged or printed.
     """
 
     dialect: Dialect
-    url: URL
+    url: URL = field(repr=False)
 
     @classmethod
     def parse(cls, text: str, *, base_dir: Path | None = None) -> StoreURL:
@@ -61,7 +63,11 @@ class StoreURL:
         return cls(dialect, url)
 
     def __str__(self) -> str:
-        return self.url.render_as_string(hide_password=True)
+        if self.dialect == "sqlite":
+            return f"sqlite {self.url.database}"
+        port = f":{self.url.port}" if self.url.port is not None else ""
+        host = self.url.host or "(local socket)"
+        return f"postgresql {self.url.database or '(default database)'} on {host}{port}"
 
 
 def _sqlite_path(database: str | None, base_dir: Path | None) -> str:
