@@ -9,14 +9,15 @@
 
 OpenAPI is served at ``/admin/openapi.json``; no interactive docs page (it would
 load scripts from elsewhere on a listener that holds the master key). Bodies are
-limited to 64 KiB and every error is the OpenAI envelope (``fairgate.admin.errors``).
+limited to 64 KiB, parameters and body strings hold no control character
+(``fairgate.admin.params``), and every error is the OpenAI envelope (``fairgate.admin.errors``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from prometheus_client import CollectorRegistry
 
 from fairgate.admin.authn import AdminAuthenticator, FailureLimiter
@@ -24,6 +25,7 @@ from fairgate.admin.body_limit import BodyLimit
 from fairgate.admin.errors import install_error_handlers
 from fairgate.admin.fairshare import FairShareMonitor, fairshare_router
 from fairgate.admin.health import health_routes
+from fairgate.admin.params import plain_text
 from fairgate.admin.routes.budgets import budgets_router
 from fairgate.admin.routes.keys import keys_router
 from fairgate.admin.routes.people import people_router
@@ -53,6 +55,7 @@ def build_admin_app(
         openapi_url="/admin/openapi.json",
         docs_url=None,
         redoc_url=None,
+        dependencies=[Depends(plain_text)],
     )
     install_error_handlers(app)
     app.state.authenticator = AdminAuthenticator(

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Response
 
 from fairgate.admin.bodies import GrantBody, TokenBody, UserBody, seconds
+from fairgate.admin.params import Moment, RowId
 from fairgate.admin.routes.context import Caller, listing
 from fairgate.tenancy import Tenancy, public
 
@@ -86,9 +87,9 @@ def people_router(t: Tenancy) -> APIRouter:
     @router.get("/audit", tags=["audit"], summary="Audit events the caller may see, newest first")
     async def audit(
         actor: Caller,
-        since: float | None = None,
+        since: Moment = None,
         action: str | None = None,
-        before_id: int | None = None,
+        before_id: RowId = None,
         limit: int = 100,
     ) -> dict[str, Any]:
         events = await t.audit.list(
