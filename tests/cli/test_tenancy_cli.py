@@ -117,7 +117,8 @@ def test_the_table_form_prints_the_secret_once_and_says_so(config: Path) -> None
         (("keys", "create", "--team", "lab-nlp", "--models", "gpt-5"), "unknown model 'gpt-5'"),
         (("keys", "create", "--team", "lab-nlp", "--expires", "soon"), "--expires: not a duration"),
         (("keys", "revoke", "01NOSUCHKEY"), "no key '01NOSUCHKEY'"),
-        (("users", "grant", "ghost", "viewer", "--org", "etabA"), "no user 'ghost'"),
+        (("users", "grant", "ghost", "viewer", "--org", "etabA"), "no such user"),
+        (("users", "enable", "ghost"), "no such user"),
         (("users", "grant", "x", "org_admin"), "org_admin is bound on org, not on root"),
     ],
 )
@@ -147,3 +148,20 @@ def test_teams_projects_users_roles_and_admin_tokens(config: Path) -> None:
     removed = fairgate(config, "users", "revoke-role", "olga", "org_admin", "--org", "etabA")
     assert removed.returncode == 0
     assert orjson.loads(fairgate(config, "users", "roles", "olga", "--json").stdout) == []
+
+
+def test_a_user_disabled_then_enabled_comes_back_without_the_tokens_revoked_at_disable(
+    config: Path,
+) -> None:
+    assert fairgate(config, "users", "create", "olga", "--org", "etabA").returncode == 0
+    token = orjson.loads(
+        fairgate(config, "admin-tokens", "create", "--user", "olga", "--json").stdout
+    )[0]
+    disabled = fairgate(config, "users", "disable", "olga", "--json")
+    assert disabled.returncode == 0, disabled.stderr
+    assert orjson.loads(disabled.stdout)[0]["disabled_at"] is not None
+    enabled = fairgate(config, "users", "enable", "olga", "--json")
+    assert enabled.returncode == 0, enabled.stderr
+    assert orjson.loads(enabled.stdout)[0]["disabled_at"] is None
+    tokens = orjson.loads(fairgate(config, "admin-tokens", "list", "--json").stdout)
+    assert [(t["id"], t["revoked_at"] is not None) for t in tokens] == [(token["id"], True)]

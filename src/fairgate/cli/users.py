@@ -1,4 +1,4 @@
-"""``fairgate users create|list|grant|revoke-role|roles`` and ``fairgate admin-tokens …``."""
+"""``fairgate users create|list|disable|enable|grant|revoke-role|roles``; ``admin-tokens``."""
 
 from __future__ import annotations
 
@@ -42,6 +42,28 @@ def list_users(config: ConfigOption = None, as_json: Json = False) -> None:
     """List users."""
     users = run(config, lambda t, actor: t.users.list(actor))
     show(users, _USER_COLUMNS, as_json=as_json, title="users")
+
+
+@app.command("disable")
+def disable(
+    name: Annotated[str, typer.Argument(help="The user.")],
+    config: ConfigOption = None,
+    as_json: Json = False,
+) -> None:
+    """Disable a user: their admin tokens are revoked at once."""
+    user = run(config, lambda t, actor: t.users.disable(actor, name))
+    show([user], _USER_COLUMNS, as_json=as_json, title="user disabled")
+
+
+@app.command("enable")
+def enable(
+    name: Annotated[str, typer.Argument(help="The user.")],
+    config: ConfigOption = None,
+    as_json: Json = False,
+) -> None:
+    """Enable a disabled user; tokens revoked when it was disabled stay revoked."""
+    user = run(config, lambda t, actor: t.users.enable(actor, name))
+    show([user], _USER_COLUMNS, as_json=as_json, title="user enabled")
 
 
 @app.command("grant")

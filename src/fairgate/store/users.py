@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store.tables import admin_tokens, orgs, users
 
-__all__ = ["User", "by_id", "by_name", "disable", "insert_user", "list_users"]
+__all__ = ["User", "by_id", "by_name", "disable", "enable", "insert_user", "list_users"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,4 +91,24 @@ async def disable(
             .where(admin_tokens.c.user_id == user_id, admin_tokens.c.revoked_at.is_(None))
             .values(revoked_at=now)
         )
+    return user_id
+
+
+async def enable(
+    conn: AsyncConnection, name: str, where: ColumnElement[bool] | None = None
+) -> int | None:
+    """Enable a disabled user (their revoked tokens stay revoked); their id, or None if none
+    in scope changed."""
+    user_id: int | None = (
+        await conn.execute(
+            update(users)
+            .where(
+                users.c.name == name,
+                users.c.disabled_at.is_not(None),
+                where if where is not None else true(),
+            )
+            .values(disabled_at=None)
+            .returning(users.c.id)
+        )
+    ).scalar_one_or_none()
     return user_id

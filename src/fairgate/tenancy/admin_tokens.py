@@ -18,7 +18,7 @@ from fairgate.store import admin_tokens, from_unix, new_ulid, role_bindings, use
 from fairgate.store.admin_tokens import AdminToken
 from fairgate.store.users import User
 from fairgate.tenancy.actor import Actor, Holding, Role
-from fairgate.tenancy.errors import BadRequest, Forbidden, NotFound
+from fairgate.tenancy.errors import BadRequest, Forbidden, NotFound, no_user
 from fairgate.tenancy.names import check_name
 from fairgate.tenancy.service import Service
 
@@ -125,7 +125,7 @@ class AdminTokens(Service):
         else:
             holder = await users.by_name(conn, user, self._scope(actor).users_read())
         if holder is None or holder.disabled_at is not None:
-            raise NotFound(f"no user {user!r}", code="user_not_found")
+            raise no_user()
         if not actor.root_admin and holder.id != actor.user_id:
             raise Forbidden("a user creates their own tokens only", code="forbidden")
         return holder

@@ -8,14 +8,16 @@
     StoreUnavailable        the database did not answer (503 in the admin API)
 
 Choosing 404 over 403 for what the actor cannot see keeps a guessed id or name
-from confirming that it exists in another tenant.
+from confirming that it exists in another tenant. A user outside the actor's
+scope gets :func:`no_user`, which does not echo the name, so two different
+names (one existing elsewhere, one never created) get the same bytes.
 """
 
 from __future__ import annotations
 
 from fairgate.core.errors import BadRequest, Forbidden, GatewayError, NotFound, StoreUnavailable
 
-__all__ = ["BadRequest", "Conflict", "Forbidden", "NotFound", "StoreUnavailable"]
+__all__ = ["BadRequest", "Conflict", "Forbidden", "NotFound", "StoreUnavailable", "no_user"]
 
 
 class Conflict(GatewayError):
@@ -23,3 +25,8 @@ class Conflict(GatewayError):
 
     status = 409
     type = "invalid_request_error"
+
+
+def no_user() -> NotFound:
+    """The answer for a user name that does not exist or lies outside the actor's scope."""
+    return NotFound("no such user", code="user_not_found")

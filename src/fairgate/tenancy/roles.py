@@ -1,7 +1,9 @@
 """Role bindings: grant and remove roles on the root, an organisation or a team.
 
 Who may grant what is ``fairgate.tenancy.grants``; removing needs the same
-right as granting, enforced in the DELETE's WHERE clause. Bindings are read
+right as granting, enforced in the DELETE's WHERE clause. Either needs a user
+within ``Scope.users_act``: one the actor reaches and over every role of whom it
+has authority; any other name is answered like one that does not exist. Bindings are read
 from the store on every admin request, so a change applies at once.
 """
 
@@ -13,8 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store import StoreConflict, orgs, role_bindings, teams, users
 from fairgate.store.role_bindings import Binding
+from fairgate.store.users import User
 from fairgate.tenancy.actor import SCOPES, Actor, Role, ScopeKind
-from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
+from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound, no_user
 from fairgate.tenancy.grants import may_grant
 from fairgate.tenancy.scope import Scope
 from fairgate.tenancy.service import Service
@@ -50,9 +53,9 @@ class Roles(Service):
                     raise Forbidden(
                         f"granting {parsed} there is above your own roles", code="forbidden"
                     )
-                holder = await users.by_name(conn, user)
-                if holder is None or holder.disabled_at is not None:
-                    raise NotFound(f"no user {user!r}", code="user_not_found")
+                holder = await self._holder(conn, scope, user)
+                if holder.disabled_at is not None:
+                    raise no_user()
                 binding = await role_bindings.insert_binding(
                     conn,
                     user_id=holder.id,
@@ -86,9 +89,7 @@ class Roles(Service):
         now = self._now()
         async with self._store.write() as conn:
             kind, scope_id, org_id = await self._target(conn, scope, parsed, org, team)
-            holder = await users.by_name(conn, user)
-            if holder is None:
-                raise NotFound(f"no user {user!r}", code="user_not_found")
+            holder = await self._holder(conn, scope, user)
             removed = await role_bindings.delete_binding(
                 conn,
                 user_id=holder.id,
@@ -98,18 +99,9 @@ class Roles(Service):
                 where=scope.bindings_write(),
             )
             if not removed:
-                existing = [
-                    b
-                    for b in await role_bindings.list_bindings(
-                        conn, scope.bindings_read(), user=user
-                    )
-                    if b.role == parsed.value and b.scope_kind == kind and b.scope_id == scope_id
-                ]
-                if not existing:
-                    raise NotFound(f"{user!r} holds no {parsed} there", code="binding_not_found")
-                raise Forbidden(
-                    f"removing {parsed} there is above your own roles", code="forbidden"
-                )
+                # Every binding of a holder passed _holder lies within bindings_write,
+                # so nothing removed means no such binding.
+                raise NotFound(f"{user!r} holds no {parsed} there", code="binding_not_found")
             await self._audit(
                 conn,
                 actor,
@@ -120,6 +112,23 @@ class Roles(Service):
                 team_id=scope_id if kind == "team" else None,
                 detail={"role": parsed.value, "scope": _describe(kind, org, team)},
             )
+
+    @staticmethod
+    async def _holder(conn: AsyncConnection, scope: Scope, name: str) -> User:
+        """The user whose roles change, within ``Scope.users_act``.
+
+        A user the actor reads but has no authority over is Forbidden; any other
+        name, existing or not, gets the same :func:`no_user` answer.
+        """
+        holder = await users.by_name(conn, name, scope.users_act())
+        if holder is not None:
+            return holder
+        if await users.by_name(conn, name, scope.users_read()) is not None:
+            raise Forbidden(
+                f"changing the roles of {name!r} needs the right to grant every role they hold",
+                code="forbidden",
+            )
+        raise no_user()
 
     async def _target(
         self, conn: AsyncConnection, scope: Scope, role: Role, org: str | None, team: str | None

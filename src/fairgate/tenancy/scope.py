@@ -12,15 +12,17 @@ gives ``false``, never an empty ``IN ()``.
               read, member of it
     team admin (projects, keys of a team)     root admin, org admin, team admin
     keys      team read, own keys             team admin rights, member on own keys
-    users     root reader, own org, bound     root admin, org admin of their org
-              in a readable scope, oneself
+    users     root reader, own org, bound     root admin; org admin of their org over
+              in a readable scope, oneself    every role they hold (disable, enable);
+                                              roles: a user within reach, over every
+                                              role they hold (``users_act``)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import ColumnElement, Select, and_, false, or_, select, true
+from sqlalchemy import ColumnElement, Select, and_, false, not_, or_, select, true
 
 from fairgate.store.tables import admin_tokens as tokens_table
 from fairgate.store.tables import audit_events, orgs, role_bindings, teams, users
@@ -193,10 +195,34 @@ class Scope:
         )
 
     def users_write(self) -> ColumnElement[bool]:
+        """Disable or enable a user: org admin of their organisation, over every role they hold."""
         a = self.actor
         if a.root_admin:
             return true()
-        return _any(_in(users.c.org_id, a.admin_orgs))
+        home = _in(users.c.org_id, a.admin_orgs)
+        return false() if home is None else and_(home, self._over_every_role())
+
+    def users_act(self) -> ColumnElement[bool]:
+        """Grant or remove a user's roles: a user within reach, over every role they hold.
+
+        Within reach: a user this actor reads, or one whose organisation holds a
+        team it administers (a team admin adds members from its organisation).
+        Anyone else is answered as a name that does not exist.
+        """
+        a = self.actor
+        if a.root_admin:
+            return true()
+        team_orgs = (
+            users.c.org_id.in_(select(teams.c.org_id).where(teams.c.id.in_(sorted(a.admin_teams))))
+            if a.admin_teams
+            else None
+        )
+        return and_(_any(self.users_read(), team_orgs), self._over_every_role())
+
+    def _over_every_role(self) -> ColumnElement[bool]:
+        """The user holds no binding this actor could not have granted (``bindings_write``)."""
+        beyond = select(role_bindings.c.user_id).where(not_(self.bindings_write()))
+        return users.c.id.not_in(beyond)
 
     def tokens_read(self) -> ColumnElement[bool]:
         a = self.actor

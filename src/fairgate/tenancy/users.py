@@ -3,7 +3,10 @@
 A user belongs to at most one organisation (the one whose admins manage the
 account); their role bindings may reach further, granted by whoever
 administers each scope. Disabling a user revokes their admin tokens at once;
-keys they own keep working until revoked (they belong to the team).
+keys they own keep working until revoked (they belong to the team). Enabling
+brings the account back without its tokens: it needs a new one. Both need
+authority over every role the user holds (``Scope.users_write``), so an org
+admin cannot disable a proxy admin whose home is its organisation.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairgate.store import StoreConflict, orgs, users
 from fairgate.store.users import User
 from fairgate.tenancy.actor import Actor
-from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
+from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound, no_user
 from fairgate.tenancy.names import check_name
 from fairgate.tenancy.service import Service
 
@@ -23,7 +26,7 @@ __all__ = ["Users"]
 
 
 class Users(Service):
-    """List, create and disable users within the actor's scope.
+    """List, create, disable and enable users within the actor's scope.
 
     Errors: Forbidden for an actor that administers no organisation, NotFound
     for an organisation or user it cannot see, Conflict for a taken name.
@@ -37,7 +40,7 @@ class Users(Service):
         async with self._store.read() as conn:
             user = await users.by_name(conn, name, self._scope(actor).users_read())
         if user is None:
-            raise NotFound(f"no user {name!r}", code="user_not_found")
+            raise no_user()
         return user
 
     async def create(self, actor: Actor, name: str, *, org: str | None = None) -> User:
@@ -57,22 +60,46 @@ class Users(Service):
         return user
 
     async def disable(self, actor: Actor, name: str) -> User:
+        """Disable a user and revoke their admin tokens (disabling twice is a no-op)."""
+        return await self._switch(actor, name, enabled=False)
+
+    async def enable(self, actor: Actor, name: str) -> User:
+        """Enable a disabled user again; the admin tokens revoked at disable stay revoked."""
+        return await self._switch(actor, name, enabled=True)
+
+    async def _switch(self, actor: Actor, name: str, *, enabled: bool) -> User:
+        """Disable or enable within ``Scope.users_write``: the UPDATE carries the rule.
+
+        NotFound for a user the actor cannot read; Forbidden for one it reads but
+        has no authority over (not its organisation's, or holding a role it could
+        not grant); a user already in the wanted state comes back unchanged.
+        """
         scope = self._scope(actor)
         now = self._now()
+        verb = "enabling" if enabled else "disabling"
         async with self._store.write() as conn:
             visible = await users.by_name(conn, name, scope.users_read())
             if visible is None:
-                raise NotFound(f"no user {name!r}", code="user_not_found")
-            if await users.disable(conn, name, now, scope.users_write()) is None:
-                if visible.disabled_at is not None and await users.by_name(
-                    conn, name, scope.users_write()
+                raise no_user()
+            where = scope.users_write()
+            changed = (
+                await users.enable(conn, name, where)
+                if enabled
+                else await users.disable(conn, name, now, where)
+            )
+            if changed is None:
+                if (visible.disabled_at is None) == enabled and await users.by_name(
+                    conn, name, where
                 ):
                     return visible
                 raise Forbidden(
-                    f"disabling user {name!r} is not within your roles", code="forbidden"
+                    f"{verb} user {name!r} needs org_admin of their organisation and the "
+                    "right to grant every role they hold",
+                    code="forbidden",
                 )
+            action = "user.enabled" if enabled else "user.disabled"
             await self._audit(
-                conn, actor, "user.disabled", now, target=f"user:{name}", org_id=visible.org_id
+                conn, actor, action, now, target=f"user:{name}", org_id=visible.org_id
             )
             user = await users.by_name(conn, name)
         assert user is not None

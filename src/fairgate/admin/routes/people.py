@@ -43,6 +43,10 @@ def people_router(t: Tenancy) -> APIRouter:
     async def disable_user(name: str, actor: Caller) -> dict[str, Any]:
         return public(await t.users.disable(actor, name))
 
+    @router.post("/users/{name}/enable", summary="Enable a disabled user (without its old tokens)")
+    async def enable_user(name: str, actor: Caller) -> dict[str, Any]:
+        return public(await t.users.enable(actor, name))
+
     @router.get("/users/{name}/roles", summary="A user's role bindings the caller may see")
     async def list_roles(name: str, actor: Caller) -> dict[str, Any]:
         return listing(await t.roles.list(actor, user=name))
