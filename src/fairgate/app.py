@@ -37,9 +37,17 @@ from fairgate.admission import (
     SaturationDetector,
 )
 from fairgate.admission.saturation import replica_key
-from fairgate.auth import Authenticator, FailureLimiter, KeyCache, ModelResolver, sha256
+from fairgate.auth import (
+    Authenticator,
+    AuthGuard,
+    FailureLimiter,
+    KeyCache,
+    LookupCeiling,
+    ModelResolver,
+    sha256,
+)
 from fairgate.config import Config, Model
-from fairgate.core.clock import SystemClock
+from fairgate.core.clock import Clock, SystemClock
 from fairgate.core.errors import StoreUnavailable
 from fairgate.core.money import Money
 from fairgate.core.replica import ReplicaSnapshot
@@ -53,6 +61,7 @@ from fairgate.limits import (
     Limiter,
     StateUnavailable,
 )
+from fairgate.observability.auth_metrics import AuthMetrics
 from fairgate.observability.fairshare_metrics import FairShareMetrics
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
 from fairgate.observability.routing_metrics import RoutingMetrics
@@ -175,13 +184,11 @@ class Gateway:
         )
         self.tenancy = Tenancy(self.store, models=model_names(config))
         a = config.auth
-        self.failures = FailureLimiter(
-            a.failures_per_minute, clock, max_networks=a.failure_networks_max
-        )
+        auth_metrics = AuthMetrics(self.metrics.registry)
         self.authenticator = Authenticator(
             StoreKeyDirectory(self.store),
             KeyCache(a.key_cache_size, a.key_cache_ttl, a.miss_cache_size, a.miss_cache_ttl, clock),
-            self.failures,
+            _guard(config, clock, auth_metrics, "client"),
             ModelResolver({n: m.name for m in config.models for n in (m.name, *m.aliases)}),
             clock,
         )
@@ -225,7 +232,7 @@ class Gateway:
         self.admin_app = build_admin_app(
             tenancy=self.tenancy,
             master_key_sha256=sha256(master.read()) if master is not None else None,
-            failure_limiter=self.failures,
+            guard=_guard(config, clock, auth_metrics, "admin"),
             registry=self.metrics.registry,
             models_ready=self.registry.ready,
             draining=lambda: self.draining,
@@ -452,6 +459,21 @@ def _alerter(config: Config, store: Store, clock: SystemClock, counter: Counter)
         on_failed=lambda channel: counter.labels(channel, "failed").inc(),
         on_dropped=lambda reason: counter.labels("any", reason).inc(),
     )
+
+
+def _guard(config: Config, clock: Clock, metrics: AuthMetrics, listener: str) -> AuthGuard:
+    """One listener's own failure limits and lookup ceiling (never shared between listeners)."""
+    a = config.auth
+    failures = FailureLimiter(
+        a.failures_per_minute,
+        clock,
+        max_networks=a.failure_networks_max,
+        ipv4_24=a.failures_per_minute_ipv4_24,
+        ipv6_48=a.failures_per_minute_ipv6_48,
+        ipv6_32=a.failures_per_minute_ipv6_32,
+    )
+    ceiling = LookupCeiling(a.lookups_per_minute, clock)
+    return AuthGuard(failures, ceiling, metrics.for_listener(listener))
 
 
 def _state_store(config: Config) -> MemoryCounterStore | RedisCounterStore:

@@ -10,14 +10,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from fairgate.admin import build_admin_app
-from fairgate.auth import FailureLimiter
+from fairgate.auth import AuthGuard, FailureLimiter, LookupCeiling
 from fairgate.auth.secrets import sha256
+from fairgate.core.clock import Clock
 from fairgate.store import Store
 from fairgate.tenancy import Tenancy
 from store.backends import FakeClock, pg_store_url, sqlite_template, store, store_url
 from tenancy.world import World, build_world
 
-__all__ = ["api", "pg_store_url", "sqlite_template", "store", "store_url"]
+__all__ = ["admin_guard", "api", "pg_store_url", "sqlite_template", "store", "store_url"]
 
 MASTER_KEY = "master-key-for-tests-only-0123456789abcdef"
 MODELS = frozenset({"llama-70b", "llama70b", "llama-8b"})
@@ -28,7 +29,7 @@ class Api:
     client: httpx.AsyncClient
     world: World
     tenancy: Tenancy
-    limiter: FailureLimiter
+    guard: AuthGuard
     clock: FakeClock
     models_ready: dict[str, bool]
 
@@ -38,6 +39,15 @@ class Api:
     @property
     def master(self) -> dict[str, str]:
         return {"authorization": f"Bearer {MASTER_KEY}"}
+
+
+def admin_guard(
+    clock: Clock, failures_per_minute: int = 5, lookups_per_minute: int = 0
+) -> AuthGuard:
+    """An admin listener's guard as the gateway builds it (no lookup ceiling by default)."""
+    return AuthGuard(
+        FailureLimiter(failures_per_minute, clock), LookupCeiling(lookups_per_minute, clock)
+    )
 
 
 def make_client(app: object, addr: str = "10.1.2.3") -> httpx.AsyncClient:
@@ -50,15 +60,15 @@ async def api(store: Store) -> AsyncIterator[Api]:
     clock = FakeClock()
     tenancy = Tenancy(store, clock=clock, models=MODELS)
     world = await build_world(tenancy)
-    limiter = FailureLimiter(5, clock)
+    guard = admin_guard(clock)
     ready = {"llama-70b": True}
     app = build_admin_app(
         tenancy=tenancy,
         master_key_sha256=sha256(MASTER_KEY),
-        failure_limiter=limiter,
+        guard=guard,
         registry=CollectorRegistry(),
         models_ready=lambda: ready,
         draining=lambda: False,
     )
     async with make_client(app) as client:
-        yield Api(client, world, tenancy, limiter, clock, ready)
+        yield Api(client, world, tenancy, guard, clock, ready)

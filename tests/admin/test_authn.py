@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry
+from sqlalchemy import event
 
-from admin.conftest import MASTER_KEY, Api, make_client
+from admin.conftest import MASTER_KEY, Api, admin_guard, make_client
 from fairgate.admin import build_admin_app
-from fairgate.auth import FailureLimiter
+from fairgate.auth import sha256
 from fairgate.store import Store, StoreUnavailable
 from fairgate.tenancy import Actor, Tenancy
 from store.backends import FakeClock
 
 OPERATOR = Actor.operator("test")
+
+
+def master() -> dict[str, str]:
+    return {"authorization": f"Bearer {MASTER_KEY}"}
 
 
 async def _failures(api: Api) -> list[str]:
@@ -68,20 +73,60 @@ async def test_a_disabled_user_cannot_authenticate(api: Api) -> None:
     assert (await api.client.get("/admin/whoami", headers=api.as_user("mia"))).status_code == 401
 
 
-async def test_a_network_that_fails_too_often_gets_429_before_any_lookup(api: Api) -> None:
+async def test_a_network_over_its_limit_gets_429_but_the_master_key_and_tokens_still_work(
+    api: Api,
+) -> None:
     bad = {"authorization": "Bearer nope"}
     for _ in range(5):
         assert (await api.client.get("/admin/keys", headers=bad)).status_code == 401
-    blocked = await api.client.get("/admin/keys", headers=api.master)  # even a good key waits
+    blocked = await api.client.get("/admin/keys", headers=bad)
     assert blocked.status_code == 429
     assert int(blocked.headers["retry-after"]) >= 1
     assert blocked.json()["error"]["type"] == "rate_limit_error"
-    assert len(await _failures(api)) == 5  # the blocked attempt is not looked up nor audited
+    unknown_token = {"authorization": "Bearer fga-" + "B" * 43}
+    assert (await api.client.get("/admin/keys", headers=unknown_token)).status_code == 429
+    # the master key is compared before any failure count, a valid token is looked up
+    assert (await api.client.get("/admin/keys", headers=api.master)).status_code == 200
+    assert (await api.client.get("/admin/keys", headers=api.as_user("tom"))).status_code == 200
+    assert len(await _failures(api)) == 5  # past the limit nothing more is audited
     app = api.client._transport.app  # type: ignore[attr-defined]
     async with make_client(app, addr="192.0.2.77") as other:  # another network is unaffected
-        assert (await other.get("/admin/keys", headers=api.master)).status_code == 200
-    api.clock.advance(120)
-    assert (await api.client.get("/admin/keys", headers=api.master)).status_code == 200
+        assert (await other.get("/admin/keys", headers=bad)).status_code == 401
+    api.clock.advance(180)
+    assert (await api.client.get("/admin/keys", headers=bad)).status_code == 401
+
+
+async def test_token_lookups_of_a_blocked_network_stop_at_the_ceilings_share(
+    api: Api, store: Store
+) -> None:
+    clock = FakeClock()
+    app = build_admin_app(
+        tenancy=Tenancy(store, clock=clock),
+        master_key_sha256=sha256(MASTER_KEY),
+        guard=admin_guard(clock, failures_per_minute=2, lookups_per_minute=10),
+        registry=CollectorRegistry(),
+        models_ready=dict,
+        draining=lambda: False,
+    )
+    statements: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if "admin_tokens" in statement:
+            statements.append(statement)
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", count)
+    try:
+        async with make_client(app) as client:
+            answers = []
+            for n in range(40):
+                spray = {"authorization": "Bearer fga-" + f"{n:043d}"}
+                answers.append((await client.get("/admin/whoami", headers=spray)).status_code)
+            assert answers[:2] == [401, 401] and set(answers[2:]) == {429}
+            assert len(statements) == 5  # 2 while within the limit, then half the ceiling
+            # the ceiling's share for failing networks is used up: the master key still works
+            assert (await client.get("/admin/keys", headers=master())).status_code == 200
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", count)
 
 
 async def test_without_a_master_key_only_admin_tokens_work(api: Api, store: Store) -> None:
@@ -89,7 +134,7 @@ async def test_without_a_master_key_only_admin_tokens_work(api: Api, store: Stor
     app = build_admin_app(
         tenancy=Tenancy(store, clock=clock),
         master_key_sha256=None,
-        failure_limiter=FailureLimiter(5, clock),
+        guard=admin_guard(clock),
         registry=CollectorRegistry(),
         models_ready=dict,
         draining=lambda: False,
@@ -108,7 +153,7 @@ async def test_an_unreachable_store_is_503_not_401() -> None:
     app = build_admin_app(
         tenancy=tenancy,
         master_key_sha256=None,
-        failure_limiter=FailureLimiter(5, clock),
+        guard=admin_guard(clock),
         registry=CollectorRegistry(),
         models_ready=dict,
         draining=lambda: False,

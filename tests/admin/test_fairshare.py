@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from admin.conftest import MASTER_KEY, MODELS, make_client
+from admin.conftest import MASTER_KEY, MODELS, admin_guard, make_client
 from fairgate.admin import build_admin_app
 from fairgate.admin.fairshare import FairShareMonitor
-from fairgate.auth import FailureLimiter
 from fairgate.auth.secrets import sha256
 from fairgate.fairshare import FairShare, PriorityClass
 from fairgate.limits import Claim, FairShareState
@@ -72,7 +71,7 @@ async def open_api(store: Store, state: FairShareState) -> AsyncIterator[FairSha
     app = build_admin_app(
         tenancy=tenancy,
         master_key_sha256=sha256(MASTER_KEY),
-        failure_limiter=FailureLimiter(5, clock),
+        guard=admin_guard(clock),
         registry=CollectorRegistry(),
         models_ready=lambda: {"llama-70b": True},
         draining=lambda: False,
@@ -284,7 +283,7 @@ async def test_the_route_is_documented_and_absent_without_a_monitor(
     without = build_admin_app(
         tenancy=Tenancy(store, clock=api.clock, models=MODELS),
         master_key_sha256=sha256(MASTER_KEY),
-        failure_limiter=FailureLimiter(5, api.clock),
+        guard=admin_guard(api.clock),
         registry=CollectorRegistry(),
         models_ready=lambda: {},
         draining=lambda: False,

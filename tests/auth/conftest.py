@@ -10,8 +10,10 @@ import pytest
 
 from fairgate.auth import (
     Authenticator,
+    AuthGuard,
     FailureLimiter,
     KeyCache,
+    LookupCeiling,
     ModelResolver,
     new_key,
 )
@@ -110,15 +112,20 @@ def make_authenticator(
     clock: ManualClock,
     *,
     failures_per_minute: int = 60,
+    lookups_per_minute: int = 6000,
+    failures: FailureLimiter | None = None,
     cache_size: int = 100_000,
     ttl: float = 30.0,
     models: dict[str, str] | None = None,
 ) -> tuple[Authenticator, KeyCache]:
-    """An Authenticator as the gateway builds it, with the configuration's defaults."""
+    """An Authenticator as the gateway builds it, with the configuration's defaults
+    (``failures``, when given, replaces the per-network limiter of ``failures_per_minute``)."""
     cache = KeyCache(cache_size, ttl, cache_size, ttl, clock)
-    failures = FailureLimiter(failures_per_minute, clock)
+    if failures is None:
+        failures = FailureLimiter(failures_per_minute, clock)
+    guard = AuthGuard(failures, LookupCeiling(lookups_per_minute, clock))
     resolver = ModelResolver(models or {})
-    return Authenticator(directory, cache, failures, resolver, clock), cache
+    return Authenticator(directory, cache, guard, resolver, clock), cache
 
 
 def bearer(secret: str) -> bytes:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from fairgate.auth import Authenticator, sha256
+from fairgate.auth import Authenticator, FailureLimiter, sha256
 from fairgate.core.errors import GatewayError, RateLimited, ServiceUnavailable, Unauthorized
 from fairgate.core.principal import Principal
 
@@ -110,10 +110,10 @@ async def test_junk_never_reaches_the_store(directory: MemoryDirectory, clock: M
 async def test_a_spray_of_200000_random_keys_neither_evicts_a_valid_key_nor_repeats_lookups(
     directory: MemoryDirectory, clock: ManualClock
 ) -> None:
-    # The failure limiter is off: the cache must hold on its own, as against a
-    # spray spread over many networks.
+    # The failure limiter and the lookup ceiling are off: the cache must hold on its
+    # own, as against a spray spread over many networks.
     secret, record = directory.add()
-    auth, cache = make_authenticator(directory, clock, failures_per_minute=0)
+    auth, cache = make_authenticator(directory, clock, failures_per_minute=0, lookups_per_minute=0)
     await auth.authenticate(bearer(secret), ADDR)
     spray = [bearer(random_key()) for _ in range(200_000)]
     started = time.monotonic()
@@ -135,44 +135,93 @@ async def test_a_spray_of_200000_random_keys_neither_evicts_a_valid_key_nor_repe
     assert time.monotonic() - started < 60  # pure Python over 250,000 digests
 
 
-async def test_a_spray_from_one_network_is_stopped_before_the_store(
+async def test_a_spray_from_one_network_uses_half_the_ceiling_and_spares_valid_keys(
     directory: MemoryDirectory, clock: ManualClock
 ) -> None:
     cached, _ = directory.add()
-    uncached, uncached_record = directory.add()
-    auth, _ = make_authenticator(directory, clock, failures_per_minute=60)
+    expired, expired_record = directory.add()
+    unseen, unseen_record = directory.add()
+    auth, _ = make_authenticator(
+        directory, clock, failures_per_minute=60, lookups_per_minute=200, ttl=5.0
+    )
+    clock.advance(1)
+    await auth.authenticate(bearer(expired), ADDR)
+    clock.advance(1)
     await auth.authenticate(bearer(cached), ADDR)
-    outcomes = []
-    for _ in range(100):
-        error = await refusal(auth, bearer(random_key()))
-        outcomes.append(error.status)
-    assert outcomes == [401] * 60 + [429] * 40
-    assert directory.calls.total() == 1 + 60  # the 40 refused with 429 never reached the store
+    outcomes = [(await refusal(auth, bearer(random_key()))).status for _ in range(300)]
+    assert outcomes == [401] * 60 + [429] * 240
+    # within its limit the network looked up 60 unknown keys; over it, only while less
+    # than half of the ceiling (100) was used: the other 200 never reached the store
+    assert directory.calls.total() == 2 + 100
     error = await refusal(auth, bearer(random_key()))
     assert isinstance(error, RateLimited)
     (name, value), *_ = error.headers()
     assert name == b"retry-after" and 1 <= int(value) <= 120
     assert b"rate_limit_error" in error.body()
-    # a valid key already in the cache still passes from the blocked network ...
+    # a valid key in the cache passes from the blocked network ...
     assert (await auth.authenticate(bearer(cached), ADDR)).key_id == "k1"
-    # ... one that would need the store waits like everyone there
-    assert (await refusal(auth, bearer(uncached))).status == 429
-    assert directory.calls[uncached_record.secret_sha256] == 0
-    # and another network is not affected
-    assert (await auth.authenticate(bearer(uncached), "192.0.2.11")).key_id == "k2"
-    # once the window has slid past, the network may try again
-    clock.advance(130)
-    assert (await auth.authenticate(bearer(uncached), ADDR)).key_id == "k2"
+    # ... and so does one it served before whose cache entry has expired (a store lookup)
+    clock.advance(4.5)
+    assert (await auth.authenticate(bearer(expired), ADDR)).key_id == expired_record.key_id
+    assert directory.calls[expired_record.secret_sha256] == 2
+    # a key this process never saw needs a slot: the failing networks' half is used up
+    assert (await refusal(auth, bearer(unseen))).status == 429
+    assert directory.calls[unseen_record.secret_sha256] == 0
+    # another network still has the other half of the ceiling
+    assert (await auth.authenticate(bearer(unseen), "192.0.2.11")).key_id == "k3"
+    assert (await refusal(auth, bearer(random_key()), "192.0.2.12")).status == 401
 
 
-async def test_a_spray_from_one_ipv6_64_is_limited_as_one_network(
+async def test_a_valid_key_is_served_from_a_network_over_its_limit(
     directory: MemoryDirectory, clock: ManualClock
 ) -> None:
-    auth, _ = make_authenticator(directory, clock, failures_per_minute=5)
-    for n in range(5):
-        await refusal(auth, bearer(random_key()), f"2001:db8:7:7::{n + 1:x}")
-    assert (await refusal(auth, bearer(random_key()), "2001:db8:7:7:abcd::1")).status == 429
-    assert (await refusal(auth, bearer(random_key()), "2001:db8:7:8::1")).status == 401
+    # The spray of the issue: 60 random keys a minute from the one address every
+    # client has behind a reverse proxy on the same host.
+    unseen, record = directory.add()
+    auth, _ = make_authenticator(directory, clock, failures_per_minute=60)
+    for _ in range(120):
+        await refusal(auth, bearer(random_key()), "127.0.0.1")
+        clock.advance(0.5)
+    assert (await refusal(auth, bearer(random_key()), "127.0.0.1")).status == 429
+    assert (await auth.authenticate(bearer(unseen), "127.0.0.1")).key_id == record.key_id
+
+
+async def test_a_spray_over_many_64s_of_one_48_stops_at_the_48_ceiling(
+    directory: MemoryDirectory, clock: ManualClock
+) -> None:
+    failures = FailureLimiter(60, clock, ipv6_48=600, ipv6_32=6000)
+    auth, _ = make_authenticator(directory, clock, failures=failures, lookups_per_minute=2000)
+    # one failure from each of 3000 /64s of 2001:db8:5::/48: no /64 is near its own limit
+    outcomes = [
+        (await refusal(auth, bearer(random_key()), f"2001:db8:5:{n:x}::1")).status
+        for n in range(3000)
+    ]
+    assert outcomes == [401] * 600 + [429] * 2400
+    assert directory.calls.total() == 1000  # then half of the ceiling is used
+    # a /64 of that /48 never seen before is over its limits too
+    assert (await refusal(auth, bearer(random_key()), "2001:db8:5:ffff::9")).status == 429
+    # another /48 of the same /32 is within its limits and has the other half
+    assert (await refusal(auth, bearer(random_key()), "2001:db8:6::1")).status == 401
+
+
+async def test_the_ceiling_bounds_the_lookups_of_a_spray_from_many_networks(
+    directory: MemoryDirectory, clock: ManualClock
+) -> None:
+    known, record = directory.add()
+    auth, _ = make_authenticator(directory, clock, failures_per_minute=60, lookups_per_minute=500)
+    await auth.authenticate(bearer(known), "198.51.100.1")
+    clock.advance(31)  # its cache entry expired
+    # one failure from each of 2000 IPv4 addresses: each within its own limit
+    outcomes = [
+        (await refusal(auth, bearer(random_key()), f"10.{n // 256}.{n % 256}.1")).status
+        for n in range(2000)
+    ]
+    assert outcomes == [401] * 500 + [429] * 1500
+    assert directory.calls.total() == 1 + 500
+    # the known valid key is looked up outside the ceiling
+    assert (await auth.authenticate(bearer(known), "203.0.113.5")).key_id == record.key_id
+    clock.advance(120)  # the sliding minute has freed the ceiling
+    assert (await refusal(auth, bearer(random_key()), "203.0.113.5")).status == 401
 
 
 async def test_a_store_failure_is_a_503_never_cached_never_counted(

@@ -108,3 +108,20 @@ def test_sizes_and_ttls_must_be_positive(
 ) -> None:
     with pytest.raises(ValueError):
         KeyCache(hit_size, hit_ttl, miss_size, miss_ttl, clock)
+
+
+def test_a_digest_once_valid_is_remembered_past_its_ttl_until_refused(clock: ManualClock) -> None:
+    cache = KeyCache(2, 30.0, 10, 5.0, clock)
+    cache.add_hit(digest(1), grant("k1"))
+    clock.advance(3600)
+    assert cache.hit(digest(1)) is None  # never served from memory past its TTL ...
+    assert cache.was_valid(digest(1))  # ... but worth a lookup outside the limits
+    cache.invalidate(digest(1))  # a local revoke: the next use asks the store
+    assert cache.was_valid(digest(1))
+    cache.add_miss(digest(1))  # the store refused it
+    assert not cache.was_valid(digest(1))
+    for n in range(2, 10):  # bounded like the valid keys: least recently used forgotten
+        cache.add_hit(digest(n), grant(f"k{n}"))
+    assert not cache.was_valid(digest(2))
+    assert cache.was_valid(digest(9))
+    assert not cache.was_valid(digest(100))  # a spray never gets here

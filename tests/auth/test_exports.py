@@ -8,13 +8,18 @@ import fairgate.auth
 def test_auth_exports() -> None:
     assert sorted(fairgate.auth.__all__) == [
         "ADMIN_TOKEN_PREFIX",
+        "AuthGuard",
+        "AuthObserver",
         "Authenticator",
         "FailureLimiter",
         "Grant",
         "KEY_PREFIX",
         "KeyCache",
         "KeyDirectory",
+        "LookupCeiling",
         "ModelResolver",
+        "Refusal",
+        "Slot",
         "allowed_models",
         "allows",
         "constant_time_equal",

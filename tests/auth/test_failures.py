@@ -1,4 +1,4 @@
-"""The failure limiter: per network, a sliding minute, bounded memory."""
+"""The failure limiter: per network and aggregate, a sliding minute, bounded memory."""
 
 from __future__ import annotations
 
@@ -95,16 +95,55 @@ def test_zero_disables_the_limiter(clock: ManualClock) -> None:
     assert limiter.tracked == 0
 
 
-def test_memory_is_bounded_by_evicting_the_oldest_network(clock: ManualClock) -> None:
+def test_a_full_table_never_forgets_a_live_counter_and_holds_newcomers_back(
+    clock: ManualClock,
+) -> None:
     limiter = FailureLimiter(2, clock, max_networks=100)
     fail(limiter, "198.51.100.1", 2)
     clock.advance(1)
-    for n in range(1000):  # a flood from many other networks
+    for n in range(1000):  # a flood from many other networks, meant to evict the first
         limiter.failed(f"10.0.{n // 256}.{n % 256}")
     assert limiter.tracked == 100
-    # the first network's counter was evicted: it may retry; nobody else got blocked by it
-    assert limiter.blocked("198.51.100.1") is None
-    assert limiter.blocked("10.0.3.231") is None  # one failure each, below the limit
+    # the blocked network stays blocked: eviction cannot reset a count
+    assert limiter.blocked("198.51.100.1") is not None
+    assert limiter.blocked("10.0.0.5") is None  # tracked, one failure, below the limit
+    # a network the full table cannot hold counts as over its limits until room frees up
+    wait = limiter.blocked("10.0.3.231")
+    assert wait is not None and 0 < wait <= 120
+    clock.advance(wait)
+    assert limiter.blocked("10.0.3.231") is None
+    limiter.failed("10.0.3.231")  # stale counters make room for it
+    assert limiter.tracked <= 100
+
+
+def test_one_64_after_another_of_a_48_is_stopped_by_the_48_ceiling(clock: ManualClock) -> None:
+    limiter = FailureLimiter(60, clock, ipv6_48=600, ipv6_32=6000)
+    for n in range(600):  # one failure from each of 600 /64s: each far below 60
+        limiter.failed(f"2001:db8:aa:{n:x}::1")
+    assert limiter.blocked("2001:db8:aa:ffff::1") is not None  # a /64 never seen
+    assert limiter.blocked("2001:db8:ab::1") is None  # the next /48
+    for n in range(5400):  # 5400 more, from /48s each below its own ceiling
+        limiter.failed(f"2001:db8:{0xB000 + n // 100:x}:{n % 100:x}::1")
+    assert limiter.blocked("2001:db8:ffff:1::1") is not None  # the /32 is at its ceiling
+    assert limiter.blocked("2001:db9::1") is None  # another /32
+
+
+def test_an_ipv4_24_has_a_ceiling_of_its_own(clock: ManualClock) -> None:
+    limiter = FailureLimiter(60, clock, ipv4_24=100)
+    for n in range(100):
+        limiter.failed(f"192.0.2.{n}")
+    assert limiter.blocked("192.0.2.200") is not None
+    assert limiter.blocked("::ffff:192.0.2.201") is not None
+    assert limiter.blocked("192.0.3.1") is None
+
+
+def test_aggregates_alone_enable_the_limiter(clock: ManualClock) -> None:
+    limiter = FailureLimiter(0, clock, ipv6_48=3)
+    assert limiter.enabled
+    fail(limiter, "2001:db8:1:1::1", 3)
+    assert limiter.blocked("2001:db8:1:2::1") is not None
+    assert limiter.blocked("192.0.2.1") is None
+    assert limiter.blocked("unix:/run/socket") is None
 
 
 def test_networks_whose_failures_have_aged_out_are_dropped(clock: ManualClock) -> None:
@@ -118,9 +157,11 @@ def test_networks_whose_failures_have_aged_out_are_dropped(clock: ManualClock) -
     assert limiter.tracked == 50
 
 
-@pytest.mark.parametrize(("per_minute", "max_networks"), [(-1, 10), (5, 0)])
+@pytest.mark.parametrize(
+    ("per_minute", "max_networks", "ipv6_48"), [(-1, 10, 0), (5, 0, 0), (5, 10, -1)]
+)
 def test_negative_limits_and_empty_tables_are_refused(
-    clock: ManualClock, per_minute: int, max_networks: int
+    clock: ManualClock, per_minute: int, max_networks: int, ipv6_48: int
 ) -> None:
     with pytest.raises(ValueError):
-        FailureLimiter(per_minute, clock, max_networks=max_networks)
+        FailureLimiter(per_minute, clock, max_networks=max_networks, ipv6_48=ipv6_48)

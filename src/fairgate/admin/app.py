@@ -3,7 +3,7 @@
     app = build_admin_app(
         tenancy=tenancy,                         # fairgate.tenancy.Tenancy over the store
         master_key_sha256=sha256(master_key),    # or None: admin tokens only
-        failure_limiter=limiter,                 # fairgate.auth.FailureLimiter
+        guard=guard,                             # fairgate.auth.AuthGuard, the admin listener's own
         registry=metrics.registry, models_ready=registry.ready, draining=lambda: gw.draining,
     )
 
@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from fastapi import Depends, FastAPI
 from prometheus_client import CollectorRegistry
 
-from fairgate.admin.authn import AdminAuthenticator, FailureLimiter
+from fairgate.admin.authn import AdminAuthenticator
 from fairgate.admin.body_limit import BodyLimit
 from fairgate.admin.errors import install_error_handlers
 from fairgate.admin.fairshare import FairShareMonitor, fairshare_router
@@ -31,6 +31,7 @@ from fairgate.admin.routes.keys import keys_router
 from fairgate.admin.routes.people import people_router
 from fairgate.admin.routes.spend import spend_router
 from fairgate.admin.routes.tree import tree_router
+from fairgate.auth import AuthGuard
 from fairgate.tenancy import Tenancy
 
 __all__ = ["build_admin_app"]
@@ -40,7 +41,7 @@ def build_admin_app(
     *,
     tenancy: Tenancy,
     master_key_sha256: bytes | None,
-    failure_limiter: FailureLimiter,
+    guard: AuthGuard,
     registry: CollectorRegistry,
     models_ready: Callable[[], Mapping[str, bool]],
     draining: Callable[[], bool],
@@ -59,7 +60,7 @@ def build_admin_app(
     )
     install_error_handlers(app)
     app.state.authenticator = AdminAuthenticator(
-        tenancy, master_key_sha256=master_key_sha256, failure_limiter=failure_limiter
+        tenancy, master_key_sha256=master_key_sha256, guard=guard
     )
     app.include_router(tree_router(tenancy))
     app.include_router(keys_router(tenancy))

@@ -1,4 +1,4 @@
-"""Caller credentials: virtual keys, the key cache, the failure limiter, the Authenticator.
+"""Caller credentials: virtual keys, the key cache, the listener's guard, the Authenticator.
 
 One request, ``Authorization: Bearer fg-…`` from client address A:
 
@@ -6,20 +6,28 @@ One request, ``Authorization: Bearer fg-…`` from client address A:
         │ SHA-256
     hit cache ──valid──▶ Principal          (no store, no failure limit)
         │
-    failure limiter(A) ──over──▶ 429 + Retry-After   (before any lookup)
+    miss cache ──present──▶ 401 (429 once A's network is over its limits), failure counted
         │
-    miss cache ──present──▶ 401, failure counted
+    known valid (expired hit) ──▶ store lookup, outside the guard
         │
+    guard(A): failure limits of A's network and aggregates + lookup ceiling
+        │ ──refused──▶ 429 + Retry-After   (no lookup)
     KeyDirectory.find_key ──StoreUnavailable──▶ 503 (not cached, not counted)
         │
-    unknown / revoked / expired / grace over ──▶ 401 (same bytes), miss cached, failure counted
-    valid ──▶ Principal, hit cached
+    unknown / revoked / expired / grace over ──▶ 401 (429 once over its limits),
+        │                                        miss cached, failure counted
+    valid ──▶ Principal, hit cached         (whatever A's failure count)
+
+Each listener has its own guard (``AuthGuard`` = ``FailureLimiter`` +
+``LookupCeiling``); the admin listener uses its own through
+``fairgate.admin``.
 
 Errors raised here (``fairgate.core.errors``)::
 
     GatewayError
     ├── Unauthorized         401  missing header; any refused key (one body for all)
-    ├── RateLimited          429  the client network failed too often (retry_after)
+    ├── RateLimited          429  the guard refused a lookup, or a refused key from a
+    │                             network over its limits (retry_after)
     └── ServiceUnavailable   503  the key store could not answer
     StoreUnavailable              raised by a KeyDirectory; never leaves the Authenticator
 
@@ -29,8 +37,10 @@ docs/auth.md describes the flow, the cache and the revocation delay.
 from fairgate.auth.allowlist import ModelResolver, allowed_models, allows
 from fairgate.auth.authenticator import Authenticator
 from fairgate.auth.cache import Grant, KeyCache
+from fairgate.auth.ceiling import LookupCeiling, Slot
 from fairgate.auth.directory import KeyDirectory
 from fairgate.auth.failures import FailureLimiter
+from fairgate.auth.guard import AuthGuard, AuthObserver, Refusal
 from fairgate.auth.secrets import (
     ADMIN_TOKEN_PREFIX,
     KEY_PREFIX,
@@ -44,12 +54,17 @@ from fairgate.auth.secrets import (
 __all__ = [
     "ADMIN_TOKEN_PREFIX",
     "KEY_PREFIX",
+    "AuthGuard",
+    "AuthObserver",
     "Authenticator",
     "FailureLimiter",
     "Grant",
     "KeyCache",
     "KeyDirectory",
+    "LookupCeiling",
     "ModelResolver",
+    "Refusal",
+    "Slot",
     "allowed_models",
     "allows",
     "constant_time_equal",

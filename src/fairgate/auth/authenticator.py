@@ -3,11 +3,15 @@
     header missing or not "Bearer …"         → 401 missing_api_key
     not shaped like a key                    → 401 invalid_api_key
     valid key in the cache                   → Principal (no failure limit, no store)
-    network over its failure limit           → 429 with Retry-After, before any lookup
-    digest in the miss cache                 → 401 invalid_api_key, failure counted
+    digest in the miss cache                 → 401 invalid_api_key (429 once the network
+                                               is over its limits), failure counted
+    digest known valid, cache entry expired  → store lookup outside the guard
+    otherwise the guard (``AuthGuard``) refuses → 429 with Retry-After, no lookup
     store cannot answer                      → 503, not cached, not counted
-    unknown, revoked, expired, grace over    → 401 invalid_api_key, cached as a miss, counted
-    valid                                    → Principal, cached as a hit
+    unknown, revoked, expired, grace over    → 401 invalid_api_key (429 once the network
+                                               is over its limits), cached as a miss, counted
+    valid                                    → Principal, cached as a hit, whatever the
+                                               network's failure count
 
 Every refusal of a key, whatever its reason, is the same 401 with the same
 bytes, so a caller cannot tell a revoked key from one that never existed. The
@@ -22,11 +26,18 @@ import math
 
 from fairgate.auth.allowlist import ResolveModels, allowed_models
 from fairgate.auth.cache import Grant, KeyCache
+from fairgate.auth.ceiling import Slot
 from fairgate.auth.directory import KeyDirectory
-from fairgate.auth.failures import FailureLimiter
+from fairgate.auth.guard import MALFORMED, MISSING, AuthGuard, Refusal
 from fairgate.auth.secrets import constant_time_equal, looks_like_key, sha256
 from fairgate.core.clock import Clock
-from fairgate.core.errors import RateLimited, ServiceUnavailable, StoreUnavailable, Unauthorized
+from fairgate.core.errors import (
+    GatewayError,
+    RateLimited,
+    ServiceUnavailable,
+    StoreUnavailable,
+    Unauthorized,
+)
 from fairgate.core.principal import KeyRecord, Principal
 
 __all__ = ["Authenticator"]
@@ -41,11 +52,12 @@ class Authenticator:
     """Turns a bearer virtual key into the request's ``Principal``, or refuses it.
 
     ``authenticate`` raises ``Unauthorized`` (401), ``RateLimited`` (429, with
-    ``retry_after`` seconds) or ``ServiceUnavailable`` (503, when the directory
-    raises ``StoreUnavailable``); it reads nothing from the request but the
-    header and the client address, so no client-sent priority, band or identity
-    can reach the principal. ``client_addr`` is the client's address as
-    resolved from the connection and trusted proxies.
+    ``retry_after`` seconds, from the client listener's ``guard``) or
+    ``ServiceUnavailable`` (503, when the directory raises ``StoreUnavailable``);
+    it reads nothing from the request but the header and the client address,
+    so no client-sent priority, band or identity can reach the principal.
+    ``client_addr`` is the client's address as resolved from the connection
+    and trusted proxies.
 
     Concurrent requests with the same uncached secret share one directory
     lookup (asked again only if the request that asked goes away first).
@@ -57,13 +69,13 @@ class Authenticator:
         self,
         directory: KeyDirectory,
         cache: KeyCache,
-        failures: FailureLimiter,
+        guard: AuthGuard,
         resolve_models: ResolveModels,
         clock: Clock,
     ) -> None:
         self._directory = directory
         self._cache = cache
-        self._failures = failures
+        self._guard = guard
         self._resolve = resolve_models
         self._clock = clock
         self._pending: dict[bytes, asyncio.Future[KeyRecord | _Abandoned | None]] = {}
@@ -72,9 +84,11 @@ class Authenticator:
         """The principal the header's key stands for; see the module docstring for refusals."""
         secret = _bearer(authorization)
         if secret is None:
+            self._guard.refused(MISSING)
             raise Unauthorized(_MISSING, code="missing_api_key")
         if not looks_like_key(secret):
             log.debug("authentication refused from %s: not shaped like a key", client_addr)
+            self._guard.refused(MALFORMED)
             raise _invalid()
         digest = sha256(secret)
         grant = self._cache.hit(digest)
@@ -82,36 +96,40 @@ class Authenticator:
             if self._clock.wall() < grant.until:
                 return grant.principal
             self._cache.invalidate(digest)  # expired or grace over since it was cached
-        wait = self._failures.blocked(client_addr)
-        if wait is not None:
-            log.debug("authentication refused from %s: too many failures", client_addr)
-            raise RateLimited(
-                "too many failed authentications from this network; retry later",
-                code="too_many_auth_failures",
-                retry_after=wait,
-            )
         if self._cache.is_miss(digest):
-            self._failures.failed(client_addr)
             log.debug("authentication refused from %s: known miss", client_addr)
-            raise _invalid()
-        return await self._look_up(digest, client_addr)
+            raise self._refused(client_addr, looked_up=False)
+        slot = None if self._cache.was_valid(digest) else self._guard.admit(client_addr)
+        if isinstance(slot, Refusal):
+            log.debug("authentication refused from %s: %s", client_addr, slot.reason)
+            raise _too_many(slot.retry_after)
+        return await self._look_up(digest, client_addr, slot)
 
-    async def _look_up(self, digest: bytes, client_addr: str) -> Principal:
+    async def _look_up(self, digest: bytes, client_addr: str, slot: Slot | None) -> Principal:
         now = self._clock.wall()
         try:
             record = await self._find(digest, now)
         except StoreUnavailable as exc:
+            self._guard.unavailable(slot)
             log.warning("authentication unavailable: the key store did not answer: %s", exc)
             raise ServiceUnavailable(
                 "authentication is temporarily unavailable", code="auth_unavailable"
             ) from None
+        except BaseException:
+            self._guard.abandoned(slot)
+            raise
         grant = self._grant(record, digest, now, client_addr)
         if grant is None:
             self._cache.add_miss(digest)
-            self._failures.failed(client_addr)
-            raise _invalid()
+            raise self._refused(client_addr, looked_up=True)
+        self._guard.valid(slot)
         self._cache.add_hit(digest, grant)
         return grant.principal
+
+    def _refused(self, client_addr: str, *, looked_up: bool) -> GatewayError:
+        """The answer to a refused key: 401, or 429 once the network is over its limits."""
+        wait = self._guard.invalid(client_addr, looked_up=looked_up)
+        return _invalid() if wait is None else _too_many(wait)
 
     async def _find(self, digest: bytes, now: float) -> KeyRecord | None:
         """The directory's answer for ``digest``, shared with concurrent callers."""
@@ -215,3 +233,11 @@ def _bearer(authorization: bytes | None) -> str | None:
 
 def _invalid() -> Unauthorized:
     return Unauthorized(_INVALID, code="invalid_api_key")
+
+
+def _too_many(wait: float) -> RateLimited:
+    return RateLimited(
+        "too many failed authentications; retry later",
+        code="too_many_auth_failures",
+        retry_after=wait,
+    )

@@ -7,6 +7,12 @@ by its size (least recently used entry evicted first) and each entry by its
 TTL, counted from when the store answered (reading an entry does not extend
 it). Neither map is ever cleared in bulk. Every operation is O(1).
 
+A third map remembers, without a TTL, which digests were valid when the store
+last answered (``was_valid``). It never authenticates anything: it only tells
+the Authenticator that a digest whose cache entry expired is worth a store
+lookup outside the failure limits and the lookup ceiling, so a spray cannot lock
+out a key this process has served before. A refusal forgets the digest there.
+
 The TTL of valid keys is how long a revocation takes to reach *other*
 processes: each one keeps serving a key it cached for up to ``hit_ttl`` after
 the store revoked it. In the process that revoked it, ``invalidate`` makes it
@@ -82,8 +88,8 @@ class KeyCache:
 
     ``hit_size``/``miss_size`` (≥ 1) bound the number of entries of each map;
     ``hit_ttl``/``miss_ttl`` (seconds, > 0, on ``clock.monotonic()``) bound how
-    long an entry is used after the store answered. ``hit_ttl`` is therefore
-    the revocation delay on other processes, and ``miss_ttl`` how long a
+    long an entry is used after the store answered (``was_valid`` has no TTL).
+    ``hit_ttl`` is therefore the revocation delay on other processes, and ``miss_ttl`` how long a
     digest the store did not accept keeps being refused without asking it
     again. Memory (measured): about 250 bytes per miss, under 1 KB per valid key.
     """
@@ -93,6 +99,7 @@ class KeyCache:
     ) -> None:
         self._hits: _Bounded[Grant] = _Bounded(hit_size, hit_ttl)
         self._misses: _Bounded[bool] = _Bounded(miss_size, miss_ttl)
+        self._known: _Bounded[bool] = _Bounded(hit_size, math.inf)
         self._clock = clock
 
     def hit(self, digest: bytes) -> Grant | None:
@@ -103,18 +110,26 @@ class KeyCache:
         """Whether the store refused ``digest`` less than ``miss_ttl`` ago."""
         return self._misses.get(digest, self._clock.monotonic()) is not None
 
+    def was_valid(self, digest: bytes) -> bool:
+        """Whether the store last answered ``digest`` as valid (however long ago; at most
+        ``hit_size`` digests remembered, least recently used forgotten first)."""
+        return self._known.get(digest, self._clock.monotonic()) is not None
+
     def add_hit(self, digest: bytes, grant: Grant) -> None:
         """Cache a valid secret; it stops being a miss."""
+        now = self._clock.monotonic()
         self._misses.pop(digest)
-        self._hits.put(digest, grant, self._clock.monotonic())
+        self._hits.put(digest, grant, now)
+        self._known.put(digest, True, now)
 
     def add_miss(self, digest: bytes) -> None:
-        """Cache a refusal (unknown, revoked, expired); it stops being a hit."""
+        """Cache a refusal (unknown, revoked, expired); it stops being a hit or known valid."""
         self._hits.pop(digest)
+        self._known.pop(digest)
         self._misses.put(digest, True, self._clock.monotonic())
 
     def invalidate(self, digest: bytes) -> None:
-        """Forget ``digest`` in both maps: its next use asks the store (a local revoke)."""
+        """Forget ``digest`` as a hit and a miss: its next use asks the store (a local revoke)."""
         self._hits.pop(digest)
         self._misses.pop(digest)
 

@@ -1,20 +1,28 @@
-"""Failed authentications limited per client network, before any store lookup.
+"""Failed authentications limited per client network and per aggregate of networks.
 
 A network is an IPv4 address or an IPv6 /64 (what one subscriber usually
 holds; an IPv4-mapped IPv6 address counts as its IPv4 address). Each network
-may fail ``per_minute`` times in a sliding minute; past that, ``blocked``
-returns the seconds to wait and the caller answers 429 without asking the store.
+may fail ``per_minute`` times in a sliding minute (``fairgate.auth.window``).
+Networks are also counted together in aggregates, each with a ceiling of its
+own: the IPv4 /24, the IPv6 /48 (one site) and the IPv6 /32 (one provider's
+allocation). A network is *over its limits* when it, or any aggregate it
+belongs to, is at its ceiling; ``blocked`` then returns the seconds to wait.
+What being over means (no store lookup, or only within the lookup ceiling's
+share for such networks) is the caller's decision (``fairgate.auth.guard``).
 
-The sliding minute is the usual two-window estimate: failures in the current
-aligned 60 s window, plus those of the previous window weighted by how much of
-it still overlaps the last 60 s. Worked example, ``per_minute`` = 60: 60
-failures at 0:50, then at 1:15 the estimate is 60 × (45/60) = 45, so 15 more
-failures are allowed; a network that keeps failing gets about 60 a minute.
+Worked example, /64 limit 60 and /48 ceiling 600: an attacker holding a /48
+sprays from ten /64s, 60 failures each; after those 600 every /64 of that /48,
+the 65,536th as much as the first, is over its limits for the rest of the
+sliding minute. Without the aggregate, the /48 would get 65,536 × 60 attempts.
 
-Memory is bounded: at most ``max_networks`` networks are tracked, each in one
-entry of about 200 bytes. When that many are tracked, the one whose last failure is oldest
-is forgotten. An attacker who spoofs or owns very many networks could so evict
-counters; that only lets them retry sooner, it never blocks anyone else.
+Memory is bounded: at most ``max_networks`` counters are tracked (networks and
+aggregates together; an IPv6 failure takes up to three), about 200 bytes each.
+A counter is forgotten only once its failures have aged out of the sliding
+minute, never to make room: evicting counted networks would let an attacker
+with many addresses reset his own count. While the table is full of live
+counters, a network it does not hold is treated as over its limits (``blocked``
+says when the oldest counter ages out), so a full table restricts newcomers
+rather than releasing anyone.
 """
 
 from __future__ import annotations
@@ -22,118 +30,125 @@ from __future__ import annotations
 import ipaddress
 from collections import OrderedDict
 
+from fairgate.auth.window import WINDOW, SlidingCount, window_of
 from fairgate.core.clock import Clock
 
 __all__ = ["FailureLimiter"]
 
-_WINDOW = 60.0
 _PURGE_PER_CALL = 2
+# Counter keys: one integer per (level, prefix). IPv4 addresses are < 2**32 and IPv6
+# /64s are tagged 1 << 64; aggregates are tagged above 2**128 so no two levels collide.
+_V6_64 = 1 << 64
+_V4_24, _V6_48, _V6_32 = (tag << 128 for tag in (2, 3, 4))
 
-
-class _Count:
-    """Failures of one network in the current and the previous aligned window."""
-
-    __slots__ = ("current", "previous", "window")
-
-    def __init__(self, window: int) -> None:
-        self.window = window
-        self.previous = 0
-        self.current = 0
-
-    def roll(self, window: int) -> None:
-        if window == self.window:
-            return
-        self.previous = self.current if window == self.window + 1 else 0
-        self.current = 0
-        self.window = window
+_Key = int | str
 
 
 class FailureLimiter:
-    """Counts failed authentications per network and says when a network must wait.
+    """Counts failed authentications per network and aggregate; says when a network must wait.
 
-    ``per_minute`` (≥ 0) failures are allowed per sliding minute; 0 disables
-    the limiter (``blocked`` is always None). ``max_networks`` (≥ 1) bounds the
-    networks tracked. Time is ``clock.monotonic()``. An address that is not an
-    IP address (a Unix socket peer) is its own network, keyed by its text.
+    ``per_minute`` (≥ 0) failures are allowed per network and sliding minute;
+    ``ipv4_24``, ``ipv6_48`` and ``ipv6_32`` (≥ 0) are the per-minute ceilings
+    of those aggregates. 0 disables a level; all four 0 disables the limiter
+    (``blocked`` is always None). ``max_networks`` (≥ 1) bounds the counters
+    tracked. Time is ``clock.monotonic()``. An address that is not an IP
+    address (a Unix socket peer) is its own network, keyed by its text, in no
+    aggregate.
     """
 
-    def __init__(self, per_minute: int, clock: Clock, *, max_networks: int = 100_000) -> None:
-        if per_minute < 0:
-            raise ValueError(f"per_minute must be 0 (disabled) or more, not {per_minute}")
+    def __init__(
+        self,
+        per_minute: int,
+        clock: Clock,
+        *,
+        max_networks: int = 100_000,
+        ipv4_24: int = 0,
+        ipv6_48: int = 0,
+        ipv6_32: int = 0,
+    ) -> None:
+        for name, value in (
+            ("per_minute", per_minute),
+            ("ipv4_24", ipv4_24),
+            ("ipv6_48", ipv6_48),
+            ("ipv6_32", ipv6_32),
+        ):
+            if value < 0:
+                raise ValueError(f"{name} must be 0 (disabled) or more, not {value}")
         if max_networks < 1:
             raise ValueError(f"max_networks must be at least 1, not {max_networks}")
         self._limit = per_minute
+        self._v4 = ((_V4_24, 8, ipv4_24),)
+        self._v6 = ((_V6_48, 80, ipv6_48), (_V6_32, 96, ipv6_32))
         self._clock = clock
         self._max = max_networks
-        self._counts: OrderedDict[int | str, _Count] = OrderedDict()
+        self._counts: OrderedDict[_Key, SlidingCount] = OrderedDict()
 
     @property
     def enabled(self) -> bool:
-        return self._limit > 0
+        return any(limit > 0 for limit in (self._limit, *(c[2] for c in (*self._v4, *self._v6))))
 
     @property
     def tracked(self) -> int:
-        """Networks currently tracked (at most ``max_networks``)."""
+        """Counters currently tracked (at most ``max_networks``)."""
         return len(self._counts)
 
     def blocked(self, addr: str) -> float | None:
-        """Seconds until ``addr``'s network may try again, or None if it may now."""
-        if not self._limit:
-            return None
-        count = self._counts.get(_network(addr))
-        if count is None:
-            return None
+        """Seconds until ``addr``'s network and aggregates are all below their limits,
+        or None if they are now."""
         now = self._clock.monotonic()
-        window = int(now // _WINDOW)
-        count.roll(window)
-        into = now - window * _WINDOW
-        if count.previous * (1.0 - into / _WINDOW) + count.current < self._limit:
-            return None
-        if count.current < self._limit:
-            # The previous window's share decays below the room left in this one.
-            room = (self._limit - count.current) / count.previous
-            return max(0.0, _WINDOW * (1.0 - room) - into)
-        # Wait for the next window, then for this one's share to decay below the limit.
-        return (_WINDOW - into) + _WINDOW * (1.0 - self._limit / count.current)
+        waits = []
+        for key, limit in self._levels(addr):
+            count = self._counts.get(key)
+            wait = self._untracked_wait(now) if count is None else count.wait(limit, now)
+            if wait is not None:
+                waits.append(wait)
+        return max(waits) if waits else None
 
     def failed(self, addr: str) -> None:
-        """Count one failed authentication from ``addr``'s network."""
-        if not self._limit:
-            return
-        key = _network(addr)
-        window = int(self._clock.monotonic() // _WINDOW)
-        count = self._counts.get(key)
-        if count is None:
-            self._purge(window)
-            count = self._counts[key] = _Count(window)
-            if len(self._counts) > self._max:
-                self._counts.popitem(last=False)
-        else:
-            self._counts.move_to_end(key)
-        count.roll(window)
-        count.current += 1
+        """Count one failed authentication from ``addr``'s network and its aggregates."""
+        now = self._clock.monotonic()
+        for key, _ in self._levels(addr):
+            count = self._counts.get(key)
+            if count is None:
+                self._purge(now)
+                if len(self._counts) >= self._max:
+                    continue  # full of live counters: nobody is forgotten to make room
+                count = self._counts[key] = SlidingCount(window_of(now))
+            else:
+                self._counts.move_to_end(key)
+            count.add(now)
 
-    def _purge(self, window: int) -> None:
-        """Forget a few networks whose failures are all older than the sliding minute."""
+    def _levels(self, addr: str) -> list[tuple[_Key, int]]:
+        """The counter keys of ``addr``'s network and aggregates, with their limits (> 0)."""
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            return [(addr, self._limit)] if self._limit else []
+        value = int(ip)
+        if isinstance(ip, ipaddress.IPv6Address):
+            mapped = ip.ipv4_mapped
+            if mapped is None:
+                levels = [(_V6_64 | (value >> 64), self._limit)]
+                levels += [(tag | (value >> bits), limit) for tag, bits, limit in self._v6]
+                return [(key, limit) for key, limit in levels if limit]
+            value = int(mapped)
+        levels = [(value, self._limit)]
+        levels += [(tag | (value >> bits), limit) for tag, bits, limit in self._v4]
+        return [(key, limit) for key, limit in levels if limit]
+
+    def _untracked_wait(self, now: float) -> float | None:
+        """For a counter the table does not hold: None, or while the table is full of
+        live counters, the seconds until its oldest counter ages out."""
+        if len(self._counts) < self._max:
+            return None
+        oldest = next(iter(self._counts.values()))
+        if oldest.stale(now):
+            return None  # the next failure makes room
+        return (oldest.window + 2) * WINDOW - now
+
+    def _purge(self, now: float) -> None:
+        """Forget a few counters whose failures are all older than the sliding minute."""
         for _ in range(_PURGE_PER_CALL):
-            if not self._counts:
-                return
-            oldest = next(iter(self._counts.values()))
-            if oldest.window >= window - 1 and (oldest.current or oldest.window == window):
+            if not self._counts or not next(iter(self._counts.values())).stale(now):
                 return
             self._counts.popitem(last=False)
-
-
-def _network(addr: str) -> int | str:
-    """The key of ``addr``'s network: an IPv4 address or an IPv6 /64, as one integer."""
-    try:
-        ip = ipaddress.ip_address(addr)
-    except ValueError:
-        return addr
-    if isinstance(ip, ipaddress.IPv6Address):
-        mapped = ip.ipv4_mapped
-        if mapped is None:
-            # Above every IPv4 value (< 2**32), so the two families never collide.
-            return (1 << 64) | (int(ip) >> 64)
-        ip = mapped
-    return int(ip)

@@ -346,10 +346,11 @@ class Alerts(Section):
 
 
 class Auth(Section):
-    """Virtual-key authentication: the key cache and the failed-authentication limiter.
+    """Virtual-key authentication: the key cache, the failure limits and the lookup ceiling.
 
     ``key_cache_ttl`` is also how long a revoked key keeps working on *other*
-    gateway processes (each serves a key it cached for up to that long).
+    gateway processes (each serves a key it cached for up to that long). The
+    failure limits and the lookup ceiling apply to each listener separately.
     """
 
     key_cache_ttl: PositiveDuration = 30.0
@@ -358,6 +359,10 @@ class Auth(Section):
     miss_cache_size: StrictInt = Field(default=100_000, ge=1, le=10_000_000)
     failures_per_minute: StrictInt = Field(default=60, ge=0, le=1_000_000)
     failure_networks_max: StrictInt = Field(default=100_000, ge=1, le=10_000_000)
+    failures_per_minute_ipv4_24: StrictInt = Field(default=600, ge=0, le=1_000_000)
+    failures_per_minute_ipv6_48: StrictInt = Field(default=600, ge=0, le=1_000_000)
+    failures_per_minute_ipv6_32: StrictInt = Field(default=6000, ge=0, le=1_000_000)
+    lookups_per_minute: StrictInt = Field(default=6000, ge=0, le=10_000_000)
 
 
 class Landing(Section):
