@@ -195,6 +195,7 @@ class Gateway:
         accounted = self.metrics.accounting
         self.recorder = Recorder(
             StoreUsageWriter(self.store),
+            capacity=config.accounting.queue_capacity,
             on_written=lambda n: accounted.labels("written").inc(n),
             on_dropped=lambda n: accounted.labels("dropped").inc(n),
             on_failed=lambda n: accounted.labels("failed").inc(n),

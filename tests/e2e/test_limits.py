@@ -276,10 +276,10 @@ def test_me_shows_limits_with_their_use_and_budgets_with_their_spend(
         assert chat(gateway, 20).status_code == 200
         standing = me(gateway)
         assert standing["team"] == "t" and standing["org"] == "test-org"
-        assert standing["limits"] == {
-            "rpm": {"limit": 50, "used": 2},
+        assert standing["limits"] == {  # the /me request counts itself
+            "rpm": {"limit": 50, "used": 3},
             "tpm": None,
-            "rpd": {"limit": 500, "used": 2},
+            "rpd": {"limit": 500, "used": 3},
             "max_in_flight": None,
         }
         (budget,) = standing["budgets"]

@@ -6,14 +6,17 @@
     await recorder.drain(timeout=10)      # at shutdown, after the last request settled
 
 Losing accounting is bad; turning a stalled database into an outage is worse.
-So ``record()`` only appends to a deque: when the queue holds ``capacity``
-records, the new one is dropped and counted. One task writes whatever is
-queued every ``flush_interval`` seconds, or as soon as ``batch_size`` records
-wait, each batch in one transaction. A batch that fails is retried once, then
-dropped and counted; serving goes on either way. What a process killed with
-SIGKILL loses is what sat in the queue (at most ``capacity`` records, usually
-about one ``flush_interval`` of traffic); the store itself is never left half
-written, since a batch commits whole or not at all.
+So ``record()`` only appends to a queue: when it holds ``capacity`` records,
+a record is dropped and counted — which one is decided per tenant
+(``fairgate.accounting.queue``), so that one tenant's flood of refusals never
+costs another tenant's record, and no refusal ever costs a served request's.
+One task writes whatever is queued every ``flush_interval`` seconds, or as
+soon as ``batch_size`` records wait, each batch in one transaction. A batch
+that fails is retried once, then dropped and counted; serving goes on either
+way. What a process killed with SIGKILL loses is what sat in the queue (at
+most ``capacity`` records, usually about one ``flush_interval`` of traffic);
+the store itself is never left half written, since a batch commits whole or
+not at all.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from fairgate.accounting.queue import TenantQueue
 from fairgate.accounting.record import UsageRecord
 
 __all__ = ["Recorder", "RecorderStats", "UsageWriter"]
@@ -96,7 +99,6 @@ class Recorder:
         if capacity < 1 or batch_size < 1 or flush_interval <= 0:
             raise ValueError("capacity and batch_size must be >= 1, flush_interval > 0")
         self._writer = writer
-        self._capacity = capacity
         self._batch_size = batch_size
         self._interval = flush_interval
         self._write_timeout = write_timeout
@@ -104,7 +106,7 @@ class Recorder:
         self._on_dropped = on_dropped or _ignore
         self._on_written = on_written or _ignore
         self._on_failed = on_failed or _ignore
-        self._queue: deque[UsageRecord] = deque()
+        self._queue = TenantQueue(capacity)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -119,13 +121,18 @@ class Recorder:
     def record(self, rec: UsageRecord) -> bool:
         """Queue ``rec``; False when it was dropped (queue full, or the recorder drained).
 
-        Never blocks and never raises: it appends to a deque and may wake the writer.
+        On a full queue the record may instead take the place of another tenant's
+        (``TenantQueue``): True then, and the displaced record is counted as dropped.
+        Never blocks and never raises: it appends to a queue and may wake the writer.
         """
         try:
-            if self._closed or len(self._queue) >= self._capacity:
-                self._drop(1, "after the drain" if self._closed else "the accounting queue is full")
+            if self._closed:
+                self._drop(1, "after the drain")
                 return False
-            self._queue.append(rec)
+            dropped = self._queue.push(rec)
+            if dropped is not None:
+                self._drop(1, "the accounting queue is full")
+                return dropped is not rec
             if len(self._queue) >= self._batch_size and self._wake is not None:
                 self._wake.set()
             return True
@@ -198,9 +205,7 @@ class Recorder:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), self._interval)
             if self._queue:
-                batch = [
-                    self._queue.popleft() for _ in range(min(self._batch_size, len(self._queue)))
-                ]
+                batch = self._queue.take(self._batch_size)
                 await self._write(batch)
 
     async def _write(self, batch: list[UsageRecord]) -> None:

@@ -16,6 +16,7 @@ from fairgate.config.document import Loc
 from fairgate.config.fields import NonEmpty, Section
 from fairgate.config.secrets import SecretRef
 from fairgate.config.settings import (
+    Accounting,
     AdminListen,
     Admission,
     Alerts,
@@ -68,6 +69,7 @@ class Config(Section):
     routing: Routing = Field(default_factory=Routing)
     tags: Tags = Field(default_factory=Tags)
     alerts: Alerts = Field(default_factory=Alerts)
+    accounting: Accounting = Field(default_factory=Accounting)
     landing: Landing = Field(default_factory=Landing)
     pools: tuple[Pool, ...] = ()
     orgs: tuple[Org, ...] = ()

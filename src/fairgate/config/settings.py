@@ -27,6 +27,7 @@ from fairgate.config.fields import (
 from fairgate.config.secrets import SecretRef
 
 __all__ = [
+    "Accounting",
     "AdminListen",
     "Admission",
     "Alerts",
@@ -87,6 +88,12 @@ class Limits(Section):
     client_head_timeout: PositiveDuration = 10.0
     client_body_timeout: PositiveDuration = 60.0
     slow_reader_timeout: PositiveDuration = 30.0
+
+
+class Accounting(Section):
+    """The usage recorder: ``queue_capacity`` records wait for the store at most."""
+
+    queue_capacity: Count = 10_000
 
 
 class ProxySettings(Section):

@@ -261,6 +261,22 @@ class Gate:
         if ticket.limits is not None:
             await self._limiter.settle(ticket.limits, tokens=tokens, cost=cost, now=self._now())
 
+    async def meter(self, ex: Exchange) -> None:
+        """Count a request the gateway answers itself (``GET /v1/models``, ``GET /me``)
+        against the key's requests per minute and per day, or raise its refusal (429;
+        503 when the back end is down and the limiter fails closed).
+
+        It reaches no engine, so it holds no slot and charges no tokens or budget:
+        nothing to settle afterwards. Without it a key could send such requests
+        without end, each one an accounting record."""
+        principal = ex.principal
+        assert principal is not None
+        if principal.rpm is None and principal.rpd is None:
+            return
+        limits = Limits(rpm=principal.rpm, rpd=principal.rpd)
+        subject = _subject(principal, principal.tags)
+        await self._limiter.admit(Demand(subject, limits, "", 1, Money(0)), self._now())
+
     def _now(self) -> float:
         return self._clock.wall()
 

@@ -89,6 +89,8 @@ class Pipeline:
             route = self._routes.resolve_path(scope.get("raw_path") or scope["path"].encode())
             ex.route = route.name
             if route.local is not None and scope["method"] == "GET":
+                if self._gate is not None:
+                    await self._gate.meter(ex)
                 await route.local(scope, ex, send)
                 return
             if route.local is not None or scope["method"] != "POST":
