@@ -72,6 +72,7 @@ from fairgate.proxy.pipeline import Pipeline
 from fairgate.proxy.records import RecordBuilder
 from fairgate.proxy.relay import Deadlines, Relay
 from fairgate.proxy.request import Caps
+from fairgate.proxy.reservation import OutputPolicy
 from fairgate.proxy.routes import RouteTable
 from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
@@ -158,7 +159,6 @@ class Gateway:
             prices=prices_by_model(config.models),
             pools={m.name: m.pool for m in config.models},
             classes={m.name: m.model_class for m in config.models},
-            default_completion=config.state.default_completion_tokens,
             clock=clock,
             fairshare=self.fairshare,
             fairshare_state=self.state if self.fairshare is not None else None,
@@ -213,9 +213,9 @@ class Gateway:
                 max_body_bytes=limits.max_body_bytes,
                 body_timeout=limits.client_body_timeout,
                 max_n=limits.max_n,
-                max_tokens=limits.max_tokens,
                 max_grammar_bytes=limits.max_grammar_bytes,
             ),
+            output=_output_policy(config),
             relay=self.relay,
             registry=self.registry,
             settler=Settler(self.metrics, records),
@@ -524,6 +524,23 @@ def _salter(config: Config) -> CacheSalter:
         "gateway processes do not share cached prefixes of the same tenant"
     )
     return CacheSalter(iso.scope, os.urandom(32))
+
+
+def _output_policy(config: Config) -> OutputPolicy:
+    """Each model's output ceiling (its own ``max_tokens`` and ``limits.max_tokens``, the
+    smaller) and the defaults of ``limits``."""
+    limits = config.limits
+
+    def ceiling(model_cap: int | None) -> int | None:
+        caps = [c for c in (model_cap, limits.max_tokens) if c is not None]
+        return min(caps) if caps else None
+
+    return OutputPolicy(
+        ceilings={m.name: ceiling(m.max_tokens) for m in config.models},
+        default=limits.default_max_tokens,
+        assumed=config.state.default_completion_tokens,
+        max_prompts=limits.max_prompts,
+    )
 
 
 def _request_ids() -> Callable[[], str]:

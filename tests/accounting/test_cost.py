@@ -5,7 +5,8 @@ from __future__ import annotations
 from fairgate.accounting import Prices, prices_by_model
 from fairgate.config.catalog import Cost, Model
 from fairgate.core.money import Money
-from fairgate.proxy.usage import Usage, estimate_usage
+from fairgate.proxy.reservation import Reservation
+from fairgate.proxy.usage import Usage
 
 
 def test_the_worked_example_of_the_module_docstring() -> None:
@@ -40,7 +41,8 @@ def test_reported_cached_tokens_beyond_the_prompt_and_negative_counts_are_clampe
 
 def test_an_estimated_usage_is_priced_like_a_reported_one() -> None:
     prices = Prices(input_micro=1_000_000, output_micro=2_000_000)
-    estimate = estimate_usage(prompt_bytes=4001, content_events=3)
+    estimate = Reservation(prompt_tokens=1001, completion_tokens=3).usage()
+    assert estimate.estimated
     assert (estimate.prompt_tokens, estimate.completion_tokens) == (1001, 3)
     assert prices.cost_of(estimate) == Money(1001 + 6)
 

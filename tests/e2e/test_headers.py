@@ -141,7 +141,15 @@ def test_vllm_gets_neither_client_headers_nor_steering_fields(env: Env) -> None:
     body = record["body"]
     document = orjson.loads(body)
     # the client's cache_salt is replaced by the gateway's own (a 256-bit HMAC, base64url)
-    assert set(document) == {"model", "messages", "max_tokens", "cache_salt"}
+    # the output cap the gateway reserved is written into both of chat's cap fields
+    assert set(document) == {
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "cache_salt",
+    }
+    assert document["max_tokens"] == document["max_completion_tokens"]
     assert len(document["cache_salt"]) == 43
     assert "priority" not in body and "\\u" not in body and "chosen" not in body
     assert record["priority"] == 0  # the engine scheduled it at the default priority

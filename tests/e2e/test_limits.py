@@ -179,16 +179,16 @@ def test_max_in_flight_slot_comes_back_when_the_client_disconnects(
 def test_tpm_charges_the_estimate_and_gives_back_what_was_not_used(
     tmp_path: Path, start_sim: StartSim, state: dict[str, Any]
 ) -> None:
-    # Without max_tokens the estimate assumes 250 completion tokens; the engine
-    # stops after 8, and the window keeps only the real usage.
-    sim = start_sim("--model", "m", "--speed", "0", "--max-tokens-default", "8")
+    # Without max_tokens the request is capped (and reserved) at the default of 250
+    # completion tokens; the model ends its answer after 8, and the window keeps only
+    # the real usage.
+    sim = start_sim("--model", "m", "--speed", "0", "--eos-after", "8")
     tpm = 300
-    config = configure(
-        tmp_path,
-        [model("m", sim)],
-        limits=KeyLimits(tpm=tpm),
-        state={**state, "default_completion_tokens": 250},
+    # (``limits`` of ``configure`` are the key's: the gateway's section goes in directly)
+    config = write_config(
+        tmp_path, [model("m", sim)], limits={"default_max_tokens": 250}, state=state
     )
+    asyncio.run(_apply(config, KeyLimits(tpm=tpm), ()))
     with GatewayProcess(config) as gateway:
         first = chat(gateway, max_tokens=None)
         assert first.status_code == 200, first.text

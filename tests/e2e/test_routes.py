@@ -202,8 +202,10 @@ def test_responses_plain_and_stream(env: Env) -> None:
 
 
 def test_engine_native_route_plain_and_stream(env: Env) -> None:
-    """llama-server's own ``/completion``: relayed whole, its native stream ends cleanly."""
+    """llama-server's own ``/completion``: relayed whole, its native stream ends cleanly,
+    and both are charged the tokens the engine reports in its own fields."""
     estimated = env.counters("usage_estimated", "l").get("", 0.0)
+    before = env.counters("tokens", "l")
     url = env.gateway.url + "/completion"
     plain = httpx.post(
         url, json={"model": "l", "prompt": "hi", "n_predict": 3}, timeout=30, headers=AUTH
@@ -222,11 +224,11 @@ def test_engine_native_route_plain_and_stream(env: Env) -> None:
     assert [e.get("stop") for e in events] == [False, False, False, True]
     assert all("error" not in e for e in events)
     assert [r["path"] for r in env.llama.requests()] == ["/completion", "/completion"]
-    # No OpenAI usage on the native route: the gateway estimates and flags it.
-    deadline = time.monotonic() + 10
-    while env.counters("usage_estimated", "l").get("", 0.0) < estimated + 2:
-        assert time.monotonic() < deadline, "usage was not flagged as estimated"
-        time.sleep(0.05)
+    # No OpenAI usage on the native route: tokens_evaluated / tokens_predicted are read,
+    # from the plain answer and from the stream's closing event; nothing is estimated.
+    prompt = plain.json()["tokens_evaluated"] + events[-1]["tokens_evaluated"]
+    env.tokens_grew_by(before, "l", prompt=prompt, completion=3 + 3)
+    assert env.counters("usage_estimated", "l").get("", 0.0) == estimated
 
 
 def test_engine_native_route_not_served_by_the_engine_is_relayed(env: Env) -> None:

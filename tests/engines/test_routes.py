@@ -189,8 +189,21 @@ def test_usage_shapes_and_streaming_of_the_openai_routes() -> None:
     }
 
 
-def test_llama_native_completion_reports_no_openai_usage() -> None:
-    route = adapter_for("llama-server").route("/completion")
-    assert route is not None
-    assert route.usage == "none"
-    assert route.streams
+def test_llama_native_completions_report_llama_usage_and_read_n_predict_first() -> None:
+    for path in ("/completion", "/completions", "/infill", "/v1/infill"):
+        route = adapter_for("llama-server").route(path)
+        assert route is not None
+        assert route.usage == "llama"
+        assert route.streams
+        assert route.output.fields[0] == "n_predict"
+
+
+def test_every_generating_route_has_an_output_bound() -> None:
+    # a route that generates either names its cap fields or is assumed (audio only)
+    for kind in ("vllm", "llama-server", "openai"):
+        adapter = adapter_for(kind)
+        for path, route in adapter.routes.items():  # type: ignore[attr-defined]
+            if route.output.generates and not route.output.fields:
+                assert "audio" in path, (kind, path)
+            if route.usage in ("chat", "completion", "response", "llama"):
+                assert route.output.fields, (kind, path)

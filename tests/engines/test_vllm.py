@@ -187,3 +187,12 @@ def test_priority_header_only_from_the_gateway() -> None:
         host=b"h",
     )
     assert all(name != b"x-vllm-priority" for name, _ in no_priority)
+
+
+def test_the_reserved_cap_is_written_into_every_cap_field_of_the_route() -> None:
+    # a client that omits the cap, or asks the engine to ignore EOS, still stops at the cap
+    raw = orjson.dumps({"model": "m", "messages": [], "ignore_eos": True, "max_tokens": 9000})
+    fields = ("max_completion_tokens", "max_tokens")
+    sent = _rewrite(raw, max_tokens=64, cap_fields=fields)
+    assert (sent["max_tokens"], sent["max_completion_tokens"], sent["ignore_eos"]) == (64, 64, True)
+    assert "max_tokens" not in _rewrite(b'{"model":"m","messages":[]}')  # no cap decided: none

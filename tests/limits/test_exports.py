@@ -9,7 +9,7 @@ import fairgate.state
 def test_limits_exports() -> None:
     assert sorted(fairgate.limits.__all__) == sorted(
         [
-            "ASSUMED_COMPLETION_TOKENS",
+            "BYTES_PER_TOKEN",
             "Admission",
             "Budget",
             "BudgetBook",
@@ -38,6 +38,7 @@ def test_limits_exports() -> None:
             "Verdict",
             "WindowCharge",
             "estimate_tokens",
+            "prompt_tokens",
         ]
     )
     for name in fairgate.limits.__all__:

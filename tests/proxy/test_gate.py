@@ -14,9 +14,10 @@ from fairgate.core.errors import BadRequest, RateLimited, ServiceUnavailable
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.fairshare import FairShare
-from fairgate.limits import Budget, BudgetBook, Limiter
+from fairgate.limits import Budget, BudgetBook, Limiter, prompt_tokens
 from fairgate.proxy.exchange import Exchange
 from fairgate.proxy.gate import Gate, TagPolicy
+from fairgate.proxy.reservation import Reservation
 from fairgate.proxy.usage import Usage
 from fairgate.state import MemoryCounterStore, RedisCounterStore
 
@@ -29,7 +30,7 @@ def exchange(principal: Principal, *, body: int = 400, max_tokens: int | None = 
     ex.requested_model = ex.model = "m"
     ex.prompt_bytes = body
     ex.parsed = {} if max_tokens is None else {"max_tokens": max_tokens}
-    ex.max_tokens = max_tokens
+    ex.reservation = Reservation(prompt_tokens(body), 256 if max_tokens is None else max_tokens)
     return ex
 
 
@@ -59,7 +60,6 @@ def gate(store: Any, *, budgets: tuple[Budget, ...] = (), pools: bool = False) -
         prices=PRICES,
         pools={"m": "p" if pools else None},
         classes={"m": "interactive"},
-        default_completion=256,
         clock=SystemClock(),
         fairshare=fairshare,
         fairshare_state=store if pools else None,

@@ -10,7 +10,7 @@ import pytest
 from fairgate.core.errors import BadRequest, PayloadTooLarge
 from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, read_body
 
-CAPS = Caps(max_body_bytes=100, body_timeout=0.2, max_n=4, max_tokens=1000, max_grammar_bytes=50)
+CAPS = Caps(max_body_bytes=100, body_timeout=0.2, max_n=4, max_grammar_bytes=50)
 
 
 def receiver(*messages: dict[str, Any], then_wait: bool = False) -> Any:
@@ -70,8 +70,8 @@ def test_non_object_json_is_a_400(body: bytes) -> None:
         ({"n": 5}, "n_too_large"),
         ({"n": 0}, "invalid_value"),
         ({"n": True}, "invalid_value"),
-        ({"max_tokens": 1001}, "max_tokens_too_large"),
-        ({"max_completion_tokens": -1}, "invalid_value"),
+        ({"best_of": 5}, "n_too_large"),
+        ({"best_of": -1}, "invalid_value"),
         ({"stream": "yes"}, "invalid_value"),
         ({"guided_regex": "a" * 51}, "grammar_too_large"),
         (
@@ -88,10 +88,3 @@ def test_caps_refuse_with_a_named_reason(payload: dict[str, Any], code: str) -> 
 
 def test_values_within_the_caps_pass() -> None:
     check_caps({"n": 4, "max_tokens": 1000, "stream": True, "guided_regex": "a+"}, CAPS)
-
-
-def test_the_client_completion_cap_is_returned_max_completion_tokens_first() -> None:
-    # what the limits' token estimate counts as the completion
-    assert check_caps({"max_tokens": 5, "max_completion_tokens": 7}, CAPS) == 7
-    assert check_caps({"max_output_tokens": 3}, CAPS) == 3
-    assert check_caps({"n": 1}, CAPS) is None

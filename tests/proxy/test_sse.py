@@ -98,3 +98,13 @@ def test_engine_error_event_is_recognised() -> None:
 
 def test_done_inside_content_is_not_done() -> None:
     assert classify(chunk({"choices": [{"delta": {"content": "[DONE]"}}]})).kind == "content"
+
+
+def test_a_native_llama_stop_event_carries_usage_that_adds_up() -> None:
+    raw = b'data: {"content":"","stop":true,"tokens_predicted":9,"tokens_evaluated":4}\n\n'
+    event = classify(raw)
+    assert event.kind == "final"
+    assert event.usage is not None and event.adds
+    assert (event.usage.prompt_tokens, event.usage.completion_tokens) == (4, 9)
+    partial = classify(b'data: {"content":"x","stop":false,"tokens_predicted":3}\n\n')
+    assert partial.kind == "content" and partial.usage is None

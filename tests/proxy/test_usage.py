@@ -47,3 +47,24 @@ def test_a_string_mentioning_usage_does_not_confuse_it() -> None:
 def test_no_usage_is_none() -> None:
     assert usage_in_body(b'{"choices": []}') is None
     assert usage_in_body(b"not json") is None
+
+
+def test_a_native_llama_answer_reports_its_own_fields() -> None:
+    body = orjson.dumps(
+        {
+            "content": "hi",
+            "stop": True,
+            "tokens_predicted": 30,
+            "tokens_evaluated": 12,
+            "timings": {"prompt_n": 4, "cache_n": 8, "predicted_n": 30},
+        }
+    )
+    assert usage_in_body(body) == Usage(12, 30, 8)
+
+
+def test_a_native_llama_batch_adds_every_prompt_and_needs_them_all() -> None:
+    one = {"content": "a", "tokens_predicted": 5, "tokens_evaluated": 2}
+    two = {"content": "b", "tokens_predicted": 7, "tokens_evaluated": 3}
+    assert usage_in_body(orjson.dumps([one, two])) == Usage(5, 12, 0)
+    # a result without its figures makes the whole answer's usage unknown (the reservation)
+    assert usage_in_body(orjson.dumps([one, {"content": "c"}])) is None

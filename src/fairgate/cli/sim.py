@@ -92,6 +92,14 @@ def sim(
             rich_help_panel=_ENGINE,
         ),
     ] = 64,
+    eos_after: Annotated[
+        int | None,
+        typer.Option(
+            help="End every answer after this many tokens (finish reason 'stop'), as a model "
+            "reaching its end-of-sequence token does; a body's ignore_eos overrides it.",
+            rich_help_panel=_ENGINE,
+        ),
+    ] = None,
     scheduling_policy: Annotated[
         str,
         typer.Option(
@@ -201,6 +209,7 @@ def sim(
             block_size=block_size,
             max_model_len=max_model_len,
             max_tokens_default=max_tokens_default,
+            eos_after=eos_after,
             scheduling_policy=scheduling_policy,  # type: ignore[arg-type]
             prefix_caching=prefix_caching,
             api_key=api_key,

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
 
-from fairgate.config.fields import Name, NonEmpty, Section, describe, normalise_upstream_url
+from fairgate.config.fields import Count, Name, NonEmpty, Section, describe, normalise_upstream_url
 from fairgate.config.secrets import SecretRef
 from fairgate.routing import strategy_for
 
@@ -75,7 +75,9 @@ class Model(Section):
     order when no upstream can serve, before anything reached the client.
     ``routing`` is a preset's name (``chat``, ``batch``, ``long-context``) or a
     ``{filters, scorers, picker}`` specification; it is built here, so an
-    unknown plugin or a bad parameter is a configuration error.
+    unknown plugin or a bad parameter is a configuration error. ``max_tokens``
+    is the largest output cap a request to this model may ask for (with
+    ``limits.max_tokens``, the smaller counts).
     """
 
     name: Name
@@ -86,6 +88,7 @@ class Model(Section):
     model_class: ModelClass = Field(default="interactive", alias="class")
     fallbacks: tuple[Name, ...] = ()
     cost: Cost = Field(default_factory=Cost)
+    max_tokens: Count | None = None
     routing: str | dict[str, Any] = "chat"
     upstreams: Annotated[tuple[Upstream, ...], NonEmpty]
 

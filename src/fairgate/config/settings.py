@@ -84,6 +84,8 @@ class Limits(Section):
     stream_buffer_bytes: Size = 1 * _MiB
     max_n: Count = 8
     max_tokens: Count | None = None
+    default_max_tokens: Count = 4096
+    max_prompts: Count = 16
     max_grammar_bytes: Size = 64 * _KiB
     client_head_timeout: PositiveDuration = 10.0
     client_body_timeout: PositiveDuration = 60.0
@@ -187,7 +189,7 @@ class State(Section):
     in-flight slots outlive it; ``fail_open`` serves requests without limits while the
     back end is down (default: refuse with 503); ``day_zone`` is the IANA zone whose
     midnight ends a requests-per-day window; ``default_completion_tokens`` is the
-    completion assumed by the token estimate when a request sets no ``max_tokens``;
+    output reserved on a route that has no output-cap field (audio transcription);
     ``budget_refresh`` is how often budgets are re-read from the store.
     """
 

@@ -26,6 +26,9 @@ class UpstreamRequestBody:
     completion routes, where ``stream_options`` exists); ``cache_salt`` is the
     gateway's own prefix-cache salt, ``None`` for no salt. ``content_type`` is
     the client's ``Content-Type`` header, needed to rewrite multipart bodies.
+    ``max_tokens`` is the output cap the gateway decided (``engines.output``),
+    written into each of ``cap_fields`` by an adapter that re-encodes bodies;
+    ``None`` leaves the body's caps alone.
     """
 
     raw: bytes
@@ -36,6 +39,8 @@ class UpstreamRequestBody:
     include_usage: bool = False
     cache_salt: str | None = None
     content_type: bytes | None = None
+    max_tokens: int | None = None
+    cap_fields: tuple[str, ...] = ()
 
     def json_object(self) -> dict[str, Any]:
         """A fresh copy of the body's top-level JSON object; ``BadRequest`` if it is none."""

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
+from fairgate.engines.output import NO_OUTPUT, UNCAPPED, Output
+
 __all__ = [
     "LLAMA_SERVER_ROUTES",
     "OPENAI_ROUTES",
@@ -32,7 +34,7 @@ __all__ = [
     "UsageShape",
 ]
 
-UsageShape = Literal["chat", "completion", "embedding", "response", "none"]
+UsageShape = Literal["chat", "completion", "embedding", "response", "llama", "none"]
 """Where token usage appears in an answer on the route:
 
 ``chat``/``completion``: ``usage`` object (``prompt_tokens``, ``completion_tokens``),
@@ -40,7 +42,9 @@ in the last SSE chunk when streaming with ``stream_options.include_usage``;
 ``response``: ``response.usage`` (``input_tokens``, ``output_tokens``), in the
 ``response.completed`` event when streaming; ``embedding``: ``usage`` with
 ``prompt_tokens`` only (embeddings, rerank, score, classify, pooling);
-``none``: no OpenAI-shaped usage, the proxy estimates and flags it.
+``llama``: llama-server's native ``tokens_evaluated``/``tokens_predicted`` (and
+``timings.cache_n``), in the answer or in each ``"stop": true`` event of a stream;
+``none``: no usage in the answer, the proxy charges the reservation and flags it.
 """
 
 
@@ -52,7 +56,8 @@ class RouteKind:
     spelling). ``carries_model`` is true on every route whose body can name a
     model: the proxy checks the model there and fails closed. ``streams`` is
     true where the engine can answer with SSE. ``method`` is the only HTTP
-    method the route accepts.
+    method the route accepts. ``output`` says which body fields bound what the
+    engine generates (``engines.output``).
     """
 
     path: str
@@ -60,10 +65,13 @@ class RouteKind:
     streams: bool
     usage: UsageShape
     method: Literal["GET", "POST"] = "POST"
+    output: Output = NO_OUTPUT
 
 
-def _post(path: str, usage: UsageShape, *, streams: bool = False) -> RouteKind:
-    return RouteKind(path=path, carries_model=True, streams=streams, usage=usage)
+def _post(
+    path: str, usage: UsageShape, output: Output = NO_OUTPUT, *, streams: bool = False
+) -> RouteKind:
+    return RouteKind(path=path, carries_model=True, streams=streams, usage=usage, output=output)
 
 
 def _table(*routes: RouteKind) -> Mapping[str, RouteKind]:
@@ -73,21 +81,34 @@ def _table(*routes: RouteKind) -> Mapping[str, RouteKind]:
     return MappingProxyType(table)
 
 
-_OPENAI = (
-    _post("/v1/chat/completions", "chat", streams=True),
-    _post("/v1/completions", "completion", streams=True),
-    _post("/v1/embeddings", "embedding"),
-    _post("/v1/responses", "response", streams=True),
-    RouteKind("/v1/models", carries_model=False, streams=False, usage="none", method="GET"),
-)
+# The fields each engine reads as the output cap, in the engine's order of precedence.
+_CHAT = Output(("max_completion_tokens", "max_tokens"))
+_COMPLETION = Output(("max_tokens",), prompts="prompt")
+_RESPONSE = Output(("max_output_tokens",))
+# llama-server reads ``n_predict`` first, then ``max_tokens``, on every generating route.
+_LLAMA_CHAT = Output(("n_predict", "max_completion_tokens", "max_tokens"))
+_LLAMA_COMPLETION = Output(("n_predict", "max_tokens"), prompts="prompt")
+
+
+def _openai(chat: Output, completion: Output) -> tuple[RouteKind, ...]:
+    return (
+        _post("/v1/chat/completions", "chat", chat, streams=True),
+        _post("/v1/completions", "completion", completion, streams=True),
+        _post("/v1/embeddings", "embedding"),
+        _post("/v1/responses", "response", _RESPONSE, streams=True),
+        RouteKind("/v1/models", carries_model=False, streams=False, usage="none", method="GET"),
+    )
+
+
+_OPENAI = _openai(_CHAT, _COMPLETION)
 
 OPENAI_ROUTES: Mapping[str, RouteKind] = _table(*_OPENAI)
 """Any OpenAI-compatible server: the five OpenAI routes and nothing else."""
 
 VLLM_ROUTES: Mapping[str, RouteKind] = _table(
     *_OPENAI,
-    _post("/v1/audio/transcriptions", "none", streams=True),
-    _post("/v1/audio/translations", "none", streams=True),
+    _post("/v1/audio/transcriptions", "none", UNCAPPED, streams=True),
+    _post("/v1/audio/translations", "none", UNCAPPED, streams=True),
     _post("/rerank", "embedding"),
     _post("/v1/rerank", "embedding"),
     _post("/v2/rerank", "embedding"),
@@ -101,13 +122,13 @@ VLLM_ROUTES: Mapping[str, RouteKind] = _table(
 """vLLM: the OpenAI routes plus its native inference routes."""
 
 LLAMA_SERVER_ROUTES: Mapping[str, RouteKind] = _table(
-    *_OPENAI,
-    _post("/chat/completions", "chat", streams=True),
-    _post("/v1/audio/transcriptions", "none", streams=True),
-    _post("/completion", "none", streams=True),
-    _post("/completions", "none", streams=True),
-    _post("/infill", "none", streams=True),
-    _post("/v1/infill", "none", streams=True),
+    *_openai(_LLAMA_CHAT, _LLAMA_COMPLETION),
+    _post("/chat/completions", "chat", _LLAMA_CHAT, streams=True),
+    _post("/v1/audio/transcriptions", "none", UNCAPPED, streams=True),
+    _post("/completion", "llama", _LLAMA_COMPLETION, streams=True),
+    _post("/completions", "llama", _LLAMA_COMPLETION, streams=True),
+    _post("/infill", "llama", _LLAMA_COMPLETION, streams=True),
+    _post("/v1/infill", "llama", _LLAMA_COMPLETION, streams=True),
     _post("/embedding", "none"),
     _post("/embeddings", "none"),
     _post("/rerank", "embedding"),
@@ -120,4 +141,4 @@ LLAMA_SERVER_ROUTES: Mapping[str, RouteKind] = _table(
 )
 """llama.cpp ``llama-server``: the OpenAI routes plus its native inference routes
 (the native ``/completion`` answers report ``tokens_evaluated``/``tokens_predicted``,
-not an OpenAI usage object, hence ``usage="none"``)."""
+not an OpenAI usage object, hence ``usage="llama"``)."""

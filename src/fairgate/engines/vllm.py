@@ -13,7 +13,11 @@ of duplicate keys:
     request_id          the engine's internal request id
     extra_body          never meaningful on the wire (SDKs flatten it)
 
-Then ``model`` is set to the engine's id, ``stream_options.include_usage`` is
+Then ``model`` is set to the engine's id, every output-cap field of the route
+(``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``) is set to the
+cap the gateway reserved for (so a request without one cannot run to the end of
+the context, and ``ignore_eos`` or ``min_tokens`` cannot outlast it),
+``stream_options.include_usage`` is
 set when the gateway wants the usage chunk of a stream (the client's other
 stream options are kept), and ``cache_salt`` is set when the gateway gives one.
 Multimodal content-part ``uuid`` values are left as they are for now.
@@ -74,6 +78,9 @@ class VllmAdapter(RouteTableAdapter):
         for key in STRIPPED_FIELDS:
             document.pop(key, None)
         document["model"] = req.upstream_model
+        if req.max_tokens is not None:
+            for field in req.cap_fields:
+                document[field] = req.max_tokens
         if req.stream and req.include_usage:
             document["stream_options"] = _with_usage(document.get("stream_options"))
         if req.cache_salt is not None:

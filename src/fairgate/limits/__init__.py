@@ -33,7 +33,7 @@ from fairgate.limits.charges import (
     WindowCharge,
 )
 from fairgate.limits.demand import Admission, Demand
-from fairgate.limits.estimate import ASSUMED_COMPLETION_TOKENS, estimate_tokens
+from fairgate.limits.estimate import BYTES_PER_TOKEN, estimate_tokens, prompt_tokens
 from fairgate.limits.fairshare_state import Claim, FairShareState
 from fairgate.limits.key_limits import Limits
 from fairgate.limits.limiter import Limiter, Outage
@@ -45,7 +45,7 @@ from fairgate.limits.usage import BudgetUsage, Usage
 from fairgate.limits.window import SlidingWindow
 
 __all__ = [
-    "ASSUMED_COMPLETION_TOKENS",
+    "BYTES_PER_TOKEN",
     "Admission",
     "Budget",
     "BudgetBook",
@@ -74,4 +74,5 @@ __all__ = [
     "Verdict",
     "WindowCharge",
     "estimate_tokens",
+    "prompt_tokens",
 ]

@@ -1,33 +1,33 @@
 """The token estimate a request is charged at admission, before anything has run.
 
-    estimate_tokens(prompt_bytes=4001, max_tokens=100, default_max=256) == 1101
-    estimate_tokens(prompt_bytes=400, max_tokens=None, default_max=256) == 356
+    prompt_tokens(4001) == 1001
+    estimate_tokens(1001, 100) == 1101
 
 The prompt counts one token per 4 bytes of request body, rounded up: a generous
 figure for English text (about 4 characters per token), never below the truth by
-much for JSON-wrapped messages. The completion counts ``max_tokens`` (or
-``max_completion_tokens``) when the client set it; otherwise a modest assumption,
-``ASSUMED_COMPLETION_TOKENS`` unless configured, because assuming zero would let
-an unbounded request through every token limit. The estimate is never zero. The
-real usage corrects it when the request ends.
+much for JSON-wrapped messages; the engine's report replaces it when the request
+ends. The completion is the request's output bound, decided by the proxy from
+the body and the model's caps (``fairgate.engines.output``): an upper bound, not
+a guess. The estimate is never zero.
 """
 
 from __future__ import annotations
 
-__all__ = ["ASSUMED_COMPLETION_TOKENS", "BYTES_PER_TOKEN", "estimate_tokens"]
+__all__ = ["BYTES_PER_TOKEN", "estimate_tokens", "prompt_tokens"]
 
 BYTES_PER_TOKEN = 4
-ASSUMED_COMPLETION_TOKENS = 256
 
 
-def estimate_tokens(prompt_bytes: int, max_tokens: int | None, default_max: int) -> int:
-    """Estimated prompt + completion tokens, at least 1.
+def prompt_tokens(prompt_bytes: int) -> int:
+    """The prompt's estimated tokens: ``prompt_bytes`` / 4, rounded up.
+    ``ValueError`` on a negative size."""
+    if prompt_bytes < 0:
+        raise ValueError("the prompt size must not be negative")
+    return -(-prompt_bytes // BYTES_PER_TOKEN)
 
-    ``max_tokens`` is the client's cap (None or negative: absent); ``default_max``
-    (>= 0) is assumed when it is absent. ``ValueError`` on a negative size.
-    """
-    if prompt_bytes < 0 or default_max < 0:
-        raise ValueError("prompt size and default completion must not be negative")
-    prompt = -(-prompt_bytes // BYTES_PER_TOKEN)
-    completion = max_tokens if max_tokens is not None and max_tokens >= 0 else default_max
+
+def estimate_tokens(prompt: int, completion: int) -> int:
+    """Prompt and completion tokens together, at least 1. ``ValueError`` when negative."""
+    if prompt < 0 or completion < 0:
+        raise ValueError("token counts must not be negative")
     return max(1, prompt + completion)

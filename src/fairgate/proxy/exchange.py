@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairgate.core.principal import Principal
 from fairgate.proxy.usage import Usage
+
+if TYPE_CHECKING:
+    from fairgate.proxy.reservation import Reservation
 
 __all__ = ["Exchange", "Outcome"]
 
@@ -38,7 +41,8 @@ class Exchange:
     stream: bool = False
     client_wants_usage: bool = False
     prompt_bytes: int = 0
-    max_tokens: int | None = None  # the client's cap on generated tokens, if it set one
+    reservation: Reservation | None = None  # what the request may consume (proxy.reservation)
+    output_caps: dict[str, int | None] = field(default_factory=dict)  # per candidate model
     parsed: dict[str, Any] | None = None
     body: bytes = b""
     content_type: bytes | None = None
@@ -49,6 +53,7 @@ class Exchange:
     cache_salt: str | None = None  # the tenant's prefix-cache salt (vLLM), set by the gateway
     replica: str = ""
     attempts: int = 0
+    unanswered: int = 0  # attempts that reached an engine and got no answer (charged)
     status: int = 0
     outcome: str = Outcome.OK
     reason: str = ""  # server-side reason for a failure (logged, never sent)

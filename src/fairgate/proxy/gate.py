@@ -32,9 +32,9 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-from fairgate.accounting import Prices
+from fairgate.accounting import Prices, TokenCounts
 from fairgate.admission import AdmissionController, Bands
 from fairgate.admission.lease import Lease
 from fairgate.core.clock import Clock
@@ -45,7 +45,6 @@ from fairgate.fairshare import MAX_RANK, FairShare, PriorityClass
 from fairgate.fairshare.priority import decide
 from fairgate.limits import Budget, BudgetBook, Demand, Limiter, Limits, StateUnavailable, Subject
 from fairgate.limits.demand import Admission
-from fairgate.limits.estimate import BYTES_PER_TOKEN, estimate_tokens
 from fairgate.limits.fairshare_state import Claim, FairShareState
 from fairgate.proxy.exchange import Exchange
 
@@ -61,12 +60,6 @@ _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}")
 
 Alert = Callable[[Budget, float, Money], None]
 """Called once per budget whose soft limit a reservation crossed: (budget, now, spent)."""
-
-
-class _Tokens(NamedTuple):
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +142,6 @@ class Gate:
         prices: Mapping[str, Prices],
         pools: Mapping[str, str | None],
         classes: Mapping[str, str],
-        default_completion: int,
         clock: Clock,
         fairshare: FairShare | None = None,
         fairshare_state: FairShareState | None = None,
@@ -165,7 +157,6 @@ class Gate:
         self._prices = prices
         self._pools = pools
         self._classes = classes
-        self._default_completion = default_completion
         self._clock = clock
         self._fairshare = fairshare if fairshare_state is not None else None
         self._state = fairshare_state
@@ -195,9 +186,11 @@ class Gate:
         p = principal
         if budgets or p.rpm or p.tpm or p.rpd or p.max_in_flight:
             limits = Limits(p.rpm, p.tpm, p.rpd, p.max_in_flight)
-            tokens = estimate_tokens(ex.prompt_bytes, ex.max_tokens, self._default_completion)
+            reservation = ex.reservation
+            assert reservation is not None  # reserved when the model was resolved
             subject = subject or _subject(principal, ex.tags or principal.tags)
-            demand = Demand(subject, limits, model, tokens, self._estimate_cost(ex, model), budgets)
+            cost = self._cost(model, reservation.usage())
+            demand = Demand(subject, limits, model, reservation.tokens, cost, budgets)
             ticket.limits = await self._limiter.admit(demand, now)
             if self._on_soft_limit is not None:
                 for budget, spent in zip(
@@ -242,15 +235,12 @@ class Gate:
             return
         if ticket.lease is not None:
             ticket.lease.release()
-        served = bool(ex.replica)
-        cost: Money | None = None
-        tokens: int | None = None
-        if served and ex.usage is not None:
-            prices = self._prices.get(ex.model)
-            cost = prices.cost_of(ex.usage) if prices is not None else Money(0)
+        # ``ex.usage`` is what the request is charged (``proxy.reservation.charge``); None
+        # when nothing reached an engine: the estimate is given back.
+        cost, tokens = Money(0), 0
+        if ex.usage is not None:
+            cost = self._cost(ex.model, ex.usage)
             tokens = ex.usage.prompt_tokens + ex.usage.completion_tokens
-        elif not served:
-            cost, tokens = Money(0), 0  # nothing reached an engine: give the estimate back
         if ticket.pool is not None:
             pool, org = ticket.pool, ticket.org
             counts = self.in_flight.get((pool, org))
@@ -373,15 +363,9 @@ class Gate:
             self._state_down = False
             log.warning("fair-share state available again")
 
-    def _estimate_cost(self, ex: Exchange, model: str) -> Money:
+    def _cost(self, model: str, usage: TokenCounts) -> Money:
         prices = self._prices.get(model)
-        if prices is None:
-            return Money(0)
-        prompt = -(-ex.prompt_bytes // BYTES_PER_TOKEN)
-        completion = ex.max_tokens
-        if completion is None:
-            completion = self._default_completion
-        return prices.cost_of(_Tokens(prompt, completion))
+        return prices.cost_of(usage) if prices is not None else Money(0)
 
     @property
     def state_available(self) -> bool:

@@ -24,8 +24,9 @@ from fairgate.engines import is_json
 from fairgate.proxy.affinity import routing_inputs
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.gate import Gate, Ticket
-from fairgate.proxy.relay import AttemptFailed, Relay, SlowReader, estimate_for
+from fairgate.proxy.relay import AttemptFailed, Relay, SlowReader
 from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, read_body
+from fairgate.proxy.reservation import OutputPolicy, charge
 from fairgate.proxy.routes import ModelEntry, RouteTable
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.sse import error_event
@@ -44,6 +45,7 @@ class Pipeline:
         *,
         routes: RouteTable,
         caps: Caps,
+        output: OutputPolicy,
         relay: Relay,
         registry: Any,
         settler: Settler,
@@ -58,6 +60,7 @@ class Pipeline:
     ) -> None:
         self._routes = routes
         self._caps = caps
+        self._output = output
         self._relay = relay
         self._registry = registry
         self._settler = settler
@@ -98,7 +101,7 @@ class Pipeline:
                     f"unknown route {scope['method']} {scope['path']}", code="unknown_route"
                 )
             await self._read(receive, ex, length)
-            entry = self._routes.model_for(ex)
+            entry = self._output.reserve(ex, self._routes.model_for(ex))
             watcher = _watch_disconnect(scope, receive, ex)
             if self._gate is not None:
                 ticket = await self._gate.enter(ex, tags)
@@ -135,8 +138,7 @@ class Pipeline:
             if watcher is not None:
                 _unwatch(watcher)
             ex.finished = time.monotonic()
-            if ex.replica:
-                estimate_for(ex)
+            charge(ex)
             if ticket is not None and self._gate is not None:
                 await self._gate.leave(ticket, ex)
             self._settler.settle(ex)
@@ -177,7 +179,7 @@ class Pipeline:
         # ``application/…+json``) is parsed here, so the caps cannot be sidestepped.
         if ex.content_type is None or is_json(ex.content_type):
             ex.parsed = parse_json(ex.body)
-            ex.max_tokens = check_caps(ex.parsed, self._caps)
+            check_caps(ex.parsed, self._caps)
             ex.stream = ex.parsed.get("stream") is True
             options = ex.parsed.get("stream_options")
             ex.client_wants_usage = (
@@ -208,6 +210,8 @@ class Pipeline:
                     await self._attempt(ex, candidate, replica, send, ticket)
                 except AttemptFailed as failed:
                     self._settler.attempt_failed(replica.name, failed.reason)
+                    if failed.ran:
+                        ex.unanswered += 1
                     if failed.reason in ("total_timeout", "response_too_large"):
                         replica.breaker.abandon()  # not the replica's fault
                     else:

@@ -32,7 +32,7 @@ from prometheus_client import Gauge
 from fairgate.core.errors import BadGateway, GatewayError, GatewayTimeout
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.sse import SseSplitter, classify, error_event
-from fairgate.proxy.usage import estimate_usage, usage_in_body
+from fairgate.proxy.usage import usage_in_body
 from fairgate.upstream import (
     UpstreamConnectError,
     UpstreamConnectTimeout,
@@ -67,7 +67,9 @@ class AttemptFailed(Exception):
 
     ``error`` is what the client gets if no other attempt succeeds; ``answer``,
     when set, is the engine's own failed answer (status, content type, body),
-    relayed instead when it is the last one.
+    relayed instead when it is the last one. ``ran`` is true when the engine may
+    have generated for the request (it was sent, and no answer says otherwise):
+    such an attempt is charged its reservation (``proxy.reservation``).
     """
 
     def __init__(
@@ -77,12 +79,14 @@ class AttemptFailed(Exception):
         *,
         retryable: bool,
         answer: tuple[int, bytes, bytes] | None = None,
+        ran: bool = True,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.error = error
         self.retryable = retryable
         self.answer = answer
+        self.ran = ran and answer is None
 
 
 class SlowReader(Exception):
@@ -108,10 +112,10 @@ class Relay:
         self._pool = pool
         self._streams_open = streams_open
 
-    def _remaining(self, ex: Exchange, limit: float) -> float:
+    def _remaining(self, ex: Exchange, limit: float, *, sent: bool = True) -> float:
         left = ex.started + self.deadlines.total - time.monotonic()
         if left <= 0:
-            raise AttemptFailed("total_timeout", _total_timeout(), retryable=False)
+            raise AttemptFailed("total_timeout", _total_timeout(), retryable=False, ran=sent)
         return min(limit, left)
 
     async def open(
@@ -127,7 +131,7 @@ class Relay:
         start = time.monotonic()
         try:
             try:
-                async with asyncio.timeout(self._remaining(ex, d.headers)):
+                async with asyncio.timeout(self._remaining(ex, d.headers, sent=False)):
                     response = await self._pool.request(
                         "POST",
                         replica.host,
@@ -142,6 +146,7 @@ class Relay:
                     "connect_timeout",
                     GatewayTimeout("could not reach the model in time"),
                     retryable=True,
+                    ran=False,
                 ) from None
             except TimeoutError:
                 reason = "total_timeout" if _past(ex, d.total) else "headers_timeout"
@@ -152,7 +157,10 @@ class Relay:
                 ) from None
             except UpstreamConnectError as exc:
                 raise AttemptFailed(
-                    "connect_error", BadGateway("could not reach the model"), retryable=True
+                    "connect_error",
+                    BadGateway("could not reach the model"),
+                    retryable=True,
+                    ran=False,
                 ) from exc
             except UpstreamError as exc:
                 raise AttemptFailed(
@@ -298,7 +306,11 @@ class Relay:
                     event = classify(raw)
                     kind = event.kind
                     if event.usage is not None:
-                        ex.usage = event.usage
+                        ex.usage = (
+                            event.usage
+                            if ex.usage is None or not event.adds
+                            else ex.usage.plus(event.usage)
+                        )
                     if kind == "content":
                         ex.content_events += 1
                     elif kind == "done" or kind == "final":
@@ -381,9 +393,3 @@ def _past(ex: Exchange, total: float) -> bool:
 
 def _total_timeout() -> GatewayTimeout:
     return GatewayTimeout("the request took longer than the gateway allows")
-
-
-def estimate_for(ex: Exchange) -> None:
-    """Fill in the flagged estimate when the engine reported no usage."""
-    if ex.usage is None:
-        ex.usage = estimate_usage(ex.prompt_bytes, ex.content_events)

@@ -2,7 +2,8 @@
 
 The body is read once, bounded by ``max_body_bytes`` and by a deadline (a
 client trickling its body is cut off), parsed once with orjson, and checked
-against the caps an operator sets (``n``, ``max_tokens``, grammar size).
+against the caps an operator sets (``n``, ``best_of``, grammar size; the output
+cap is the reservation's, ``proxy.reservation``).
 Every refusal here is a 4xx in the OpenAI envelope, never a 422.
 """
 
@@ -42,7 +43,6 @@ class Caps:
     max_body_bytes: int
     body_timeout: float
     max_n: int
-    max_tokens: int | None
     max_grammar_bytes: int
 
 
@@ -84,30 +84,16 @@ def parse_json(body: bytes) -> dict[str, Any]:
     return parsed
 
 
-def check_caps(parsed: dict[str, Any], caps: Caps) -> int | None:
-    """Refuse values the operator capped; the message names the field and the cap.
-
-    Returns the client's cap on generated tokens (``max_completion_tokens``, else
-    ``max_tokens``, else ``max_output_tokens``), None when it set none."""
-    n = parsed.get("n")
-    if n is not None:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise BadRequest("'n' must be a positive integer", code="invalid_value")
-        if n > caps.max_n:
-            raise BadRequest(f"'n' must be at most {caps.max_n}", code="n_too_large")
-    completion = None
-    for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
-        value = parsed.get(field)
-        if value is None:
+def check_caps(parsed: dict[str, Any], caps: Caps) -> None:
+    """Refuse values the operator capped; the message names the field and the cap."""
+    for field in ("n", "best_of"):
+        n = parsed.get(field)
+        if n is None:
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise BadRequest(f"'{field}' must be a non-negative integer", code="invalid_value")
-        if caps.max_tokens is not None and value > caps.max_tokens:
-            raise BadRequest(
-                f"'{field}' must be at most {caps.max_tokens}", code="max_tokens_too_large"
-            )
-        if completion is None or field == "max_completion_tokens":
-            completion = value  # max_completion_tokens supersedes max_tokens
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise BadRequest(f"'{field}' must be a positive integer", code="invalid_value")
+        if n > caps.max_n:
+            raise BadRequest(f"'{field}' must be at most {caps.max_n}", code="n_too_large")
     stream = parsed.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise BadRequest("'stream' must be true or false", code="invalid_value")
@@ -120,4 +106,3 @@ def check_caps(parsed: dict[str, Any], caps: Caps) -> int | None:
             raise BadRequest(
                 f"'{field}' is larger than {caps.max_grammar_bytes} bytes", code="grammar_too_large"
             )
-    return completion

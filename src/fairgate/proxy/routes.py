@@ -72,6 +72,8 @@ class Candidate:
     def body_for(self, ex: Exchange) -> bytes:
         cached = ex.upstream_bodies.get(self.name)
         if cached is None:
+            kind = self.route_kind(ex.route)
+            assert kind is not None
             cached = ex.upstream_bodies[self.name] = self.adapter.prepare_body(
                 UpstreamRequestBody(
                     raw=ex.body,
@@ -82,6 +84,8 @@ class Candidate:
                     include_usage=ex.stream and self._usage_in_stream(ex.route),
                     cache_salt=ex.cache_salt,
                     content_type=ex.content_type,
+                    max_tokens=ex.output_caps.get(self.name),
+                    cap_fields=kind.output.fields,
                 )
             )
         return cached

@@ -7,7 +7,8 @@ until a blank line ends the event, then the event is classified:
 - ``usage``    a chunk with a ``usage`` object and no choices (``include_usage``)
 - ``error``    a ``data: {"error": …}`` event (vLLM reports mid-stream failures so)
 - ``final``    the Responses API's ``response.completed`` / ``.incomplete`` / ``.failed``,
-               or llama-server's native ``"stop": true`` event (its streams have no ``[DONE]``)
+               or llama-server's native ``"stop": true`` event (its streams have no ``[DONE]``;
+               each prompt of a batch ends with one, and their usages add up: ``adds``)
 - ``content``  everything else (counted for the usage estimate)
 
 Classification looks at bytes first and parses JSON only for the few events that
@@ -21,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from fairgate.proxy.usage import Usage, usage_from
+from fairgate.proxy.usage import Usage, llama_usage, usage_from
 
 __all__ = ["SseEvent", "SseSplitter", "classify", "error_event"]
 
@@ -35,6 +36,7 @@ class SseEvent:
     raw: bytes  # the event including its terminating blank line
     kind: str  # done | usage | error | final | content
     usage: Usage | None = None
+    adds: bool = False  # the usage is one prompt's and adds to the others' (llama-server)
 
 
 class SseSplitter:
@@ -109,7 +111,8 @@ def classify(raw: bytes) -> SseEvent:
     if _LLAMA_STOP in raw:
         body = _parse(raw)
         if isinstance(body, dict) and body.get("stop") is True:
-            return SseEvent(raw, "final")
+            usage = llama_usage(body)
+            return SseEvent(raw, "final", usage, adds=usage is not None)
     if b'"error"' in raw:
         body = _parse(raw)
         if isinstance(body, dict) and isinstance(body.get("error"), dict | str):

@@ -1,12 +1,13 @@
 """Token usage as the engine reports it, or as the gateway estimates it when the engine did not.
 
-Engines report usage in three shapes: chat/completions (``prompt_tokens``,
+Engines report usage in four shapes: chat/completions (``prompt_tokens``,
 ``completion_tokens``, ``prompt_tokens_details.cached_tokens``), embeddings
-(``prompt_tokens`` only) and the Responses API (``input_tokens``,
-``output_tokens``, ``input_tokens_details.cached_tokens``). An estimate is used
-when none arrived (a client abort, an engine that does not send usage on a
-stream): prompt bytes / 4 plus one token per content event relayed, flagged
-``estimated`` so reports can tell it from a measured figure.
+(``prompt_tokens`` only), the Responses API (``input_tokens``,
+``output_tokens``, ``input_tokens_details.cached_tokens``) and llama-server's
+native answers (``tokens_evaluated``, ``tokens_predicted``, ``timings.cache_n``;
+one result per prompt). When none arrived (a client abort, a broken stream, an
+engine that sends no usage) the request is charged its reservation instead
+(``proxy.reservation``), flagged ``estimated``: never a lower guess.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Usage", "estimate_usage", "usage_from", "usage_in_body"]
+__all__ = ["Usage", "llama_usage", "usage_from", "usage_in_body"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,15 @@ class Usage:
     completion_tokens: int = 0
     cached_tokens: int = 0
     estimated: bool = False
+
+    def plus(self, other: Usage) -> Usage:
+        """Both usages together (flagged estimated when either is)."""
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.estimated or other.estimated,
+        )
 
 
 def _int(value: Any) -> int:
@@ -50,9 +60,33 @@ def usage_from(block: Any) -> Usage | None:
     )
 
 
-def estimate_usage(prompt_bytes: int, content_events: int) -> Usage:
-    """The flagged estimate: prompt bytes / 4 (rounded up) and one token per content event."""
-    return Usage(-(-prompt_bytes // 4), content_events, 0, estimated=True)
+def llama_usage(result: Any) -> Usage | None:
+    """A Usage from one llama-server native result (or its closing stream event), or None
+    when it carries no ``tokens_predicted``."""
+    if not isinstance(result, dict) or "tokens_predicted" not in result:
+        return None
+    timings = result.get("timings")
+    cached = timings.get("cache_n") if isinstance(timings, dict) else 0
+    return Usage(
+        _int(result.get("tokens_evaluated")), _int(result.get("tokens_predicted")), _int(cached)
+    )
+
+
+def _llama_answer(body: bytes) -> Usage | None:
+    """The usage of a native llama-server answer: one result, or a list of them (one per
+    prompt); None unless every result reports its tokens."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    results = parsed if isinstance(parsed, list) else [parsed]
+    total: Usage | None = None
+    for result in results:
+        usage = llama_usage(result)
+        if usage is None:
+            return None
+        total = usage if total is None else total.plus(usage)
+    return total
 
 
 def usage_in_body(body: bytes) -> Usage | None:
@@ -65,7 +99,7 @@ def usage_in_body(body: bytes) -> Usage | None:
     """
     at = body.rfind(b'"usage"')
     if at < 0:
-        return None
+        return _llama_answer(body) if b'"tokens_predicted"' in body else None
     start = body.find(b"{", at)
     if start >= 0 and not body[at + 7 : start].strip(b" \t\r\n:"):
         depth = 0

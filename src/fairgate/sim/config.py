@@ -59,7 +59,10 @@ class SimConfig:
     Units: ``tokens_per_second`` per running sequence (``0`` = answer instantly, no
     scheduler); ``ttft`` seconds of prefill for a prompt with nothing cached;
     ``kv_blocks`` × ``block_size`` tokens of KV cache; ``max_model_len`` tokens
-    (``None``: the whole KV cache).
+    (``None``: the whole KV cache). ``eos_after`` makes every answer end (finish
+    reason ``stop``) after that many tokens even when ``max_tokens`` allows more, as a
+    model reaching its end-of-sequence token does; a body's ``ignore_eos: true``
+    overrides it (``None``: answers run to ``max_tokens``).
     """
 
     host: str = "127.0.0.1"
@@ -72,6 +75,7 @@ class SimConfig:
     block_size: int = 16
     max_model_len: int | None = None
     max_tokens_default: int = 64
+    eos_after: int | None = None
     scheduling_policy: SchedulingPolicy = "priority"
     prefix_caching: bool = True
     api_key: str | None = None
@@ -96,6 +100,8 @@ class SimConfig:
         for name in ("max_num_seqs", "kv_blocks", "block_size", "max_tokens_default"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1")
+        if self.eos_after is not None and self.eos_after < 1:
+            raise ValueError("eos-after must be >= 1")
         if self.max_model_len is not None and not 2 <= self.max_model_len <= self.kv_tokens:
             raise ValueError(
                 f"max-model-len must be in 2..{self.kv_tokens} (kv-blocks × block-size)"

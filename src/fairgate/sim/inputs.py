@@ -111,7 +111,8 @@ class InputParser:
                 prompt += self._tokenizer.encode(text)
             if not prompt:
                 raise BadRequest("infill needs input_prefix, input_suffix or prompt")
-        n_predict = _first_int(body, "n_predict")
+        # llama-server reads n_predict, then max_tokens; -1 (or absent) runs to the context's end
+        n_predict = _first_int(body, "n_predict", "max_tokens")
         limit = None if n_predict is not None and n_predict < 0 else n_predict
         return self._generation(model, body, prompt, limit, None, "prompt")
 
@@ -171,11 +172,15 @@ class InputParser:
                 f"{what}, {wanted} in the completion). Please reduce the length of the "
                 f"{what} or completion."
             )
+        explicit = limit is not None
+        eos = self._config.eos_after
+        if eos is not None and eos < wanted and body.get("ignore_eos") is not True:
+            wanted, explicit = eos, False  # the model ends its answer before the cap
         return Generation(
             model=model,
             prompt=prompt,
             max_tokens=wanted,
-            explicit_max=limit is not None,
+            explicit_max=explicit,
             stream=stream,
             include_usage=include_usage,
             priority=None if self._llama else self._priority(body, priority_header),

@@ -1,0 +1,114 @@
+"""What a request may consume, decided before it is admitted, and what it is charged after.
+
+The rule: **a request's reservation is an upper bound of the output it can make
+an engine generate, and when the real usage is unknown the request is charged
+its reservation (flagged estimated), never a lower guess.**
+
+    reservation.prompt     = ceil(body bytes / 4)
+    reservation.completion = prompts × max(n, best_of) × cap      (engines.output)
+
+``reserve`` computes it for every model of the request's chain (the model, then
+its fallbacks): a fallback that cannot bound the request (a byte-exact engine
+without a cap field in the body) is left out of the chain; the model asked for
+refuses the request with 400 instead. The reservation charged by the limits
+is the largest of the chain's, so whichever model serves, it is a bound.
+
+``charge`` runs when the request ends, before the limits settle and the usage
+record is built: an answer without a usage report, a stream cut off before its
+report, and every earlier attempt that reached an engine and got no answer
+(a timeout, a broken connection) are charged the reservation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fairgate.core.errors import BadRequest
+from fairgate.engines.output import bound
+from fairgate.limits.estimate import estimate_tokens, prompt_tokens
+from fairgate.proxy.exchange import Exchange
+from fairgate.proxy.routes import ModelEntry
+from fairgate.proxy.usage import Usage
+
+__all__ = ["OutputPolicy", "Reservation", "charge"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The tokens a request is admitted for: the most it can be charged per attempt."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        """Prompt and completion together, at least 1 (what the token limits count)."""
+        return estimate_tokens(self.prompt_tokens, self.completion_tokens)
+
+    def usage(self, attempts: int = 1) -> Usage:
+        """The reservation as a flagged usage, ``attempts`` times over."""
+        return Usage(
+            self.prompt_tokens * attempts, self.completion_tokens * attempts, 0, estimated=True
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPolicy:
+    """The operator's output bounds, built once from the configuration.
+
+    ``ceilings`` maps a canonical model to the largest cap a request may ask for
+    (``models[].max_tokens`` and ``limits.max_tokens``, the smaller; absent: no
+    ceiling); ``default`` is the cap a re-encoded body gets when it sets none (never
+    above the model's ceiling); ``assumed`` is the output a route without any cap
+    field is assumed to generate; ``max_prompts`` bounds a batch of prompts.
+    """
+
+    ceilings: Mapping[str, int | None]
+    default: int
+    assumed: int
+    max_prompts: int
+
+    def reserve(self, ex: Exchange, entry: ModelEntry) -> ModelEntry:
+        """Set ``ex.reservation`` and ``ex.output_caps``; return the chain of the models
+        that can bound the request. ``BadRequest`` (400) when the model asked for cannot."""
+        body = ex.parsed if ex.parsed is not None else {}
+        prompt = prompt_tokens(ex.prompt_bytes)
+        completion = 0
+        kept = []
+        for position, candidate in enumerate(entry.chain):
+            kind = candidate.route_kind(ex.route)
+            assert kind is not None  # the chain holds only models serving the route
+            ceiling = self.ceilings.get(candidate.name)
+            default = self.default if ceiling is None else min(self.default, ceiling)
+            try:
+                limit = bound(
+                    body,
+                    kind.output,
+                    ceiling=ceiling,
+                    default=default,
+                    writable=candidate.adapter.rewrites_body and ex.parsed is not None,
+                    max_prompts=self.max_prompts,
+                )
+            except BadRequest:
+                if position == 0:
+                    raise
+                continue  # a fallback that cannot bound this request never serves it
+            kept.append(candidate)
+            ex.output_caps[candidate.name] = limit.cap
+            completion = max(completion, limit.tokens(self.assumed))
+        ex.reservation = Reservation(prompt, completion)
+        return entry if len(kept) == len(entry.chain) else ModelEntry(tuple(kept))
+
+
+def charge(ex: Exchange) -> None:
+    """Make ``ex.usage`` what the request is charged (see the module text); None when
+    nothing reached an engine."""
+    reservation = ex.reservation
+    if reservation is None:
+        return
+    if ex.replica and ex.usage is None:
+        ex.usage = reservation.usage()
+    if ex.unanswered:
+        lost = reservation.usage(ex.unanswered)
+        ex.usage = lost if ex.usage is None else ex.usage.plus(lost)

@@ -1,0 +1,103 @@
+"""The output bound of one request: every way a body can ask for more output is counted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fairgate.core.errors import BadRequest
+from fairgate.engines import adapter_for
+from fairgate.engines.output import NO_OUTPUT, UNCAPPED, Bound, Output, bound, count_prompts
+
+CHAT = adapter_for("vllm").route("/v1/chat/completions").output  # type: ignore[union-attr]
+COMPLETION = adapter_for("vllm").route("/v1/completions").output  # type: ignore[union-attr]
+LLAMA = adapter_for("llama-server").route("/completion").output  # type: ignore[union-attr]
+LLAMA_CHAT = adapter_for("llama-server").route("/v1/chat/completions").output  # type: ignore[union-attr]
+
+
+def _bound(
+    body: dict[str, Any], output: Output, *, writable: bool, ceiling: int | None = 1000
+) -> Bound:
+    return bound(body, output, ceiling=ceiling, default=300, writable=writable, max_prompts=16)
+
+
+def test_the_module_example() -> None:
+    route = Output(("max_tokens",), prompts="prompt")
+    body = {"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 10}
+    assert bound(body, route, ceiling=100, default=50, writable=True, max_prompts=16) == Bound(
+        6, 10
+    )
+
+
+def test_a_rewritten_body_without_a_cap_gets_the_default_never_above_the_ceiling() -> None:
+    assert _bound({}, CHAT, writable=True) == Bound(1, 300)
+    assert _bound({}, CHAT, writable=True, ceiling=200) == Bound(1, 200)
+    assert _bound({"max_tokens": 50}, CHAT, writable=True) == Bound(1, 50)
+
+
+def test_the_engine_s_own_precedence_picks_the_cap_of_a_rewritten_body() -> None:
+    # vLLM reads max_completion_tokens before max_tokens
+    assert _bound({"max_tokens": 900, "max_completion_tokens": 5}, CHAT, writable=True).cap == 5
+
+
+def test_a_relayed_body_is_bound_by_its_largest_cap_field_whichever_the_engine_prefers() -> None:
+    # llama-server prefers n_predict, but the bound must hold if it read max_tokens
+    assert _bound({"n_predict": 5, "max_tokens": 900}, LLAMA, writable=False).cap == 900
+    assert _bound({"max_tokens": 7}, LLAMA, writable=False).cap == 7
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({}, "max_tokens_required"),  # llama-server would run to the end of its context
+        ({"n_predict": -1}, "invalid_value"),  # llama-server's "no limit"
+        ({"n_predict": 5000}, "max_tokens_too_large"),  # n_predict wins over a small max_tokens
+        ({"n_predict": 5000, "max_tokens": 10}, "max_tokens_too_large"),
+        ({"max_completion_tokens": 10}, "max_tokens_required"),  # not read by native routes
+        ({"max_tokens": 10, "min_tokens": 11}, "invalid_value"),
+        ({"max_tokens": True}, "invalid_value"),
+        ({"prompt": ["x"] * 17, "max_tokens": 1}, "too_many_prompts"),
+    ],
+)
+def test_a_relayed_body_that_cannot_be_bounded_is_refused(body: dict[str, Any], code: str) -> None:
+    with pytest.raises(BadRequest) as refused:
+        _bound(body, LLAMA, writable=False)
+    assert refused.value.code == code
+    assert refused.value.status == 400
+
+
+def test_the_refusal_names_the_fields_and_the_ceiling() -> None:
+    with pytest.raises(BadRequest, match="'n_predict' or 'max_completion_tokens' or 'max_tokens'"):
+        _bound({}, LLAMA_CHAT, writable=False)
+    with pytest.raises(BadRequest, match="at most 1000"):
+        _bound({}, LLAMA_CHAT, writable=False)
+
+
+def test_a_cap_above_the_ceiling_is_refused_even_where_the_gateway_rewrites() -> None:
+    with pytest.raises(BadRequest, match="'max_tokens' must be at most 1000"):
+        _bound({"max_tokens": 1001}, CHAT, writable=True)
+
+
+def test_batches_n_and_best_of_multiply_the_sequences() -> None:
+    assert _bound({"prompt": ["a"] * 10, "max_tokens": 4}, COMPLETION, writable=True) == Bound(
+        10, 4
+    )
+    assert _bound({"prompt": "a", "n": 3}, COMPLETION, writable=True) == Bound(3, 300)
+    assert _bound({"best_of": 4, "n": 2, "max_tokens": 1}, COMPLETION, writable=True) == Bound(4, 1)
+    assert Bound(12, 5).tokens(assumed=100) == 60
+
+
+def test_prompts_are_counted_like_the_engine_runs_them() -> None:
+    assert count_prompts("one") == 1
+    assert count_prompts([1, 2, 3]) == 1  # one prompt of token ids
+    assert count_prompts([[1, 2], [3]]) == 2
+    assert count_prompts(["a", "b"]) == 2
+    assert count_prompts([]) == 1
+    assert count_prompts(None) == 1
+
+
+def test_routes_without_output_reserve_nothing_and_audio_assumes() -> None:
+    assert _bound({"input": ["a"] * 100}, NO_OUTPUT, writable=False) == Bound(0, 0)
+    assert _bound({}, UNCAPPED, writable=False) == Bound(1, None)
+    assert Bound(1, None).tokens(assumed=256) == 256

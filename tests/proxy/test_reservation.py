@@ -1,0 +1,106 @@
+"""The reservation of a request and what it is charged when its usage is unknown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from fairgate.config.catalog import Model
+from fairgate.core.errors import BadRequest
+from fairgate.engines import adapter_for
+from fairgate.proxy.exchange import Exchange
+from fairgate.proxy.reservation import OutputPolicy, Reservation, charge
+from fairgate.proxy.routes import RouteTable
+from fairgate.proxy.usage import Usage
+
+POLICY = OutputPolicy(
+    ceilings={"big": 2000, "small": 100, "llama": 500}, default=300, assumed=256, max_prompts=16
+)
+
+
+def _model(name: str, engine: str, **extra: Any) -> Model:
+    entry = {
+        "name": name,
+        "engine": engine,
+        "upstreams": [{"name": "u", "url": "http://127.0.0.1:9"}],
+    }
+    return Model.model_validate({**entry, **extra})
+
+
+TABLE = RouteTable(
+    [
+        _model("big", "vllm", fallbacks=["llama", "small"]),
+        _model("small", "vllm"),
+        _model("llama", "llama-server"),
+    ],
+    {kind: adapter_for(kind) for kind in ("vllm", "llama-server")},
+)
+
+
+def _exchange(body: dict[str, Any], route: str = "/v1/chat/completions") -> Exchange:
+    raw = orjson.dumps(body)
+    ex = Exchange(request_id="r", method="POST", path=route, started=0.0, route=route)
+    ex.body, ex.parsed, ex.prompt_bytes = raw, body, len(raw)
+    ex.content_type = b"application/json"
+    return ex
+
+
+def test_the_reservation_is_the_largest_of_the_chain_and_fallbacks_that_cannot_bound_drop() -> None:
+    ex = _exchange({"model": "big", "messages": []})
+    entry = POLICY.reserve(ex, TABLE.model_for(ex))
+    # llama-server cannot be given a cap: without one in the body it never serves this
+    assert [c.name for c in entry.chain] == ["big", "small"]
+    assert ex.output_caps == {"big": 300, "small": 100}
+    assert ex.reservation == Reservation(-(-ex.prompt_bytes // 4), 300)
+
+
+def test_with_a_cap_the_byte_exact_fallback_stays_and_a_lower_ceiling_drops_a_fallback() -> None:
+    # "small" could only honour 100 of the 400 asked for: it never serves this request
+    ex = _exchange({"model": "big", "messages": [], "max_tokens": 400, "n": 2})
+    entry = POLICY.reserve(ex, TABLE.model_for(ex))
+    assert [c.name for c in entry.chain] == ["big", "llama"]
+    assert ex.output_caps == {"big": 400, "llama": 400}
+    assert ex.reservation is not None and ex.reservation.completion_tokens == 800
+
+
+def test_the_model_asked_for_refuses_what_it_cannot_bound() -> None:
+    ex = _exchange({"model": "llama", "messages": []})
+    with pytest.raises(BadRequest, match="needs an output cap"):
+        POLICY.reserve(ex, TABLE.model_for(ex))
+    ex = _exchange({"model": "small", "messages": [], "max_tokens": 101})
+    with pytest.raises(BadRequest, match="at most 100"):
+        POLICY.reserve(ex, TABLE.model_for(ex))
+
+
+def test_a_batch_of_prompts_reserves_every_sequence() -> None:
+    ex = _exchange(
+        {"model": "big", "prompt": ["a"] * 10, "n": 3, "max_tokens": 50}, "/v1/completions"
+    )
+    POLICY.reserve(ex, TABLE.model_for(ex))
+    assert ex.reservation is not None and ex.reservation.completion_tokens == 1500
+
+
+def test_an_answer_without_usage_is_charged_the_reservation_flagged() -> None:
+    ex = _exchange({"model": "big", "messages": [], "max_tokens": 40})
+    POLICY.reserve(ex, TABLE.model_for(ex))
+    ex.replica = "r0"
+    charge(ex)
+    assert ex.usage == Usage(ex.reservation.prompt_tokens, 40, 0, estimated=True)  # type: ignore[union-attr]
+
+
+def test_a_reported_usage_is_kept_and_earlier_unanswered_attempts_are_added() -> None:
+    ex = _exchange({"model": "big", "messages": [], "max_tokens": 40})
+    POLICY.reserve(ex, TABLE.model_for(ex))
+    ex.replica, ex.usage, ex.unanswered = "r1", Usage(10, 5), 1
+    charge(ex)
+    prompt = ex.reservation.prompt_tokens  # type: ignore[union-attr]
+    assert ex.usage == Usage(10 + prompt, 5 + 40, 0, estimated=True)
+
+
+def test_nothing_is_charged_when_no_engine_was_reached() -> None:
+    ex = _exchange({"model": "big", "messages": []})
+    POLICY.reserve(ex, TABLE.model_for(ex))
+    charge(ex)
+    assert ex.usage is None
