@@ -5,8 +5,8 @@
     │   └── UpstreamConnectTimeout    no connection within the pool's connect timeout
     ├── UpstreamProtocolError     malformed answer, head too large, connection closed
     │   │                         before a complete head or in the middle of the body
-    │   └── UpstreamClosedBeforeAnswer   closed before the answer's first byte (the
-    │                                    pool retries that once on a reused connection)
+    │   └── UpstreamClosedBeforeAnswer   closed before the request was written (the
+    │                                    pool sends it once more when it was reused)
     └── UpstreamTooLarge          ``read_all`` past its limit (the connection is closed)
 
 Messages never hold a header value (an engine's answer may echo the internal key) nor
@@ -48,6 +48,8 @@ class UpstreamTooLarge(UpstreamError):
 
 
 class UpstreamClosedBeforeAnswer(UpstreamProtocolError):
-    """Closed or reset before any byte of the answer. On a reused connection this is the
-    keep-alive race (the server closed it while idle as the request went out), which the
-    pool retries once on a fresh connection; on a fresh one it reaches the caller."""
+    """Closed or reset before the request was written, so the engine cannot have run it.
+    On a reused connection this is the keep-alive race (the server closed it while idle
+    as the request went out), which the pool retries once on a fresh connection; on a
+    fresh one it reaches the caller. A close after the request went out whole is a plain
+    ``UpstreamProtocolError``: the engine may have started on it, and nothing resends it."""

@@ -16,11 +16,20 @@ One connection carries one exchange at a time (no pipelining):
 Keep-alive ends with ``connection: close`` from either side, an HTTP/1.0 answer without
 ``keep-alive``, a body delimited by the connection's close, and any byte that arrives
 while no answer is expected. Errors are those of ``fairgate.upstream.errors``.
+
+The resend rule. ``send`` raises ``UpstreamClosedBeforeAnswer`` (which the pool may send
+again elsewhere) only when the connection is known to be closed before the request was
+written: the server's close or reset already waits in the kernel when ``send`` begins
+(``reusable`` polls the socket, so the loop need not have seen it yet), or the write
+itself fails. Once the request was handed to the socket, a close without an answer is an
+``UpstreamProtocolError``: the server may have read the whole request and started on it
+(a generation), so sending it again could run it twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 from collections import deque
 from typing import Protocol, cast
 
@@ -67,6 +76,7 @@ class Http1Connection(asyncio.Protocol):
         "_chunks",
         "_closed",
         "_error",
+        "_fd",
         "_got_bytes",
         "_head_bytes",
         "_home",
@@ -93,6 +103,7 @@ class Http1Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._parser_spent = False
         self._transport: asyncio.Transport | None = None
+        self._fd = -1
         self._phase = _IDLE
         self._closed = False
         self._error: UpstreamError | None = None
@@ -112,8 +123,20 @@ class Http1Connection(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        """Idle and open (a connection the server closed while idle is never reusable)."""
-        return self._phase == _IDLE and self._open()
+        """Idle, open, and nothing waiting in the kernel: a close, a reset or unasked bytes
+        the event loop has not read yet all retire the connection before a request goes
+        out on it (one ``poll`` of the socket with no wait)."""
+        return self._phase == _IDLE and self._open() and not self._input_pending()
+
+    def _input_pending(self) -> bool:
+        if self._fd < 0:
+            return False
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN | select.POLLPRI)
+        try:
+            return bool(poller.poll(0))
+        except OSError:  # the descriptor is gone: nothing can be sent on it
+            return True
 
     @property
     def body_complete(self) -> bool:
@@ -140,6 +163,11 @@ class Http1Connection(asyncio.Protocol):
             transport.write(head + body)
         else:
             transport.writelines((head, body))
+        if transport.is_closing():  # the write itself failed: the request did not go out
+            self._error = UpstreamClosedBeforeAnswer(
+                "the connection closed as the request went out"
+            )
+            self._close(abort=True)
         while self._phase == _HEAD:
             if self._error is not None:
                 raise self._error
@@ -232,6 +260,8 @@ class Http1Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
 
     def data_received(self, data: bytes) -> None:
         phase = self._phase
@@ -266,10 +296,11 @@ class Http1Connection(asyncio.Protocol):
                 self._home.lost(self)
         elif self._error is None:
             if phase == _HEAD:
-                self._error = (
-                    UpstreamProtocolError("the connection closed before a complete head")
+                # The request was written (see ``send``): never one to send again.
+                self._error = UpstreamProtocolError(
+                    "the connection closed before a complete head"
                     if self._got_bytes
-                    else UpstreamClosedBeforeAnswer("the connection closed before any answer")
+                    else "the connection closed after the request was sent, before any answer"
                 )
             elif phase == _BODY:
                 if self._body_ended_by_eof and exc is None:

@@ -11,11 +11,13 @@
 Idle connections are reused last-in first-out (the warmest first; the oldest age out),
 at most ``max_idle_per_host`` per (host, port, tls), each closed after ``idle_timeout``
 seconds unused. A connection the server closes while idle is dropped as soon as the event
-loop sees it. When a request on a reused connection meets a close before any byte of the
-answer — the server gave up on the idle connection as the request went out — it is sent
-once more on a fresh connection; never after a byte of the answer arrived, and never when
-the connection was fresh. The number of connections in use is not capped here: the
-gateway's admission bounds the requests in flight.
+loop sees it, or at the latest when it is taken for a request (its socket is polled
+first). A request is sent once more, on a fresh connection, only when the reused
+connection is known to have closed before the request was written (the write itself
+failed): never once the request went out whole, since the server may have read it and
+started a generation, never after a byte of the answer, never when the connection was
+fresh. The number of connections in use is not capped here: the gateway's admission
+bounds the requests in flight.
 
 No environment variable is read (no proxies, no ``.netrc``) and no redirect is followed:
 a 3xx is an answer like any other.
@@ -107,7 +109,7 @@ class UpstreamPool:
             try:
                 return await conn.send(head, body, is_head=is_head, close=close)
             except UpstreamClosedBeforeAnswer:
-                pass  # the keep-alive race: once more, on a fresh connection
+                pass  # closed before the request went out: once more, on a fresh connection
         conn = await self._connect(site)
         return await conn.send(head, body, is_head=is_head, close=close)
 
