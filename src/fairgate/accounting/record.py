@@ -23,8 +23,8 @@ class UsageRecord:
     (499 for a client that left first), ``outcome`` one word of
     ``fairgate.proxy.exchange.Outcome``.
 
-    Tokens are what the engine reported, or the gateway's estimate when it never
-    did (``estimated``: prompt bytes / 4 plus the content events relayed).
+    Tokens are what the engine reported, or the request's reservation when it
+    never did (``estimated``; ``fairgate.proxy.reservation``).
     ``cost_micro`` is micro GPU-hours (``fairgate.accounting.cost.Prices``).
     ``ttft_ms`` is the time to the first byte sent to the client (None when
     nothing was sent), ``total_ms`` the time to the last; ``attempts`` counts
