@@ -1,0 +1,516 @@
+"""A hostile tenant against a gateway with budgets and limits set, through real processes.
+
+One vLLM simulator, one llama-server simulator, one gateway with a SQLite store,
+budgets on an organisation, a team and a key, and key limits. The hostile
+organisation (``test-org``: teams ``t`` and ``t2``) attacks with several keys at
+once, each attack a named phase after the item of issue #17 it tries:
+
+- phase 1: llama-server's native routes, plain and streamed (charged zero output once);
+- phase 2: the output bound — no ``max_tokens``, ``ignore_eos``/``min_tokens``,
+  ``n_predict``, batch prompt lists with ``n``/``best_of``, streams abandoned mid-way;
+- phase 6: model listings, ``GET /me`` and refused bodies in a loop, to crowd out
+  another tenant's usage records.
+
+Meanwhile a victim organisation sends ordinary requests. Afterwards the test
+reads the usage records (the store's tables), the budget counters (``GET /me``)
+and the simulators' own counters (``/sim/stats``), and asserts:
+
+- no budget ended above its cap by more than the largest reservation sent, and
+  each budget's counter is exactly what its records were charged;
+- every token the engines generated was charged (records ≥ ``generation_tokens_total``),
+  and no answered request was charged more than its reservation;
+- every record whose usage the engine never reported is flagged estimated and
+  charged its whole reservation;
+- every victim request, and every hostile request that reached an engine, has its record.
+
+Prices are one micro GPU-hour per completion token and nothing for the prompt, so a
+request's cost is its completion tokens and a reservation's cost its completion part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from tests.e2e.conftest import StartSim, model, write_config
+from tests.e2e.robust_wire import until
+
+from fairgate.server.process import GatewayProcess
+from fairgate.sim.process import SimProcess
+
+pytestmark = pytest.mark.slow
+
+MASTER = "a-master-key-for-the-hostile-tenant"
+PRICES = {"input_per_mtok": 0.0, "output_per_mtok": 1.0}
+
+CEILING = 100  # models[].max_tokens: the largest cap a request may ask for
+DEFAULT_CAP = 60  # limits.default_max_tokens: what a vLLM request without a cap gets
+MAX_PROMPTS = 4
+MAX_N = 2
+EOS_AFTER = 5  # the simulated models end their answers early unless told to ignore it
+
+ORGS = [
+    {"name": "test-org", "share": 0.5, "teams": ["t", "t2"]},
+    {"name": "victim-org", "share": 0.5, "teams": ["v"]},
+]
+# micro GPU-hours = completion tokens; each binds during the attack
+BUDGETS = {"org:test-org": 2500, "team:t": 1000, "key:{a}": 300}
+
+PHASE_SECONDS = 25  # a phase that has not hit its budget by then stops anyway
+
+
+@dataclass
+class Sent:
+    """One request the attack sent and what it may be charged."""
+
+    phase: str
+    status: int
+    prompt: int  # reserved prompt tokens: ceil(body bytes / 4)
+    completion: int  # reserved completion tokens (0: refused before the limits, none)
+    code: str = ""  # the error code of a refusal ("400": the engine's own)
+    reported: int | None = None  # completion tokens the answer itself reported
+
+
+@dataclass
+class Ledger:
+    """Everything the attack and the victim sent, by request id."""
+
+    sent: dict[str, Sent] = field(default_factory=dict)
+    abandoned: list[str] = field(default_factory=list)
+    victim: list[str] = field(default_factory=list)
+    # (phase, path, status, error code, message) of every error answer
+    refusals: list[tuple[str, str, int, str, str]] = field(default_factory=list)
+
+    def largest_reservation(self) -> int:
+        return max(s.completion for s in self.sent.values())
+
+
+def error(answer: httpx.Response) -> tuple[str, str]:
+    """(code, message) of an error envelope."""
+    try:
+        found = answer.json().get("error", {})
+    except ValueError:
+        return "", ""
+    if not isinstance(found, dict):
+        return "", str(found)
+    return str(found.get("code", "")), str(found.get("message", ""))
+
+
+def refused(ledger: Ledger, phase: str, path: str, answer: httpx.Response) -> str:
+    """Note an error answer in the ledger; its code ("" for a success)."""
+    if answer.status_code < 400:
+        return ""
+    code, message = error(answer)
+    ledger.refusals.append((phase, path, answer.status_code, code, message))
+    return code
+
+
+class Tenant:
+    """One key's client, recording every answer in the ledger."""
+
+    def __init__(self, gateway: GatewayProcess, key: str, ledger: Ledger, phase: str) -> None:
+        self.client = httpx.AsyncClient(
+            base_url=gateway.url, headers={"authorization": f"Bearer {key}"}, timeout=60
+        )
+        self.ledger = ledger
+        self.phase = phase
+
+    async def __aenter__(self) -> Tenant:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.aclose()
+
+    async def post(self, path: str, body: dict[str, Any], completion: int) -> httpx.Response:
+        """POST ``body``; ``completion`` is the output the gateway must reserve for it."""
+        raw = orjson.dumps(body)
+        answer = await self.client.post(
+            path, content=raw, headers={"content-type": "application/json"}
+        )
+        self.note(path, answer, raw, completion)
+        return answer
+
+    def note(self, path: str, answer: httpx.Response, raw: bytes, completion: int) -> None:
+        request_id = answer.headers.get("x-request-id")
+        assert request_id, f"{path} answered without a request id: {answer.status_code}"
+        reported = None
+        if answer.status_code == 200 and not answer.headers.get("content-type", "").startswith(
+            "text/event-stream"
+        ):
+            document = answer.json()
+            usage = document.get("usage") or {}
+            reported = usage.get("completion_tokens", document.get("tokens_predicted"))
+        code = refused(self.ledger, self.phase, path, answer)
+        self.ledger.sent[request_id] = Sent(
+            self.phase, answer.status_code, -(-len(raw) // 4), completion, code, reported
+        )
+
+    async def abandon(self, path: str, body: dict[str, Any], completion: int) -> None:
+        """Start a stream, read a few events, and go away."""
+        raw = orjson.dumps(body)
+        async with self.client.stream(
+            "POST", path, content=raw, headers={"content-type": "application/json"}
+        ) as answer:
+            if answer.status_code == 200:
+                seen = 0
+                async for line in answer.aiter_lines():
+                    seen += line.startswith("data:")
+                    if seen >= 3:
+                        break
+            else:
+                await answer.aread()
+            self.note(path, answer, raw, completion)
+            if answer.status_code == 200:
+                self.ledger.abandoned.append(answer.headers["x-request-id"])
+
+
+def spent_out(ledger: Ledger, phase: str) -> bool:
+    return any(p == phase and code == "budget_exceeded" for p, _, _, code, _ in ledger.refusals)
+
+
+async def repeat(phase: str, ledger: Ledger, round_: Callable[[], Awaitable[None]]) -> None:
+    """Run ``round_`` until the phase's budget refuses it (then once more), or time is up."""
+    deadline = time.monotonic() + PHASE_SECONDS
+    while time.monotonic() < deadline:
+        await round_()
+        if spent_out(ledger, phase):
+            await round_()  # spent is spent: the next round is refused too
+            return
+
+
+# ---- phase 1: llama-server's native routes are charged what the engine reports
+
+
+async def phase_1_llama_native_usage(tenant: Tenant, ledger: Ledger) -> None:
+    async def round_() -> None:
+        await tenant.post(
+            "/completion",
+            {"model": "l", "prompt": "go on", "n_predict": 40, "ignore_eos": True},
+            40,
+        )
+        await tenant.post(
+            "/infill",
+            {
+                "model": "l",
+                "input_prefix": "def f(",
+                "input_suffix": "):",
+                "n_predict": 30,
+                "ignore_eos": True,
+            },
+            30,
+        )
+        body = {
+            "model": "l",
+            "prompt": "stream",
+            "n_predict": 25,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        await tenant.post("/completion", body, 25)
+
+    await repeat(tenant.phase, ledger, round_)
+
+
+# ---- phase 2: every request has an output bound, and it is reserved whole
+
+
+async def phase_2_output_bound(tenant: Tenant, ledger: Ledger) -> None:
+    chat = "/v1/chat/completions"
+    hi = [{"role": "user", "content": "hi"}]
+    # refused before anything is charged: over the ceiling, min_tokens above the cap,
+    # too many prompts, n_predict's "no limit", a byte-exact engine without a cap
+    for path, body in (
+        (chat, {"model": "m", "messages": hi, "max_tokens": CEILING + 1}),
+        (chat, {"model": "m", "messages": hi, "min_tokens": DEFAULT_CAP + 1, "ignore_eos": True}),
+        ("/v1/completions", {"model": "m", "prompt": ["p"] * (MAX_PROMPTS + 1), "max_tokens": 1}),
+        ("/completion", {"model": "l", "prompt": "x", "n_predict": -1, "max_tokens": 5}),
+        ("/completion", {"model": "l", "prompt": "x", "n_predict": CEILING * 10}),
+        (chat, {"model": "l", "messages": hi}),
+    ):
+        answer = await tenant.post(path, body, 0)
+        assert answer.status_code == 400, (path, body, answer.text)
+
+    async def round_() -> None:
+        # no cap at all, told to ignore its end token: runs to the gateway's default
+        await tenant.post(chat, {"model": "m", "messages": hi, "ignore_eos": True}, DEFAULT_CAP)
+        body = {"model": "m", "messages": hi, "min_tokens": 50, "ignore_eos": True}
+        await tenant.post(chat, body, DEFAULT_CAP)
+        # a batch of prompts with n and best_of: every sequence reserved
+        batch = {"model": "m", "prompt": ["a", "b", "c", "d"], "n": MAX_N, "max_tokens": 20}
+        await tenant.post("/v1/completions", batch, MAX_PROMPTS * MAX_N * 20)
+        best = {"model": "m", "prompt": "x", "best_of": MAX_N, "max_tokens": 30, "ignore_eos": True}
+        await tenant.post("/v1/completions", best, MAX_N * 30)
+        # llama-server reads n_predict before max_tokens: the larger one is reserved
+        both = {"model": "l", "prompt": "y", "n_predict": 50, "max_tokens": 5, "ignore_eos": True}
+        await tenant.post("/completion", both, 50)
+        # a stream abandoned before its usage report: charged its reservation
+        stream = {
+            "model": "m",
+            "messages": hi,
+            "max_tokens": CEILING,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        await tenant.abandon(chat, stream, CEILING)
+
+    await repeat(tenant.phase, ledger, round_)
+
+
+# ---- phase 6: requests the gateway answers itself are metered and crowd nobody out
+
+FLOOD_ROUNDS = 150
+
+
+async def phase_6_unmetered_flood(tenant: Tenant, ledger: Ledger) -> None:
+    for _ in range(FLOOD_ROUNDS):
+        for answer in (
+            await tenant.client.get("/v1/models"),
+            await tenant.client.get("/me"),
+            await tenant.client.post("/v1/chat/completions", content=b"{not json"),
+        ):
+            refused(ledger, tenant.phase, answer.request.url.path, answer)
+
+
+# ---- the victim: another organisation's ordinary traffic meanwhile
+
+
+async def victim(gateway: GatewayProcess, key: str, ledger: Ledger, done: asyncio.Event) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    async with httpx.AsyncClient(
+        base_url=gateway.url, headers={"authorization": f"Bearer {key}"}, timeout=60
+    ) as client:
+        while not done.is_set():
+            answer = await client.post("/v1/chat/completions", json=body)
+            assert answer.status_code == 200, answer.text
+            ledger.victim.append(answer.headers["x-request-id"])
+
+
+# ---- setting the gateway up through the admin API
+
+
+def admin(gateway: GatewayProcess, method: str, path: str, **kw: Any) -> Any:
+    answer = httpx.request(
+        method,
+        gateway.admin_url + path,
+        headers={"authorization": f"Bearer {MASTER}"},
+        timeout=30,
+        **kw,
+    )
+    assert answer.status_code in (200, 201), answer.text
+    return answer.json()
+
+
+def new_key(gateway: GatewayProcess, team: str, name: str, **limits: int) -> tuple[str, str]:
+    """(id, secret) of a key made by the operator."""
+    made = admin(gateway, "POST", "/admin/keys", json={"team": team, "name": name, **limits})
+    return made["id"], made["secret"]
+
+
+def me(gateway: GatewayProcess, key: str) -> dict[str, Any]:
+    answer = httpx.get(gateway.url + "/me", headers={"authorization": f"Bearer {key}"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    document: dict[str, Any] = answer.json()
+    return document
+
+
+def records(database: Path) -> dict[str, dict[str, Any]]:
+    with sqlite3.connect(database) as db:
+        db.row_factory = sqlite3.Row
+        rows = db.execute("SELECT * FROM usage_records").fetchall()
+        tags = db.execute("SELECT request_id, tag FROM usage_record_tags").fetchall()
+    found = {row["request_id"]: dict(row) | {"tags": set()} for row in rows}
+    for request_id, tag in tags:
+        found[request_id]["tags"].add(tag)
+    return found
+
+
+def generated(sim: SimProcess) -> int:
+    total: int = sim.stats()["generation_tokens_total"]
+    return total
+
+
+def start_gateway(tmp_path: Path, sim_v: SimProcess, sim_l: SimProcess) -> GatewayProcess:
+    (tmp_path / "master.key").write_text(MASTER + "\n")
+    models = [
+        model("m", sim_v, aliases=["m-alias"], cost=PRICES, max_tokens=CEILING),
+        model("l", sim_l, engine="llama-server", cost=PRICES, max_tokens=CEILING),
+    ]
+    config = write_config(
+        tmp_path,
+        models,
+        orgs=ORGS,
+        master_key_file="master.key",
+        limits={"default_max_tokens": DEFAULT_CAP, "max_prompts": MAX_PROMPTS, "max_n": MAX_N},
+        state={"backend": "memory", "budget_refresh": "1s"},
+        accounting={"queue_capacity": 100},
+    )
+    return GatewayProcess(config).start()
+
+
+@dataclass
+class Keys:
+    a: str
+    a_id: str
+    b: str
+    c: str
+    flood: str
+    victim: str
+
+
+def provision(gateway: GatewayProcess) -> Keys:
+    """The keys and budgets, made by the operator through the admin API."""
+    a_id, a = new_key(gateway, "t", "hostile-a")
+    _, b = new_key(gateway, "t", "hostile-b")
+    _, c = new_key(gateway, "t2", "hostile-c")
+    _, flood = new_key(gateway, "t", "hostile-flood", rpm=100)
+    _, victim_key = new_key(gateway, "v", "victim")
+    for scope, micro in BUDGETS.items():
+        budget = {"scope": scope.format(a=a_id), "period": "month", "max": f"0.{micro:06d}"}
+        admin(gateway, "PUT", "/admin/budgets", json=budget)
+    until(lambda: len(me(gateway, a)["budgets"]) == len(BUDGETS), 20, "the budgets in force")
+    return Keys(a, a_id, b, c, flood, victim_key)
+
+
+async def attack(gateway: GatewayProcess, keys: Keys, ledger: Ledger) -> None:
+    """Every phase at once, and the victim's traffic while they run."""
+    done = asyncio.Event()
+    bystander = asyncio.create_task(victim(gateway, keys.victim, ledger, done))
+    async with (
+        Tenant(gateway, keys.b, ledger, "1") as t1,
+        Tenant(gateway, keys.c, ledger, "1/t2") as t1_other,
+        Tenant(gateway, keys.a, ledger, "2") as t2,
+        Tenant(gateway, keys.flood, ledger, "6") as t6,
+    ):
+        try:
+            await asyncio.gather(
+                phase_1_llama_native_usage(t1, ledger),
+                phase_1_llama_native_usage(t1_other, ledger),
+                phase_2_output_bound(t2, ledger),
+                *(phase_6_unmetered_flood(t6, ledger) for _ in range(3)),
+            )
+        finally:
+            done.set()
+            await bystander
+
+
+def settled(gateway: GatewayProcess, key: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The budget counters of ``key`` once nothing is reserved any more (two reads agree
+    after a pause: abandoned streams settle when the gateway notices the client left)."""
+
+    def read() -> dict[tuple[str, str], dict[str, Any]]:
+        return {(b["scope_kind"], b["scope"]): b for b in me(gateway, key)["budgets"]}
+
+    def steady() -> dict[tuple[str, str], dict[str, Any]] | None:
+        first = read()
+        time.sleep(1.0)
+        return first if read() == first else None
+
+    counters: dict[tuple[str, str], dict[str, Any]] = until(steady, 20, "budgets settled")
+    return counters
+
+
+def test_a_hostile_tenant_exceeds_no_budget_and_leaves_no_token_uncharged(
+    tmp_path: Path, start_sim: StartSim
+) -> None:
+    common = ("--speed", "200", "--ttft", "0", "--eos-after", str(EOS_AFTER))
+    common += ("--max-tokens-default", "2000")  # what an uncapped request would run to
+    sim_v = start_sim("--model", "m", *common)
+    sim_l = start_sim("--model", "l", "--personality", "llama-server", *common)
+    gateway = start_gateway(tmp_path, sim_v, sim_l)
+    ledger = Ledger()
+    try:
+        keys = provision(gateway)
+        asyncio.run(attack(gateway, keys, ledger))
+        counters = settled(gateway, keys.a)
+    finally:
+        gateway.stop()  # a clean stop drains the recorder into the store
+    stored = records(tmp_path / "fairgate.db")
+    engines_generated = generated(sim_v) + generated(sim_l)
+
+    check_records(ledger, stored)
+    # no token went uncharged: the records hold at least what the engines generated
+    charged = sum(r["completion_tokens"] for r in stored.values())
+    assert charged >= engines_generated > 0, (charged, engines_generated)
+    check_budgets(ledger, stored, counters, keys)
+    check_phases(ledger)  # last: the attacks did press every budget
+
+
+def check_phases(ledger: Ledger) -> None:
+    """Each phase pressed its budget, and the refusals were the right ones."""
+    codes = {(phase, code) for phase, _, _, code, _ in ledger.refusals}
+    for phase in ("1", "1/t2", "2"):
+        assert (phase, "budget_exceeded") in codes, f"phase {phase} never reached its budget"
+    for code in (
+        "max_tokens_too_large",
+        "invalid_value",
+        "too_many_prompts",
+        "max_tokens_required",
+    ):
+        assert ("2", code) in codes
+    flood = {(path, code) for phase, path, _, code, _ in ledger.refusals if phase == "6"}
+    assert ("/v1/models", "rpm_limit_exceeded") in flood
+    assert ("/me", "rpm_limit_exceeded") in flood
+    reached = {message for *_, message in ledger.refusals if "Budget spent" in message}
+    for scope in ("org 'test-org'", "team 't'", "key '"):
+        assert any(f"budget of {scope}" in message for message in reached), scope
+
+
+def reached_engine(sent: Sent) -> bool:
+    """The request was admitted and an engine answered it (200, or the engine's own 4xx)."""
+    return sent.completion > 0 and (sent.status == 200 or sent.code.isdigit())
+
+
+def check_records(ledger: Ledger, stored: dict[str, dict[str, Any]]) -> None:
+    # nothing dropped: every victim request and every request that reached an engine
+    lost = [rid for rid in ledger.victim if rid not in stored]
+    assert not lost, f"{len(lost)} of {len(ledger.victim)} victim records lost"
+    served = {rid: s for rid, s in ledger.sent.items() if reached_engine(s)}
+    lost = [rid for rid in served if rid not in stored]
+    assert not lost, f"{len(lost)} of {len(served)} served hostile records lost"
+    for rid, sent in served.items():
+        record = stored[rid]
+        reservation = (sent.prompt, sent.completion)
+        if record["estimated"]:
+            # usage unknown: charged the whole reservation, never a lower guess
+            assert (record["prompt_tokens"], record["completion_tokens"]) == reservation, (
+                sent,
+                record,
+            )
+        else:
+            # usage known: what the engine reported, and within the reservation
+            assert record["completion_tokens"] <= sent.completion, (sent, record)
+            if sent.reported is not None:
+                assert record["completion_tokens"] == sent.reported, (sent, record)
+    for rid in ledger.abandoned:
+        assert stored[rid]["estimated"] and stored[rid]["outcome"] == "client_abort"
+    # every estimated record is one of the attack's, checked above
+    estimated = {rid for rid, r in stored.items() if r["estimated"] and r["completion_tokens"]}
+    assert estimated <= set(served), estimated - set(served)
+    assert set(ledger.abandoned) <= estimated
+
+
+def check_budgets(
+    ledger: Ledger,
+    stored: dict[str, dict[str, Any]],
+    counters: dict[tuple[str, str], dict[str, Any]],
+    keys: Keys,
+) -> None:
+    """No budget above its cap by more than one reservation; each counter is its records."""
+    largest = ledger.largest_reservation()
+    column = {"org": "org", "team": "team", "key": "key_id"}
+    assert {scope_kind for scope_kind, _ in counters} == set(column)
+    for (scope_kind, scope), budget in counters.items():
+        spent, cap = budget["spent_micro"], budget["max_micro"]
+        assert spent <= cap + largest, (scope_kind, scope, spent, cap, largest)
+        in_scope = sum(r["cost_micro"] for r in stored.values() if r[column[scope_kind]] == scope)
+        assert spent == in_scope, (scope_kind, scope, spent, in_scope)
+    assert counters["key", keys.a_id]["max_micro"] == BUDGETS["key:{a}"]
