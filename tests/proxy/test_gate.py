@@ -169,3 +169,49 @@ def test_tag_policy() -> None:
         policy.parse(b"w")
     with pytest.raises(BadRequest, match="a tag is 1 to 64"):
         TagPolicy().parse(b"bad tag")
+
+
+async def test_the_head_check_refuses_a_key_at_its_in_flight_limit_before_the_limiter(
+    store: Any,
+) -> None:
+    g = gate(store)
+    one = Principal("kh", "a", "ta", max_in_flight=1)
+    held = await g.enter(exchange(one))
+    with pytest.raises(RateLimited) as refused:
+        g.check_head(one)
+    assert refused.value.code == "in_flight_limit_exceeded"
+    await g.leave(held, exchange(one))
+    g.check_head(one)  # free again the moment the request left
+    again = await g.enter(exchange(one))
+    await g.leave(again, exchange(one))
+
+
+async def test_the_head_check_reuses_the_limiters_rpm_refusal(store: Any) -> None:
+    g = gate(store)
+    key = Principal(f"kr{id(store)}", "a", "ta", rpm=1)
+    await g.leave(await g.enter(exchange(key)), exchange(key))
+    g.check_head(key)  # nothing refused yet: the head does not guess
+    with pytest.raises(RateLimited):
+        await g.enter(exchange(key))
+    with pytest.raises(RateLimited) as refused:
+        g.check_head(key)
+    assert refused.value.code == "rpm_limit_exceeded" and refused.value.retry_after
+    g.check_head(Principal(key.key_id, "a", "ta", rpm=2))  # raised: the limiter decides
+
+
+async def test_the_head_check_stands_aside_while_the_back_end_is_down_and_fails_open() -> None:
+    store = RedisCounterStore("redis://127.0.0.1:1", prefix="fg-test:down:")
+    g = Gate(
+        limiter=Limiter(store, fail_open=True),
+        budgets=BudgetBook,
+        prices=PRICES,
+        pools={"m": None},
+        classes={},
+        clock=SystemClock(),
+    )
+    one = Principal("kd", "a", "ta", max_in_flight=1)
+    tickets = [await g.enter(exchange(one)) for _ in range(2)]  # served uncounted
+    g.check_head(one)
+    for ticket in tickets:
+        await g.leave(ticket, exchange(one))
+    await store.aclose()

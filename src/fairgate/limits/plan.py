@@ -23,7 +23,7 @@ from fairgate.limits.charges import Charge, InFlightCharge, PeriodCharge, Window
 from fairgate.limits.demand import Demand
 from fairgate.limits.periods import Calendar, PeriodSpan
 
-__all__ = ["Plan", "Planner"]
+__all__ = ["Plan", "Planner", "in_flight_refusal"]
 
 _ADJECTIVE = {"day": "daily", "week": "weekly", "month": "monthly"}
 
@@ -77,7 +77,7 @@ class Planner:
         if limits.max_in_flight is not None:
             rates["inflight"] = len(charges)
             charges.append(InFlightCharge(f"inflight:{key}", limits.max_in_flight))
-            refusals.append(_in_flight_refusal(limits.max_in_flight))
+            refusals.append(in_flight_refusal(limits.max_in_flight))
         budgets = self._budget_charges(demand, now, charges, refusals)
         return Plan(tuple(charges), tuple(refusals), tpm_key, rates, budgets)
 
@@ -148,7 +148,7 @@ def _rpd_refusal(rpd: int, zone: tzinfo) -> Refusal:
     )
 
 
-def _in_flight_refusal(limit: int) -> Refusal:
+def in_flight_refusal(limit: int) -> Refusal:
     return lambda retry: RateLimited(
         f"Too many concurrent requests: this key may have {limit} in flight at once.",
         code="in_flight_limit_exceeded",

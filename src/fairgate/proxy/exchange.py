@@ -45,6 +45,7 @@ class Exchange:
     output_caps: dict[str, int | None] = field(default_factory=dict)  # per candidate model
     parsed: dict[str, Any] | None = None
     body: bytes = b""
+    body_unread: bool = False  # the request announces a body not read (yet): close after
     content_type: bytes | None = None
     accept: bytes | None = None
     session: bytes | None = None  # the session header's value, for routing affinity

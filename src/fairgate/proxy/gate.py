@@ -38,7 +38,7 @@ from fairgate.accounting import Prices, TokenCounts
 from fairgate.admission import AdmissionController, Bands
 from fairgate.admission.lease import Lease
 from fairgate.core.clock import Clock
-from fairgate.core.errors import BadRequest
+from fairgate.core.errors import BadRequest, RateLimited
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.fairshare import MAX_RANK, FairShare, PriorityClass
@@ -46,6 +46,7 @@ from fairgate.fairshare.priority import decide
 from fairgate.limits import Budget, BudgetBook, Demand, Limiter, Limits, StateUnavailable, Subject
 from fairgate.limits.demand import Admission
 from fairgate.limits.fairshare_state import Claim, FairShareState
+from fairgate.limits.head import HeadGate
 from fairgate.proxy.exchange import Exchange
 
 __all__ = ["Gate", "TagPolicy", "Ticket"]
@@ -106,6 +107,7 @@ class Ticket:
     lease: Lease | None = None
     priority: int | None = None
     borrowing: bool = False
+    head_key: str | None = None  # counted in the head gate's in-flight (``leave`` uncounts)
 
     def dispatched(self) -> None:
         """The request is now counted in a replica's in-flight: no longer pending."""
@@ -170,6 +172,7 @@ class Gate:
         self._usage: dict[str, _PoolUsage] = {}
         self.in_flight: dict[tuple[str, str], list[int]] = {}  # (pool, org) → [within, borrowing]
         self._state_down = False
+        self._head = HeadGate()
 
     async def enter(self, ex: Exchange, tag_header: bytes | None = None) -> Ticket:
         """Admit ``ex`` (identified, body read, model resolved) or raise its refusal."""
@@ -191,18 +194,21 @@ class Gate:
             subject = subject or _subject(principal, ex.tags or principal.tags)
             cost = self._cost(model, reservation.usage())
             demand = Demand(subject, limits, model, reservation.tokens, cost, budgets)
-            ticket.limits = await self._limiter.admit(demand, now)
-            if self._on_soft_limit is not None:
+            ticket.limits = await self._admit(demand, principal, now)
+            if ticket.limits.lease is not None and p.max_in_flight is not None:
+                self._head.entered(p.key_id)
+                ticket.head_key = p.key_id
+        try:
+            if self._on_soft_limit is not None and ticket.limits is not None:
                 for budget, spent in zip(
                     ticket.limits.soft_crossed, ticket.limits.soft_spent, strict=True
                 ):
                     self._on_soft_limit(budget, now, spent)
-        pool = self._pools.get(model)
-        controller = self._admission.get(pool or model)
-        fair = pool is not None and pool in self._fair_pools
-        if not fair and controller is None:
-            return ticket  # nothing else to take
-        try:
+            pool = self._pools.get(model)
+            controller = self._admission.get(pool or model)
+            fair = pool is not None and pool in self._fair_pools
+            if not fair and controller is None:
+                return ticket  # nothing else to take
             if controller is not None and self._bands is not None:
                 # Admission first: a request waiting in the gateway's queue holds no
                 # within-share slot (its organisation's running requests keep them).
@@ -231,6 +237,10 @@ class Gate:
     async def leave(self, ticket: Ticket, ex: Exchange) -> None:
         """Give back what ``ticket`` holds and charge the real usage. Never raises but
         ``CancelledError``; safe to call twice."""
+        if ticket.head_key is not None:
+            # first: this process's count may never exceed the shared one
+            self._head.left(ticket.head_key)
+            ticket.head_key = None
         if ticket.limits is None and ticket.pool is None and ticket.lease is None:
             return
         if ticket.lease is not None:
@@ -265,7 +275,24 @@ class Gate:
             return
         limits = Limits(rpm=principal.rpm, rpd=principal.rpd)
         subject = _subject(principal, principal.tags)
-        await self._limiter.admit(Demand(subject, limits, "", 1, Money(0)), self._now())
+        await self._admit(Demand(subject, limits, "", 1, Money(0)), principal, self._now())
+
+    def check_head(self, principal: Principal) -> None:
+        """Refuse, before the body is read, a request the limiter would refuse anyway:
+        ``principal``'s key is at its in-flight limit in this process, or its requests
+        per minute or per day were refused and the Retry-After has not passed
+        (``fairgate.limits.head``). Raises ``RateLimited`` (429). Skipped while the
+        state back end is down, when the limiter's failure policy decides instead."""
+        if self._limiter.available:
+            p = principal
+            self._head.check(p.key_id, p.rpm, p.rpd, p.max_in_flight, self._clock.wall())
+
+    async def _admit(self, demand: Demand, principal: Principal, now: float) -> Admission:
+        try:
+            return await self._limiter.admit(demand, now)
+        except RateLimited as error:
+            self._head.refused(principal.key_id, error, principal.rpm, principal.rpd, now)
+            raise
 
     def _now(self) -> float:
         return self._clock.wall()

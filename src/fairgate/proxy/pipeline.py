@@ -100,6 +100,9 @@ class Pipeline:
                 raise NotFound(
                     f"unknown route {scope['method']} {scope['path']}", code="unknown_route"
                 )
+            if self._gate is not None:
+                # before the body: a key the limiter would refuse costs no body's memory
+                self._gate.check_head(ex.principal)
             await self._read(receive, ex, length)
             entry = self._output.reserve(ex, self._routes.model_for(ex))
             watcher = _watch_disconnect(scope, receive, ex)
@@ -146,9 +149,9 @@ class Pipeline:
     def _scan_headers(
         self, scope: dict[str, Any], ex: Exchange
     ) -> tuple[bytes | None, bytes | None, bytes | None]:
-        """One pass over the request's headers: content type, accept and the session onto
-        the exchange; returns the Authorization, Content-Length and tags values (the rest
-        is never forwarded)."""
+        """One pass over the request's headers: content type, accept, the session and
+        whether a body is announced onto the exchange; returns the Authorization,
+        Content-Length and tags values (the rest is never forwarded)."""
         authorization = length = tags = None
         session, tags_name = self._session_header, self._tags_header
         for name, value in scope["headers"]:
@@ -158,6 +161,9 @@ class Pipeline:
                 ex.content_type = value
             elif name == b"content-length":
                 length = value
+                ex.body_unread = value.strip() != b"0"
+            elif name == b"transfer-encoding":
+                ex.body_unread = True
             elif name == b"accept":
                 ex.accept = value
             elif name == session:
@@ -174,6 +180,7 @@ class Pipeline:
             except ValueError:
                 raise BadRequest("invalid Content-Length header") from None
         ex.body = await read_body(receive, declared, self._caps)
+        ex.body_unread = False
         ex.prompt_bytes = len(ex.body)
         # Any spelling the model check reads as JSON (``Application/JSON``,
         # ``application/…+json``) is parsed here, so the caps cannot be sidestepped.
@@ -344,8 +351,9 @@ async def _send_error(send: Any, error: GatewayError, ex: Exchange) -> None:
         (b"x-request-id", ex.request_id.encode()),
         *error.headers(),
     ]
-    if error.status == 413 or error.code == "body_timeout":
-        # The rest of the body may still be arriving (slowly, or a lot of it).
+    if ex.body_unread or error.status == 413 or error.code == "body_timeout":
+        # The body (or the rest of it) may still be arriving, slowly or a lot of it:
+        # closing after the answer means it is never read, not even to be discarded.
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     ex.first_byte_at = time.monotonic()

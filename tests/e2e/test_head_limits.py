@@ -1,0 +1,164 @@
+"""A key the limiter would refuse costs the gateway no body: the head is checked first.
+
+Attacked through a real gateway and simulated engine: a key at its in-flight limit,
+or whose requests per minute were just refused, sends heads announcing 32 MiB bodies
+and then sends nothing (the gateway must answer from the head alone), or sends the
+whole bodies from twenty connections at once (the gateway's peak memory must not
+grow by them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+from tests.e2e.conftest import TEST_KEY, StartSim, model, write_config
+from tests.e2e.robust_wire import chat_body, connect, post, read_to_end, read_until, until
+from tests.e2e.test_limits import _apply, chat, passed, refusal
+
+from fairgate.server.process import GatewayProcess
+from fairgate.sim.process import SimProcess
+from fairgate.tenancy.limits import KeyLimits
+
+pytestmark = pytest.mark.slow
+
+BODY_LIMIT = 32 * 1024 * 1024
+# Long enough that a gateway waiting for the body could not answer in the read below.
+BODY_TIMEOUT = "60s"
+
+
+def configure(directory: Path, sim: SimProcess, limits: KeyLimits) -> Path:
+    """A gateway on ``sim`` whose TEST_KEY has ``limits``; bodies may take a minute."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = write_config(directory, [model("m", sim)], limits={"client_body_timeout": BODY_TIMEOUT})
+    asyncio.run(_apply(path, limits, ()))
+    return path
+
+
+def big_body() -> bytes:
+    """A valid chat request just under the 32 MiB body limit."""
+    frame = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": ""}]})
+    filler = b"a" * (BODY_LIMIT - len(frame) - 64)
+    return frame.replace(b'"content":""', b'"content":"' + filler + b'"')
+
+
+def head_only(gateway: GatewayProcess, length: int = BODY_LIMIT - 64) -> tuple[bytes, str]:
+    """Send a request head announcing ``length`` bytes of body and no body; what came back."""
+    sock = connect(gateway.host, gateway.port)
+    try:
+        sock.sendall(
+            (
+                f"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n"
+                f"content-type: application/json\r\nauthorization: Bearer {TEST_KEY}\r\n"
+                f"content-length: {length}\r\n\r\n"
+            ).encode()
+        )
+        return read_to_end(sock, timeout=20)
+    finally:
+        sock.close()
+
+
+def status_and_code(answer: bytes) -> tuple[int, str]:
+    assert answer, "no answer: the gateway waited for the body"
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    return status, orjson.loads(body)["error"]["code"]
+
+
+def peak_rss_kib(pid: int) -> int:
+    """The process's resident-set high-water mark (VmHWM), KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def send_whole(gateway: GatewayProcess, body: bytes, answers: list[bytes]) -> None:
+    sock = connect(gateway.host, gateway.port)
+    try:
+        with contextlib.suppress(OSError):  # closed while the body is on its way: expected
+            post(sock, "/v1/chat/completions", body)
+        try:
+            answers.append(read_to_end(sock, timeout=30)[0])
+        except OSError:
+            answers.append(b"")
+    finally:
+        sock.close()
+
+
+def test_a_key_at_its_in_flight_limit_is_refused_before_its_body_is_read(
+    tmp_path: Path, start_sim: StartSim
+) -> None:
+    sim = start_sim("--model", "m", "--speed", "10", "--ttft", "0")
+    config = configure(tmp_path / "gw", sim, KeyLimits(max_in_flight=1))
+    with GatewayProcess(config) as gateway:
+        holder = connect(gateway.host, gateway.port)
+        try:
+            post(holder, "/v1/chat/completions", chat_body(stream=True, max_tokens=2000))
+            read_until(holder, lambda got: got.count(b"data: {") >= 2, timeout=30)
+
+            # The head alone is answered: 429 naming the limit, and the connection closed
+            # (a gateway reading the body would still be waiting for it).
+            answer, end = head_only(gateway)
+            assert status_and_code(answer) == (429, "in_flight_limit_exceeded"), answer[:300]
+            assert b"connection: close" in answer.lower() and end in ("eof", "reset")
+
+            # Twenty clients send their whole 32 MiB bodies at once: the gateway's peak
+            # memory does not grow by them (reading them would take 640 MiB).
+            body = big_body()
+            pid = gateway.pid
+            assert pid is not None
+            before = peak_rss_kib(pid)
+            answers: list[bytes] = []
+            threads = [
+                threading.Thread(target=send_whole, args=(gateway, body, answers))
+                for _ in range(20)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            grown_mib = (peak_rss_kib(pid) - before) / 1024
+            assert grown_mib < 96, f"peak memory grew by {grown_mib:.0f} MiB"
+            refused = [status_and_code(a) for a in answers if a]
+            assert refused and set(refused) == {(429, "in_flight_limit_exceeded")}
+        finally:
+            holder.close()  # the held request ends: the key's slot comes back
+        served = until(lambda: passed(chat(gateway)), 20, "served once the slot is free", 0.2)
+        assert served is not None
+
+
+def test_a_key_refused_for_requests_per_minute_is_refused_from_the_head(
+    tmp_path: Path, start_sim: StartSim
+) -> None:
+    sim = start_sim("--model", "m", "--speed", "0")
+    config = configure(tmp_path / "gw", sim, KeyLimits(rpm=2))
+    with GatewayProcess(config) as gateway:
+        assert [chat(gateway).status_code for _ in range(2)] == [200, 200]
+        status, code, _ = refusal(chat(gateway))  # the limiter refuses, with a Retry-After
+        assert (status, code) == (429, "rpm_limit_exceeded")
+        answer, _ = head_only(gateway)
+        assert status_and_code(answer) == (429, "rpm_limit_exceeded"), answer[:300]
+        assert b"retry-after:" in answer.lower()
+
+
+def test_a_key_under_its_limits_still_sends_its_body(tmp_path: Path, start_sim: StartSim) -> None:
+    sim = start_sim("--model", "m", "--speed", "0")
+    config = configure(tmp_path / "gw", sim, KeyLimits(max_in_flight=1, rpm=100))
+    with GatewayProcess(config) as gateway:
+        for _ in range(3):  # one at a time: each finds the slot free again
+            answer = chat(gateway)
+            assert answer.status_code == 200, answer.text
+        sock = connect(gateway.host, gateway.port)
+        try:  # a body sent after its head is read and served on a kept-alive connection
+            body = chat_body(stream=False, max_tokens=3)
+            for _ in range(2):
+                post(sock, "/v1/chat/completions", body)
+                got = read_until(sock, lambda b: b'"completion_tokens":3' in b, timeout=20)
+                assert got.startswith(b"HTTP/1.1 200"), got[:300]
+        finally:
+            sock.close()
