@@ -80,7 +80,7 @@ from fairgate.routing import strategy_for
 from fairgate.server.runner import Listener, bind, serve
 from fairgate.state import MemoryCounterStore, RedisCounterStore
 from fairgate.store import Store, StoreKeyDirectory, upgrade
-from fairgate.tenancy import Tenancy, build_store, model_names
+from fairgate.tenancy import ConfigConflict, Tenancy, build_store, declared_teams, model_names
 from fairgate.tenancy.budgets import budget_book
 from fairgate.upstream import (
     Breaker,
@@ -182,7 +182,9 @@ class Gateway:
             if self.fairshare_monitor is not None
             else None
         )
-        self.tenancy = Tenancy(self.store, models=model_names(config))
+        self.tenancy = Tenancy(
+            self.store, models=model_names(config), declared_teams=declared_teams(config.orgs)
+        )
         a = config.auth
         auth_metrics = AuthMetrics(self.metrics.registry)
         self.authenticator = Authenticator(
@@ -558,7 +560,8 @@ def run(config: Config, *, workers: int = 1) -> int:
 
     Prints one line to stdout once the listeners accept connections:
     ``fairgate listening on http://HOST:PORT admin http://HOST:PORT``.
-    Returns the process exit status.
+    Returns the process exit status. Raises ConfigConflict (one worker) when the
+    configuration cannot be synced into the store.
     """
     if workers > 1 and config.state.backend == "memory":
         raise WorkersRefused(
@@ -579,6 +582,9 @@ def run(config: Config, *, workers: int = 1) -> int:
             status = 0
             try:
                 _run_loop(_serve(config, client, admin, None))
+            except ConfigConflict as conflict:
+                log.error("the configuration cannot be synced into the store: %s", conflict)
+                status = 1
             except BaseException:
                 log.exception("worker failed")
                 status = 1

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 
+import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Boolean, Integer, String, column, insert, make_url, table, text
 from sqlalchemy.engine import Connection
 
-from fairgate.store import Store, current_revision, head_revision, upgrade
+from fairgate.store import Store, current_revision, head_revision, tables, upgrade
 from fairgate.store.tables import metadata
+from fairgate.store.timestamp import UtcDateTime
+from store.backends import _create_database, _drop_database
 
 
 def _diff(connection: Connection) -> list[object]:
@@ -48,3 +57,74 @@ def test_the_migration_scripts_ship_inside_the_package() -> None:
     assert any(name.endswith(".py") and name[:4].isdigit() for name in names)
     assert (scripts / "env.py").is_file()
     assert (scripts / "script.py.mako").is_file()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def empty_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A connected store on an empty database of this test's own."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/empty.db"
+        name = None
+    else:
+        pg_url: str = request.getfixturevalue("pg_url")
+        name = f"fairgate_test_{secrets.token_hex(6)}"
+        await _create_database(pg_url, name)
+        url = make_url(pg_url).set(database=name).render_as_string(hide_password=False)
+    store = Store(url)
+    await store.connect()
+    try:
+        yield store
+    finally:
+        await store.close()
+        if name is not None:
+            await _drop_database(request.getfixturevalue("pg_url"), name)
+
+
+_TEAMS_0004 = table(
+    "teams",
+    column("id", Integer),
+    column("org_id", Integer),
+    column("name", String),
+    column("declared", Boolean),
+    column("created_at", UtcDateTime),
+)
+
+
+def _upgrade_to(connection: Connection, revision: str) -> None:
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(resources.files("fairgate.store") / "migrations"))
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+async def test_upgrading_marks_as_from_the_configuration_only_the_teams_its_sync_created(
+    empty_store: Store,
+) -> None:
+    """0005 reads the audit trail: a team whose creation the sync recorded may be moved by the
+    configuration; one created by anyone else never is."""
+    async with empty_store.write() as conn:
+        await conn.run_sync(_upgrade_to, "0004")
+        now = datetime.now(UTC)
+        await conn.execute(
+            insert(tables.orgs).values(id=1, name="A", share=1.0, declared=True, created_at=now)
+        )
+        for team_id, name, actor in ((1, "synced", "system:config"), (2, "made", "user:olga")):
+            await conn.execute(  # the teams table as 0004 left it: no from_config yet
+                insert(_TEAMS_0004).values(
+                    id=team_id, org_id=1, name=name, declared=True, created_at=now
+                )
+            )
+            await conn.execute(
+                insert(tables.audit_events).values(
+                    at=now,
+                    actor=actor,
+                    action="team.created",
+                    target=f"team:{name}",
+                    org_id=1,
+                    team_id=team_id,
+                )
+            )
+    await upgrade(empty_store)
+    async with empty_store.read() as conn:
+        rows = await conn.execute(text("SELECT name, from_config FROM teams ORDER BY name"))
+        assert [(name, bool(flag)) for name, flag in rows] == [("made", False), ("synced", True)]

@@ -9,7 +9,7 @@ import pytest
 from fairgate.auth.secrets import sha256
 from fairgate.core.errors import BadRequest
 from fairgate.store import Store, StoreKeyDirectory
-from fairgate.tenancy import Tenancy
+from fairgate.tenancy import ConfigConflict, Conflict, Tenancy, declared_teams
 from store.backends import FakeClock
 from tenancy.world import OPERATOR, Declared
 
@@ -49,11 +49,78 @@ async def test_an_org_removed_from_the_configuration_is_disabled_not_deleted(
     assert record is not None and record.revoked_at is None
 
 
-async def test_a_team_moved_to_another_org_in_the_configuration_moves(tenancy: Tenancy) -> None:
+async def test_a_team_the_configuration_created_moves_when_the_configuration_moves_it(
+    tenancy: Tenancy,
+) -> None:
     await tenancy.sync_orgs([Declared("A", 0.5, ("t",)), Declared("B", 0.5)])
+    assert (await tenancy.teams.get(OPERATOR, "t")).from_config
     await tenancy.sync_orgs([Declared("A", 0.5), Declared("B", 0.5, ("t",))])
     team = await tenancy.teams.get(OPERATOR, "t")
     assert (team.org, team.disabled_at) == ("B", None)
+    moved = await tenancy.audit.list(OPERATOR, action="team.moved")
+    assert [event.target for event in moved] == ["team:t"]
+
+
+async def _squat(tenancy: Tenancy) -> str:
+    """An admin of A takes the free name "physics"; returns the id of a key in it."""
+    await tenancy.sync_orgs([Declared("A", 0.5), Declared("B", 0.5)])
+    await tenancy.users.create(OPERATOR, "olga", org="A")
+    await tenancy.roles.grant(OPERATOR, user="olga", role="org_admin", org="A")
+    olga = await tenancy.admin_tokens.authenticate(
+        (await tenancy.admin_tokens.create(OPERATOR, user="olga")).secret
+    )
+    assert olga is not None
+    team = await tenancy.teams.create(olga, org="A", name="physics")
+    assert not team.from_config
+    return (await tenancy.keys.create(olga, team="physics")).key.id
+
+
+async def test_a_team_made_through_the_api_is_never_moved_by_the_configuration(
+    tenancy: Tenancy,
+) -> None:
+    key_id = await _squat(tenancy)
+    with pytest.raises(ConfigConflict) as refused:
+        await tenancy.sync_orgs(
+            [Declared("A", 0.4), Declared("B", 0.4, ("physics",)), Declared("N", 0.2, ("n1",))]
+        )
+    message = refused.value.message
+    assert "'physics'" in message and "'A'" in message and "'B'" in message
+    assert "another name" in message
+    team = await tenancy.teams.get(OPERATOR, "physics")
+    assert (team.org, team.declared, team.disabled_at) == ("A", False, None)
+    assert [k.org for k in await tenancy.keys.list(OPERATOR) if k.id == key_id] == ["A"]
+    # One transaction: nothing else of that configuration was applied either.
+    assert "N" not in {org.name for org in await tenancy.orgs.list(OPERATOR)}
+    assert await tenancy.audit.list(OPERATOR, action="team.moved") == []
+
+
+async def test_a_team_made_through_the_api_and_adopted_by_its_own_org_still_never_moves(
+    tenancy: Tenancy,
+) -> None:
+    await _squat(tenancy)
+    await tenancy.sync_orgs([Declared("A", 0.5, ("physics",)), Declared("B", 0.5)])
+    adopted = await tenancy.teams.get(OPERATOR, "physics")
+    assert (adopted.org, adopted.declared, adopted.from_config) == ("A", True, False)
+    with pytest.raises(ConfigConflict, match="'physics'"):
+        await tenancy.sync_orgs([Declared("A", 0.5), Declared("B", 0.5, ("physics",))])
+    assert (await tenancy.teams.get(OPERATOR, "physics")).org == "A"
+
+
+async def test_a_name_the_configuration_declares_cannot_be_taken_through_the_services(
+    store: Store, clock: FakeClock
+) -> None:
+    """The window before the sync: the configuration names "physics", the store has none yet."""
+    before = Tenancy(store, clock=clock)
+    await before.sync_orgs([Declared("A", 0.5), Declared("B", 0.5)])
+    tenancy = Tenancy(
+        store, clock=clock, declared_teams=declared_teams([Declared("B", 0.5, ("physics",))])
+    )
+    with pytest.raises(Conflict) as refused:
+        await tenancy.teams.create(OPERATOR, org="A", name="physics")
+    assert refused.value.code == "team_name_reserved"
+    assert "'B'" not in refused.value.message
+    assert await tenancy.teams.list(OPERATOR) == []
+    await tenancy.teams.create(OPERATOR, org="A", name="chemistry")  # any other name is free
 
 
 async def test_orgs_made_through_the_api_borrow_only_and_survive_the_sync(tenancy: Tenancy) -> None:

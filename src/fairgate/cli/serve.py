@@ -13,6 +13,10 @@ HELP = """Run the gateway: the client listener (OpenAI API) and the admin listen
 
 Stops on SIGTERM or SIGINT: readiness flips to 503 at once, new connections are
 refused, running requests and streams get proxy.shutdown_grace to finish.
+
+Exits with status 1, changing nothing, when the configuration declares a team the
+store holds under another organisation and the team was not created by the
+configuration (see docs/tenancy.md, "Declared team names").
 """
 
 
@@ -31,6 +35,7 @@ def serve(
 ) -> None:
     from fairgate.app import WorkersRefused, run
     from fairgate.observability.logging import configure_logging
+    from fairgate.tenancy import ConfigConflict
 
     cfg = load_or_exit(config)
     configure_logging(cfg.logging.level, json=cfg.logging.json)
@@ -39,4 +44,9 @@ def serve(
     except WorkersRefused as refused:
         typer.echo(f"fairgate serve: {refused}", err=True)
         raise typer.Exit(2) from None
+    except ConfigConflict as conflict:
+        typer.echo(
+            f"fairgate serve: the configuration conflicts with the store: {conflict}", err=True
+        )
+        raise typer.Exit(1) from None
     raise typer.Exit(status)

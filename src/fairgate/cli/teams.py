@@ -33,7 +33,10 @@ def create(
     config: ConfigOption = None,
     as_json: Json = False,
 ) -> None:
-    """Create a team in an organisation (models: every one unless --models)."""
+    """Create a team in an organisation (models: every one unless --models).
+
+    A name the configuration declares under any organisation is reserved: refused.
+    """
     from fairgate.tenancy import KeyLimits
 
     limits = KeyLimits(rpm=rpm, tpm=tpm, rpd=rpd, max_in_flight=max_inflight)

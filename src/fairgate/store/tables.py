@@ -36,6 +36,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 
 from fairgate.store.timestamp import UtcDateTime
@@ -91,6 +92,9 @@ teams = Table(
     Column("org_id", Integer, ForeignKey("orgs.id"), nullable=False, index=True),
     Column("name", String(NAME_LENGTH), nullable=False, unique=True),
     Column("declared", Boolean, nullable=False),
+    # Created by the configuration sync (not the admin API): only such a team may be moved
+    # to another organisation by the configuration.
+    Column("from_config", Boolean, nullable=False, server_default=false()),
     Column("models", _JsonList, nullable=True),  # None: every model; []: none
     Column("rpm", Integer, nullable=True),  # defaults for the team's keys
     Column("tpm", Integer, nullable=True),

@@ -28,6 +28,7 @@ class Team:
     org: str
     name: str
     declared: bool
+    from_config: bool  # created by the configuration sync, not through the admin API
     models: tuple[str, ...] | None
     rpm: int | None
     tpm: int | None
@@ -43,6 +44,7 @@ _QUERY = select(
     orgs.c.name.label("org"),
     teams.c.name,
     teams.c.declared,
+    teams.c.from_config,
     teams.c.models,
     teams.c.rpm,
     teams.c.tpm,
@@ -70,10 +72,12 @@ async def insert_team(
     models: tuple[str, ...] | None = None,
     limits: Mapping[str, int | None] | None = None,
 ) -> Team:
+    """A new team; one ``declared`` at insertion is marked created by the configuration."""
     values: dict[str, Any] = {
         "org_id": org_id,
         "name": name,
         "declared": declared,
+        "from_config": declared,
         "created_at": now,
         "models": None if models is None else list(models),
         **(limits or {}),

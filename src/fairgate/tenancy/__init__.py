@@ -24,10 +24,10 @@ from fairgate.tenancy.admin_tokens import AdminTokens, NewAdminToken
 from fairgate.tenancy.audit import Audit
 from fairgate.tenancy.budget_record import BudgetRecord
 from fairgate.tenancy.budgets import Budgets, budget_book
-from fairgate.tenancy.errors import Conflict
+from fairgate.tenancy.errors import ConfigConflict, Conflict
 from fairgate.tenancy.keys import MAX_GRACE, Keys, NewKey
 from fairgate.tenancy.limits import KeyLimits
-from fairgate.tenancy.orgs import DeclaredOrg, Orgs, SyncReport
+from fairgate.tenancy.orgs import DeclaredOrg, Orgs, SyncReport, declared_teams
 from fairgate.tenancy.projects import Projects
 from fairgate.tenancy.public import public
 from fairgate.tenancy.roles import Roles
@@ -44,6 +44,7 @@ __all__ = [
     "Audit",
     "BudgetRecord",
     "Budgets",
+    "ConfigConflict",
     "Conflict",
     "DeclaredOrg",
     "Holding",
@@ -61,6 +62,7 @@ __all__ = [
     "Users",
     "budget_book",
     "build_store",
+    "declared_teams",
     "model_names",
     "open_tenancy",
     "public",

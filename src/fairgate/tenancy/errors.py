@@ -4,7 +4,10 @@
     ├── BadRequest     400  invalid name, limit, duration, model; declared in the configuration
     ├── Forbidden      403  the target is visible to the actor, the change is not theirs to make
     ├── NotFound       404  no such target, or one the actor may not see (the two look alike)
-    └── Conflict       409  the name is taken, the binding exists
+    └── Conflict       409  the name is taken (or reserved by the configuration), the binding
+        │                   exists
+        └── ConfigConflict  the configuration declares a team the store holds under another
+                            organisation (raised by the start-up sync: the start-up stops)
     StoreUnavailable        the database did not answer (503 in the admin API)
 
 Choosing 404 over 403 for what the actor cannot see keeps a guessed id or name
@@ -17,7 +20,15 @@ from __future__ import annotations
 
 from fairgate.core.errors import BadRequest, Forbidden, GatewayError, NotFound, StoreUnavailable
 
-__all__ = ["BadRequest", "Conflict", "Forbidden", "NotFound", "StoreUnavailable", "no_user"]
+__all__ = [
+    "BadRequest",
+    "ConfigConflict",
+    "Conflict",
+    "Forbidden",
+    "NotFound",
+    "StoreUnavailable",
+    "no_user",
+]
 
 
 class Conflict(GatewayError):
@@ -25,6 +36,15 @@ class Conflict(GatewayError):
 
     status = 409
     type = "invalid_request_error"
+
+
+class ConfigConflict(Conflict):
+    """The configuration cannot be synced into the store as it stands: nothing was changed.
+
+    Raised by the start-up sync (``Orgs.sync``); ``fairgate serve`` and every
+    command that opens the store stop with the message, which tells the operator
+    what to change.
+    """
 
 
 def no_user() -> NotFound:

@@ -6,6 +6,12 @@ organisations (and teams) no longer declared are disabled, never deleted, so
 their keys stop working and their usage records stay readable. An organisation
 created through the admin API has no share (it only borrows) and is left alone
 by the sync.
+
+A team the configuration declares under one organisation while the store holds
+it under another moves only if the sync created it (``Team.from_config``): the
+operator moved it in the file. A team created through the admin API is never
+moved with its keys and role bindings into another organisation; the sync
+raises :class:`ConfigConflict` naming both organisations and changes nothing.
 """
 
 from __future__ import annotations
@@ -19,12 +25,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store import StoreConflict, orgs, teams
 from fairgate.store.orgs import Org
+from fairgate.store.teams import Team
 from fairgate.tenancy.actor import Actor
-from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
+from fairgate.tenancy.errors import BadRequest, ConfigConflict, Conflict, Forbidden, NotFound
 from fairgate.tenancy.names import check_name
 from fairgate.tenancy.service import Service
 
-__all__ = ["DeclaredOrg", "Orgs", "SyncReport"]
+__all__ = ["DeclaredOrg", "Orgs", "SyncReport", "declared_teams"]
 
 
 class DeclaredOrg(Protocol):
@@ -36,6 +43,11 @@ class DeclaredOrg(Protocol):
     def share(self) -> float: ...
     @property
     def teams(self) -> tuple[str, ...]: ...
+
+
+def declared_teams(declared: Sequence[DeclaredOrg]) -> frozenset[str]:
+    """Every team name the configuration declares (reserved: the admin API cannot take one)."""
+    return frozenset(team for org in declared for team in org.teams)
 
 
 @dataclass(slots=True)
@@ -101,11 +113,16 @@ class Orgs(Service):
         return org
 
     async def sync(self, declared: Sequence[DeclaredOrg]) -> SyncReport:
-        """Make the store's organisations and teams match the configuration (one transaction)."""
+        """Make the store's organisations and teams match the configuration (one transaction).
+
+        Raises ConfigConflict, changing nothing, when a declared team would have to be
+        taken from another organisation (see the module's docstring).
+        """
         actor = Actor.system("config")
         report = SyncReport()
         now = self._now()
         async with self._store.write(exclusive=True) as conn:  # workers start together
+            _refuse_taken_teams(declared, await teams.list_teams(conn))
             wanted = {org.name: org for org in declared}
             for org in await orgs.list_orgs(conn):
                 if org.declared and org.name not in wanted:
@@ -214,3 +231,29 @@ class Orgs(Service):
                 org_id=org_id,
                 team_id=team.id,
             )
+
+
+def _refuse_taken_teams(declared: Sequence[DeclaredOrg], stored: Sequence[Team]) -> None:
+    """ConfigConflict for every declared team the store holds, created through the admin API,
+    under another organisation."""
+    by_name = {team.name: team for team in stored}
+    conflicts = [
+        (name, org.name, team.org)
+        for org in declared
+        for name in org.teams
+        if (team := by_name.get(name)) is not None and team.org != org.name and not team.from_config
+    ]
+    if not conflicts:
+        return
+    lines = [
+        f"team {name!r} is declared under organisation {wanted!r}, but the store holds a team "
+        f"{name!r} of organisation {holder!r} that was created through the admin API or CLI; "
+        f"it is not moved to {wanted!r} (its keys and role bindings belong to {holder!r})"
+        for name, wanted, holder in conflicts
+    ]
+    raise ConfigConflict(
+        "; ".join(lines)
+        + ". Declare the team under another name in the configuration (or under the "
+        "organisation that holds it).",
+        code="declared_team_taken",
+    )

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from fairgate.config import Config
 from fairgate.core.clock import Clock
 from fairgate.store import Store, upgrade
+from fairgate.tenancy.orgs import declared_teams
 from fairgate.tenancy.services import Tenancy
 
 __all__ = ["build_store", "model_names", "open_tenancy", "store_url"]
@@ -45,13 +46,19 @@ async def open_tenancy(
 ) -> AsyncIterator[Tenancy]:
     """Connect, upgrade the schema, sync the declared organisations; close on exit.
 
-    Raises StoreUnavailable when the database does not answer.
+    Raises StoreUnavailable when the database does not answer, ConfigConflict when
+    the configuration declares a team the store holds under another organisation.
     """
     store = build_store(config)
     await store.connect()
     try:
         await upgrade(store)
-        tenancy = Tenancy(store, clock=clock, models=model_names(config))
+        tenancy = Tenancy(
+            store,
+            clock=clock,
+            models=model_names(config),
+            declared_teams=declared_teams(config.orgs),
+        )
         if sync:
             await tenancy.sync_orgs(config.orgs)
         yield tenancy

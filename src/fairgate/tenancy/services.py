@@ -26,6 +26,8 @@ class Tenancy:
 
     ``models``: every model name the gateway serves (canonical names and aliases);
     allowlists naming anything else are refused. None accepts any name.
+    ``declared_teams``: the team names the configuration declares, which
+    ``teams.create`` refuses (``fairgate.tenancy.orgs.declared_teams``).
     """
 
     def __init__(
@@ -34,11 +36,12 @@ class Tenancy:
         *,
         clock: Clock | None = None,
         models: Collection[str] | None = None,
+        declared_teams: Collection[str] = (),
     ) -> None:
         clock = clock or SystemClock()
         self.store = store
         self.orgs = Orgs(store, clock, models=models)
-        self.teams = Teams(store, clock, models=models)
+        self.teams = Teams(store, clock, models=models, reserved=declared_teams)
         self.projects = Projects(store, clock, models=models)
         self.keys = Keys(store, clock, models=models)
         self.users = Users(store, clock, models=models)

@@ -2,7 +2,9 @@
 
 A team's model allowlist (None: every model; empty: none) and its default key
 limits are set by its organisation's admins, not by the team's own admins, who
-narrow individual keys instead. A declared team cannot be disabled here.
+narrow individual keys instead. A declared team cannot be disabled here, and a
+name the configuration declares (under any organisation) cannot be taken here:
+the configuration reserves it, even before the start-up sync creates the team.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairgate.store import StoreConflict, orgs, teams
+from fairgate.core.clock import Clock
+from fairgate.store import Store, StoreConflict, orgs, teams
 from fairgate.store.teams import Team
 from fairgate.tenancy.actor import Actor
 from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -31,9 +34,21 @@ class Teams(Service):
     """List, create, change and disable teams, each within the actor's scope.
 
     Errors: NotFound for an organisation or team the actor cannot see,
-    Forbidden for one it sees but may not change, Conflict for a taken name,
-    BadRequest for an invalid name, limit or model.
+    Forbidden for one it sees but may not change, Conflict for a taken name or one
+    ``reserved`` (declared in the configuration), BadRequest for an invalid name, limit
+    or model.
     """
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        models: Collection[str] | None = None,
+        reserved: Collection[str] = (),
+    ) -> None:
+        super().__init__(store, clock, models=models)
+        self._reserved = frozenset(reserved)
 
     async def list(self, actor: Actor, *, org: str | None = None) -> Sequence[Team]:
         async with self._store.read() as conn:
@@ -70,6 +85,12 @@ class Teams(Service):
                     )
                 if owner.disabled_at is not None:
                     raise BadRequest(f"organisation {org!r} is disabled", code="org_disabled")
+                if name in self._reserved:
+                    # Which organisation declares it is not the caller's business.
+                    raise Conflict(
+                        f"team name {name!r} is reserved by the configuration",
+                        code="team_name_reserved",
+                    )
                 team = await teams.insert_team(
                     conn,
                     org_id=owner.id,
