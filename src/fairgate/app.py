@@ -47,6 +47,7 @@ from fairgate.auth import (
     sha256,
 )
 from fairgate.config import Config, Model
+from fairgate.config import Limits as LimitSettings
 from fairgate.core.clock import Clock, SystemClock
 from fairgate.core.errors import StoreUnavailable
 from fairgate.core.money import Money
@@ -620,29 +621,9 @@ async def _serve(
     gateway = Gateway(config)
     await gateway.start()
     limits = config.limits
-    # The relay cuts a stream whose writes wait slow_reader_timeout; the kernel resets,
-    # at twice that, any connection whose client has taken nothing (also one whose
-    # answer was written whole and only waits for a polite close).
-    stall = 2 * limits.slow_reader_timeout
     listeners: Sequence[Listener] = (
-        Listener(
-            "client",
-            gateway.proxy_app,
-            client,
-            limits.client_head_timeout,
-            limits.max_header_bytes,
-            limits.stream_buffer_bytes,
-            stall_timeout=stall,
-        ),
-        Listener(
-            "admin",
-            gateway.admin_app,
-            admin,
-            limits.client_head_timeout,
-            limits.max_header_bytes,
-            64 * 1024,
-            stall_timeout=stall,
-        ),
+        _listener("client", gateway.proxy_app, client, limits, limits.stream_buffer_bytes),
+        _listener("admin", gateway.admin_app, admin, limits, 64 * 1024),
     )
 
     def started(_: Sequence[Listener]) -> None:
@@ -658,6 +639,27 @@ async def _serve(
         )
     finally:
         await gateway.stop()
+
+
+def _listener(
+    name: str, app: object, sock: socket.socket, limits: LimitSettings, write_buffer_bytes: int
+) -> Listener:
+    # The relay cuts a stream whose writes wait slow_reader_timeout; the kernel resets,
+    # at twice that, any connection whose client has taken nothing (also one whose
+    # answer was written whole and only waits for a polite close). Each connection may
+    # hold a body of up to max_body_bytes: the connection caps bound that memory.
+    return Listener(
+        name,
+        app,
+        sock,
+        limits.client_head_timeout,
+        limits.max_header_bytes,
+        write_buffer_bytes,
+        stall_timeout=2 * limits.slow_reader_timeout,
+        max_connections=limits.max_connections,
+        max_connections_per_network=limits.max_connections_per_network,
+        keep_alive_timeout=limits.client_keep_alive_timeout,
+    )
 
 
 def _run_loop(main: asyncio.Future[None] | object) -> None:

@@ -143,3 +143,68 @@ async def test_an_unparsable_request_gets_the_error_envelope(server: tuple[str, 
         }
     }
     assert ended == "eof"
+
+
+@pytest.fixture
+async def capped() -> AsyncIterator[tuple[str, int]]:
+    """A listener that holds one connection per network and three in all."""
+    sock = bind("127.0.0.1", 0)
+    stop = asyncio.Event()
+    listener = Listener(
+        "client",
+        slow_stream,
+        sock,
+        HEAD_TIMEOUT * 20,
+        4096,
+        64 * 1024,
+        10.0,
+        max_connections=3,
+        max_connections_per_network=1,
+    )
+    task = asyncio.create_task(serve([listener], grace=1.0, stop=stop))
+    await asyncio.sleep(0.2)
+    yield sock.getsockname()[:2]
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    sock.close()
+
+
+async def test_a_connection_over_its_networks_cap_is_answered_503_unread(
+    capped: tuple[str, int],
+) -> None:
+    held = await asyncio.open_connection(*capped, local_addr=("127.0.0.1", 0))
+    reader, writer = await asyncio.open_connection(*capped, local_addr=("127.0.0.1", 0))
+    # The request it sends (a large body on its way) is not read; the answer still arrives.
+    writer.write(b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n" + b"a" * 50000)
+    received, ended = await read_all(reader)
+    writer.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 ") and b"connection: close" in head
+    assert orjson.loads(body)["error"]["code"] == "too_many_connections_from_network"
+    assert ended == "eof"
+    # Another network is served; and so is this one once its connection closes.
+    other = await asyncio.open_connection(*capped, local_addr=("127.0.0.2", 0))
+    other[1].write(b"GET /stream HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    assert b"chunk9" in (await read_all(other[0]))[0]
+    other[1].close()
+    held[1].close()
+    await asyncio.sleep(0.2)
+    again = await asyncio.open_connection(*capped, local_addr=("127.0.0.1", 0))
+    again[1].write(b"GET /stream HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    assert b"chunk9" in (await read_all(again[0]))[0]
+    again[1].close()
+
+
+async def test_a_connection_over_the_listeners_cap_is_answered_503(
+    capped: tuple[str, int],
+) -> None:
+    held = [
+        await asyncio.open_connection(*capped, local_addr=(f"127.0.0.{n}", 0)) for n in (1, 2, 3)
+    ]
+    reader, writer = await asyncio.open_connection(*capped, local_addr=("127.0.0.4", 0))
+    received, ended = await read_all(reader)
+    writer.close()
+    assert received.startswith(b"HTTP/1.1 503 ") and b'"too_many_connections"' in received
+    assert ended == "eof"  # closed after the answer, not reset
+    for _, held_writer in held:
+        held_writer.close()

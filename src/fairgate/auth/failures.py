@@ -1,7 +1,8 @@
 """Failed authentications limited per client network and per aggregate of networks.
 
 A network is an IPv4 address or an IPv6 /64 (what one subscriber usually
-holds; an IPv4-mapped IPv6 address counts as its IPv4 address). Each network
+holds; an IPv4-mapped IPv6 address counts as its IPv4 address): the rule of
+``fairgate.core.network``, which the listeners' connection caps count by too. Each network
 may fail ``per_minute`` times in a sliding minute (``fairgate.auth.window``).
 Networks are also counted together in aggregates, each with a ceiling of its
 own: the IPv4 /24, the IPv6 /48 (one site) and the IPv6 /32 (one provider's
@@ -27,18 +28,18 @@ rather than releasing anyone.
 
 from __future__ import annotations
 
-import ipaddress
 from collections import OrderedDict
 
 from fairgate.auth.window import WINDOW, SlidingCount, window_of
 from fairgate.core.clock import Clock
+from fairgate.core.network import V6_TAG, network_of
 
 __all__ = ["FailureLimiter"]
 
 _PURGE_PER_CALL = 2
-# Counter keys: one integer per (level, prefix). IPv4 addresses are < 2**32 and IPv6
-# /64s are tagged 1 << 64; aggregates are tagged above 2**128 so no two levels collide.
-_V6_64 = 1 << 64
+# Counter keys: one integer per (level, prefix). Networks are ``fairgate.core.network``'s
+# (IPv4 < 2**32, IPv6 /64s tagged 1 << 64); aggregates are tagged above 2**128 so no two
+# levels collide.
 _V4_24, _V6_48, _V6_32 = (tag << 128 for tag in (2, 3, 4))
 
 _Key = int | str
@@ -78,7 +79,7 @@ class FailureLimiter:
             raise ValueError(f"max_networks must be at least 1, not {max_networks}")
         self._limit = per_minute
         self._v4 = ((_V4_24, 8, ipv4_24),)
-        self._v6 = ((_V6_48, 80, ipv6_48), (_V6_32, 96, ipv6_32))
+        self._v6 = ((_V6_48, 16, ipv6_48), (_V6_32, 32, ipv6_32))
         self._clock = clock
         self._max = max_networks
         self._counts: OrderedDict[_Key, SlidingCount] = OrderedDict()
@@ -120,20 +121,15 @@ class FailureLimiter:
 
     def _levels(self, addr: str) -> list[tuple[_Key, int]]:
         """The counter keys of ``addr``'s network and aggregates, with their limits (> 0)."""
-        try:
-            ip = ipaddress.ip_address(addr)
-        except ValueError:
-            return [(addr, self._limit)] if self._limit else []
-        value = int(ip)
-        if isinstance(ip, ipaddress.IPv6Address):
-            mapped = ip.ipv4_mapped
-            if mapped is None:
-                levels = [(_V6_64 | (value >> 64), self._limit)]
-                levels += [(tag | (value >> bits), limit) for tag, bits, limit in self._v6]
-                return [(key, limit) for key, limit in levels if limit]
-            value = int(mapped)
-        levels = [(value, self._limit)]
-        levels += [(tag | (value >> bits), limit) for tag, bits, limit in self._v4]
+        network = network_of(addr)
+        if isinstance(network, str):
+            return [(network, self._limit)] if self._limit else []
+        levels = [(network, self._limit)]
+        if network >= V6_TAG:  # an IPv6 /64: its /48 and /32 are 16 and 32 bits up
+            prefix = network ^ V6_TAG
+            levels += [(tag | (prefix >> bits), limit) for tag, bits, limit in self._v6]
+        else:
+            levels += [(tag | (network >> bits), limit) for tag, bits, limit in self._v4]
         return [(key, limit) for key, limit in levels if limit]
 
     def _untracked_wait(self, now: float) -> float | None:

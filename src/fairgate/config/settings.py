@@ -89,6 +89,9 @@ class Limits(Section):
     max_grammar_bytes: Size = 64 * _KiB
     client_head_timeout: PositiveDuration = 10.0
     client_body_timeout: PositiveDuration = 60.0
+    client_keep_alive_timeout: PositiveDuration = 15.0
+    max_connections: Count = 1024
+    max_connections_per_network: Count | None = 128
     slow_reader_timeout: PositiveDuration = 30.0
 
 

@@ -16,6 +16,9 @@ reading (the close then waits for ever). This subclass adds:
 - ``stall_timeout``: how long the kernel keeps a connection whose client takes
   no bytes (``TCP_USER_TIMEOUT``, Linux) — also after the answer was written,
   when only a polite close is left waiting.
+- ``caps`` (``fairgate.server.connections``): connections over the listener's
+  cap, or over its cap per client network, are answered 503 at once and closed
+  without a byte of their request read.
 - the ASGI extension ``fairgate.abort`` (``ABORT_EXTENSION``): a callable that
   drops the connection at once with a reset, discarding unsent bytes; the relay
   calls it on a client that fell too far behind.
@@ -37,6 +40,8 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from fairgate.core.errors import error_body
+from fairgate.core.network import Network
+from fairgate.server.connections import ConnectionCaps, Refusal
 
 __all__ = ["ABORT_EXTENSION", "DISCONNECT_EXTENSION", "limited_protocol"]
 
@@ -62,6 +67,7 @@ _400 = (
     + _400_BODY
 )
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
+_LINGER = 1.0  # seconds a refused connection waits for its client to close first
 
 
 class _LimitedProtocol(HttpToolsProtocol):
@@ -69,6 +75,7 @@ class _LimitedProtocol(HttpToolsProtocol):
     max_head_bytes: int = 64 * 1024
     write_buffer_bytes: int = 64 * 1024
     stall_timeout: float | None = None
+    caps: ConnectionCaps | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -78,12 +85,20 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._in_head = True
         self._too_large = False
         self._on_lost: Callable[[], None] | None = None
+        self._refused = False  # over a connection cap: answered 503, never served
+        self._network: Network | None = None  # counted in ``caps`` until lost
         self._extensions: dict[str, Callable[..., None]] = {
             ABORT_EXTENSION: self.abort,
             DISCONNECT_EXTENSION: self._set_on_lost,
         }
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if self.caps is not None:
+            verdict = self.caps.open(_peer(transport))
+            if isinstance(verdict, Refusal):
+                self._refuse_connection(transport, verdict)
+                return
+            self._network = verdict
         super().connection_made(transport)
         transport.set_write_buffer_limits(high=self.write_buffer_bytes)
         if self.stall_timeout and hasattr(socket, "TCP_USER_TIMEOUT"):
@@ -94,15 +109,36 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        if self._refused:
+            return  # never served: uvicorn does not know of it
+        if self._network is not None and self.caps is not None:
+            self.caps.close(self._network)
+            self._network = None
         callback, self._on_lost = self._on_lost, None
         super().connection_lost(exc)
         if callback is not None:
             callback()
 
+    def _refuse_connection(self, transport: asyncio.Transport, refusal: Refusal) -> None:
+        """Answer a connection over a cap and close it, reading nothing it sends.
+
+        The answer goes first, then a half close; what the client sends meanwhile is
+        discarded, and the connection closes when the client closes its side (uvicorn's
+        ``eof_received`` lets the transport close) or after
+        ``_LINGER`` seconds, so that the client reads the answer instead of a reset."""
+        self._refused = True
+        self.transport = transport
+        transport.write(refusal.answer)
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._head_timer = asyncio.get_running_loop().call_later(_LINGER, transport.close)
+
     def _set_on_lost(self, callback: Callable[[], None] | None) -> None:
         self._on_lost = callback
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # a refused connection's request is discarded unread
         if self._in_head:
             if self._head_timer is None:
                 self._start_head_timer()
@@ -205,14 +241,23 @@ class _LimitedProtocol(HttpToolsProtocol):
                 sock.setsockopt(level, option, value)
 
 
+def _peer(transport: asyncio.Transport) -> str:
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple) and peer:
+        return str(peer[0])
+    return str(peer or "")
+
+
 def limited_protocol(
     *,
     head_timeout: float,
     max_head_bytes: int,
     write_buffer_bytes: int,
     stall_timeout: float | None = None,
+    caps: ConnectionCaps | None = None,
 ) -> type[HttpToolsProtocol]:
-    """A protocol class with these limits, for ``uvicorn.Config(http=...)``."""
+    """A protocol class with these limits, for ``uvicorn.Config(http=...)``; one per
+    listener, since ``caps`` counts that listener's connections."""
     return type(
         "LimitedHttpToolsProtocol",
         (_LimitedProtocol,),
@@ -221,5 +266,6 @@ def limited_protocol(
             "max_head_bytes": max_head_bytes,
             "write_buffer_bytes": write_buffer_bytes,
             "stall_timeout": stall_timeout,
+            "caps": caps,
         },
     )

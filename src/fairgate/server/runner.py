@@ -19,6 +19,7 @@ from typing import Any
 
 import uvicorn
 
+from fairgate.server.connections import ConnectionCaps
 from fairgate.server.protocol import limited_protocol
 
 __all__ = ["Listener", "bind", "serve"]
@@ -41,6 +42,9 @@ class Listener:
     max_head_bytes: int
     write_buffer_bytes: int
     stall_timeout: float | None = None  # a client taking no bytes this long is reset (Linux)
+    max_connections: int = 1024  # open at once on this listener (this process)
+    max_connections_per_network: int | None = 128  # from one IPv4 address or IPv6 /64
+    keep_alive_timeout: float = 15.0  # an idle kept-alive connection is closed after this
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -63,6 +67,11 @@ def _server(listener: Listener, grace: float) -> uvicorn.Server:
             max_head_bytes=listener.max_head_bytes,
             write_buffer_bytes=listener.write_buffer_bytes,
             stall_timeout=listener.stall_timeout,
+            caps=ConnectionCaps(
+                listener.name,
+                total=listener.max_connections,
+                per_network=listener.max_connections_per_network,
+            ),
         ),
         ws="none",
         lifespan="off",
@@ -73,7 +82,7 @@ def _server(listener: Listener, grace: float) -> uvicorn.Server:
         # (trusted proxies are configured per CIDR by the gateway itself).
         proxy_headers=False,
         date_header=False,
-        timeout_keep_alive=75,
+        timeout_keep_alive=listener.keep_alive_timeout,  # type: ignore[arg-type]  # a float works
         timeout_graceful_shutdown=max(0.1, grace),  # type: ignore[arg-type]  # a float works
     )
     config.load()
