@@ -283,8 +283,10 @@ class Gate:
         per minute or per day were refused and the Retry-After has not passed
         (``fairgate.limits.head``). Raises ``RateLimited`` (429). Skipped while the
         state back end is down, when the limiter's failure policy decides instead."""
+        p = principal
+        if p.rpm is None and p.rpd is None and p.max_in_flight is None:
+            return  # nothing the head could know: the common case costs three reads
         if self._limiter.available:
-            p = principal
             self._head.check(p.key_id, p.rpm, p.rpd, p.max_in_flight, self._clock.wall())
 
     async def _admit(self, demand: Demand, principal: Principal, now: float) -> Admission:
