@@ -78,6 +78,7 @@ from fairgate.proxy.routes import RouteTable
 from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
 from fairgate.routing import strategy_for
+from fairgate.server.connections import ConnectionCaps
 from fairgate.server.runner import Listener, bind, serve
 from fairgate.state import MemoryCounterStore, RedisCounterStore
 from fairgate.store import Store, StoreKeyDirectory, upgrade
@@ -622,8 +623,8 @@ async def _serve(
     await gateway.start()
     limits = config.limits
     listeners: Sequence[Listener] = (
-        _listener("client", gateway.proxy_app, client, limits, limits.stream_buffer_bytes),
-        _listener("admin", gateway.admin_app, admin, limits, 64 * 1024),
+        _listener("client", gateway, client, limits, limits.stream_buffer_bytes),
+        _listener("admin", gateway, admin, limits, 64 * 1024),
     )
 
     def started(_: Sequence[Listener]) -> None:
@@ -642,22 +643,30 @@ async def _serve(
 
 
 def _listener(
-    name: str, app: object, sock: socket.socket, limits: LimitSettings, write_buffer_bytes: int
+    name: str, gateway: Gateway, sock: socket.socket, limits: LimitSettings, write_buffer_bytes: int
 ) -> Listener:
     # The relay cuts a stream whose writes wait slow_reader_timeout; the kernel resets,
     # at twice that, any connection whose client has taken nothing (also one whose
     # answer was written whole and only waits for a polite close). Each connection may
     # hold a body of up to max_body_bytes: the connection caps bound that memory.
+    metrics = gateway.metrics
+    refused = metrics.connections_refused
+    caps = ConnectionCaps(
+        name,
+        total=limits.max_connections,
+        per_network=limits.max_connections_per_network,
+        on_refused=lambda reason: refused.labels(name, reason).inc(),
+    )
+    metrics.connections_open.labels(name).set_function(lambda: caps.open_connections)
     return Listener(
         name,
-        app,
+        gateway.proxy_app if name == "client" else gateway.admin_app,
         sock,
         limits.client_head_timeout,
         limits.max_header_bytes,
         write_buffer_bytes,
         stall_timeout=2 * limits.slow_reader_timeout,
-        max_connections=limits.max_connections,
-        max_connections_per_network=limits.max_connections_per_network,
+        caps=caps,
         keep_alive_timeout=limits.client_keep_alive_timeout,
     )
 

@@ -84,6 +84,13 @@ def test_connections_beyond_a_networks_cap_are_refused_while_another_network_con
         ready = httpx.get(gateway.admin_url + "/readyz", timeout=20)
         assert ready.status_code == 200
 
+        # Each refusal is counted, and the connections held are shown.
+        metrics = httpx.get(gateway.admin_url + "/metrics", timeout=20).text
+        refused = 'fairgate_connections_refused_total{listener="client",reason="%s"} 1.0'
+        assert refused % "max_connections_per_network" in metrics
+        assert refused % "max_connections" in metrics
+        assert 'fairgate_connections_open{listener="client"} 6.0' in metrics
+
         # A connection given back makes room for its network again.
         first[0].close()
         until(

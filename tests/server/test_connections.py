@@ -60,3 +60,13 @@ def test_refusals_are_logged_with_their_count_not_one_line_each(
 def test_caps_below_one_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ConnectionCaps("client", total=0, per_network=None)
+
+
+def test_each_refusal_is_counted_by_reason() -> None:
+    reasons: list[str] = []
+    caps = ConnectionCaps("client", total=2, per_network=1, on_refused=reasons.append)
+    caps.open("127.0.0.1")
+    caps.open("127.0.0.1")
+    caps.open("127.0.0.2")
+    caps.open("127.0.0.3")
+    assert reasons == ["max_connections_per_network", "max_connections"]

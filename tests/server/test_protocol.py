@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from fairgate.server.connections import ConnectionCaps
 from fairgate.server.protocol import ABORT_EXTENSION
 from fairgate.server.runner import Listener, bind, serve
 
@@ -158,8 +159,7 @@ async def capped() -> AsyncIterator[tuple[str, int]]:
         4096,
         64 * 1024,
         10.0,
-        max_connections=3,
-        max_connections_per_network=1,
+        caps=ConnectionCaps("client", total=3, per_network=1),
     )
     task = asyncio.create_task(serve([listener], grace=1.0, stop=stop))
     await asyncio.sleep(0.2)

@@ -234,6 +234,19 @@ class GatewayMetrics:
             ["channel", "result"],
             registry=r,
         )
+        self.connections_refused = Counter(
+            "fairgate_connections_refused",
+            "Connections answered 503 and closed by a listener's connection cap, by listener "
+            "(client, admin) and reason (max_connections, max_connections_per_network)",
+            ["listener", "reason"],
+            registry=r,
+        )
+        self.connections_open = Gauge(
+            "fairgate_connections_open",
+            "Connections a listener holds now (this process), by listener",
+            ["listener"],
+            registry=r,
+        )
         self.admission = AdmissionMetrics(r)
         if replicas is not None:
             r.register(_ReplicaCollector(replicas))

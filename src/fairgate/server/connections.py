@@ -12,7 +12,7 @@ A connection over a cap is not served: the protocol answers it at once with a 50
 envelope and closes it (``fairgate.server.protocol``). The refusals are logged at
 most once per ``LOG_EVERY`` seconds per listener, with how many there were.
 
-    caps = ConnectionCaps("client", total=1024, per_network=128)
+    caps = ConnectionCaps("client", total=1024, per_network=128, on_refused=count)
     network = caps.open("192.0.2.7")     # a Refusal, or the network to give back
     caps.close(network)                  # when that connection is lost
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fairgate.core.errors import error_body
@@ -68,10 +69,18 @@ _NETWORK_FULL = Refusal(
 class ConnectionCaps:
     """The open connections of one listener, counted in total and per network."""
 
-    def __init__(self, listener: str, *, total: int, per_network: int | None) -> None:
+    def __init__(
+        self,
+        listener: str,
+        *,
+        total: int,
+        per_network: int | None,
+        on_refused: Callable[[str], None] | None = None,
+    ) -> None:
         if total < 1 or (per_network is not None and per_network < 1):
             raise ValueError("connection caps are at least 1")
-        self._listener = listener
+        self.listener = listener
+        self._on_refused = on_refused  # (reason), for a metric
         self._total = total
         self._per_network = per_network
         self._open = 0
@@ -106,11 +115,13 @@ class ConnectionCaps:
 
     def _refuse(self, refusal: Refusal, peer: str) -> Refusal:
         self._refused += 1
+        if self._on_refused is not None:
+            self._on_refused(refusal.reason)
         now = time.monotonic()
         if now - self._logged_at >= LOG_EVERY:
             log.warning(
                 "%s listener: refused %d connection(s) over %s (the last from %s)",
-                self._listener,
+                self.listener,
                 self._refused,
                 refusal.reason,
                 peer,

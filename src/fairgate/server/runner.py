@@ -42,8 +42,7 @@ class Listener:
     max_head_bytes: int
     write_buffer_bytes: int
     stall_timeout: float | None = None  # a client taking no bytes this long is reset (Linux)
-    max_connections: int = 1024  # open at once on this listener (this process)
-    max_connections_per_network: int | None = 128  # from one IPv4 address or IPv6 /64
+    caps: ConnectionCaps | None = None  # connections held at once, in total and per network
     keep_alive_timeout: float = 15.0  # an idle kept-alive connection is closed after this
 
 
@@ -67,11 +66,7 @@ def _server(listener: Listener, grace: float) -> uvicorn.Server:
             max_head_bytes=listener.max_head_bytes,
             write_buffer_bytes=listener.write_buffer_bytes,
             stall_timeout=listener.stall_timeout,
-            caps=ConnectionCaps(
-                listener.name,
-                total=listener.max_connections,
-                per_network=listener.max_connections_per_network,
-            ),
+            caps=listener.caps,
         ),
         ws="none",
         lifespan="off",
