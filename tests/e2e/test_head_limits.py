@@ -46,14 +46,16 @@ def big_body() -> bytes:
     return frame.replace(b'"content":""', b'"content":"' + filler + b'"')
 
 
-def head_only(gateway: GatewayProcess, length: int = BODY_LIMIT - 64) -> tuple[bytes, str]:
+def head_only(
+    gateway: GatewayProcess, length: int = BODY_LIMIT - 64, key: str = TEST_KEY
+) -> tuple[bytes, str]:
     """Send a request head announcing ``length`` bytes of body and no body; what came back."""
     sock = connect(gateway.host, gateway.port)
     try:
         sock.sendall(
             (
                 f"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n"
-                f"content-type: application/json\r\nauthorization: Bearer {TEST_KEY}\r\n"
+                f"content-type: application/json\r\nauthorization: Bearer {key}\r\n"
                 f"content-length: {length}\r\n\r\n"
             ).encode()
         )
@@ -144,6 +146,18 @@ def test_a_key_refused_for_requests_per_minute_is_refused_from_the_head(
         answer, _ = head_only(gateway)
         assert status_and_code(answer) == (429, "rpm_limit_exceeded"), answer[:300]
         assert b"retry-after:" in answer.lower()
+
+
+def test_an_unknown_key_is_refused_from_its_head_and_its_body_never_read(
+    tmp_path: Path, start_sim: StartSim
+) -> None:
+    sim = start_sim("--model", "m", "--speed", "0")
+    config = configure(tmp_path / "gw", sim, KeyLimits())
+    with GatewayProcess(config) as gateway:
+        answer, end = head_only(gateway, key="fg-" + "x" * 43)
+        assert status_and_code(answer) == (401, "invalid_api_key"), answer[:300]
+        # closed after the answer: the announced body is not waited for, nor drained
+        assert b"connection: close" in answer.lower() and end in ("eof", "reset")
 
 
 def test_a_key_under_its_limits_still_sends_its_body(tmp_path: Path, start_sim: StartSim) -> None:
