@@ -20,6 +20,7 @@ import httpx
 import orjson
 import pytest
 from tests.e2e.conftest import AUTH, StartSim, model, write_config
+from tests.e2e.robust_wire import until
 from tests.e2e.test_limits import _apply, me, refusal
 
 from fairgate.server.process import GatewayProcess
@@ -177,3 +178,23 @@ def test_a_stream_abandoned_before_its_usage_is_charged_the_reservation(
         prompt_estimate = -(-len(raw) // 4)
         assert charged(gateway) == prompt_estimate + 400
     assert (prompt_estimate, 400, 1, "client_abort") in records(tmp_path)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_abandoned_before_the_engine_answered_is_charged_the_reservation(
+    tmp_path: Path, start_sim: StartSim, stream: bool
+) -> None:
+    # The engine works on the request (a plain answer comes whole at the end; a stream's
+    # first token comes after the prefill), the client leaves before any answer: the
+    # usage is unknown, so the whole reservation is charged, never nothing.
+    sim: SimProcess = start_sim("--model", "m", "--speed", "20", "--ttft", "0")
+    with gateway_for(tmp_path, [model("m", sim)]) as gateway:
+        sim.faults(stall_before_first_token=30)
+        body = {"model": "m", "prompt": "hi", "max_tokens": 300, "stream": stream}
+        raw = orjson.dumps(body)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(gateway.url + "/v1/completions", content=raw, headers=HEADERS, timeout=1)
+        assert len(sim.requests()) == 1  # it reached the engine
+        prompt_estimate = -(-len(raw) // 4)
+        until(lambda: charged(gateway) == prompt_estimate + 300, 10, "the reservation charged")
+    assert (prompt_estimate, 300, 1, "client_abort") in records(tmp_path)

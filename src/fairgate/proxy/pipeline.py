@@ -268,8 +268,12 @@ class Pipeline:
             try:
                 opened = await self._relay.open(ex, replica, target, headers, body)
             except (asyncio.CancelledError, ClientGone):
-                # The outcome is unknown: free a half-open probe slot, count nothing.
+                # The outcome is unknown: free a half-open probe slot, count nothing. The
+                # engine may be working on the request (a plain answer comes whole at the
+                # end, a stream's first token after the prefill), so it is charged its
+                # reservation, never nothing (proxy.reservation).
                 replica.breaker.abandon()
+                ex.unanswered += 1
                 raise
             if opened.status >= 500:
                 replica.breaker.failure()

@@ -15,8 +15,9 @@ is the largest of the chain's, so whichever model serves, it is a bound.
 
 ``charge`` runs when the request ends, before the limits settle and the usage
 record is built: an answer without a usage report, a stream cut off before its
-report, and every earlier attempt that reached an engine and got no answer
-(a timeout, a broken connection) are charged the reservation.
+report, every earlier attempt that reached an engine and got no answer
+(a timeout, a broken connection) and an attempt the client left before the engine
+answered are charged the reservation.
 """
 
 from __future__ import annotations
