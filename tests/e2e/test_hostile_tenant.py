@@ -10,7 +10,11 @@ it tries:
 - phase 2: the output bound — no ``max_tokens``, ``ignore_eos``/``min_tokens``,
   ``n_predict``, batch prompt lists with ``n``/``best_of``, streams abandoned mid-way;
 - phase 6: model listings, ``GET /me`` and refused bodies in a loop, to crowd out
-  another tenant's usage records.
+  another tenant's usage records;
+- phase 7: a key at its in-flight limit sends a head announcing 32 MiB and no body,
+  then a whole 32 MiB body (refused from the head, the body never read); the tenant
+  opens more connections than its network may hold (the victim, from another
+  address, is served meanwhile).
 
 Meanwhile a victim organisation sends ordinary requests. Afterwards the test
 reads the usage records (the store's tables), the budget counters (``GET /me``)
@@ -33,7 +37,10 @@ tokens than that would add its excess to the bound, as docs/limits.md says.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+import select
+import socket
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator
@@ -48,7 +55,7 @@ import orjson
 import pytest
 import sqlalchemy as sa
 from tests.e2e.conftest import StartSim, model, write_config
-from tests.e2e.robust_wire import until
+from tests.e2e.robust_wire import connect, read_to_end, until
 
 from fairgate.config import load_config
 from fairgate.server.process import GatewayProcess
@@ -74,6 +81,7 @@ ORGS = [
 # micro GPU-hours = completion tokens; each binds during the attack
 BUDGETS = {"org:test-org": 2500, "team:t": 1000, "key:{a}": 300}
 
+JSON = {"content-type": "application/json"}
 PHASE_SECONDS = 25  # a phase that has not hit its budget by then stops anyway
 
 
@@ -142,9 +150,7 @@ class Tenant:
     async def post(self, path: str, body: dict[str, Any], completion: int) -> httpx.Response:
         """POST ``body``; ``completion`` is the output the gateway must reserve for it."""
         raw = orjson.dumps(body)
-        answer = await self.client.post(
-            path, content=raw, headers={"content-type": "application/json"}
-        )
+        answer = await self.client.post(path, content=raw, headers=JSON)
         self.note(path, answer, raw, completion)
         return answer
 
@@ -166,9 +172,7 @@ class Tenant:
     async def abandon(self, path: str, body: dict[str, Any], completion: int) -> None:
         """Start a stream, read a few events, and go away."""
         raw = orjson.dumps(body)
-        async with self.client.stream(
-            "POST", path, content=raw, headers={"content-type": "application/json"}
-        ) as answer:
+        async with self.client.stream("POST", path, content=raw, headers=JSON) as answer:
             if answer.status_code == 200:
                 seen = 0
                 async for line in answer.aiter_lines():
@@ -292,13 +296,144 @@ async def phase_6_unmetered_flood(tenant: Tenant, ledger: Ledger, done: asyncio.
         rounds += 1
 
 
+# ---- phase 7: a key at its limit costs the gateway no body
+
+IN_FLIGHT = 2  # hostile-d's max_in_flight
+BODY_LIMIT = 32 * 1024 * 1024  # limits.max_body_bytes (the default)
+STALL = 5.0  # seconds the held requests wait for their first token
+
+
+def head_only(gateway: GatewayProcess, key: str) -> tuple[bytes, str]:
+    """A request head announcing a 32 MiB body, and no body: what came back, and how the
+    connection ended."""
+    sock = connect(gateway.host, gateway.port)
+    try:
+        sock.sendall(
+            (
+                f"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n"
+                f"content-type: application/json\r\nauthorization: Bearer {key}\r\n"
+                f"content-length: {BODY_LIMIT - 64}\r\n\r\n"
+            ).encode()
+        )
+        return read_to_end(sock, timeout=20)
+    finally:
+        sock.close()
+
+
+def whole_body(gateway: GatewayProcess, key: str) -> bytes:
+    """A chat request of almost 32 MiB, sent whole (as far as the gateway lets it): the
+    answer."""
+    frame = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": ""}]})
+    filler = b"a" * (BODY_LIMIT - len(frame) - 64)
+    body = frame.replace(b'"content":""', b'"content":"' + filler + b'"')
+    sock = connect(gateway.host, gateway.port)
+    try:
+        with contextlib.suppress(OSError):  # closed while the body is on its way: expected
+            sock.sendall(
+                (
+                    f"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n"
+                    f"content-type: application/json\r\nauthorization: Bearer {key}\r\n"
+                    f"content-length: {len(body)}\r\n\r\n"
+                ).encode()
+                + body
+            )
+        try:
+            return read_to_end(sock, timeout=30)[0]
+        except OSError:
+            return b""
+    finally:
+        sock.close()
+
+
+def status_and_code(answer: bytes) -> tuple[int, str]:
+    assert answer, "no answer: the gateway waited for the body"
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), orjson.loads(body)["error"]["code"]
+
+
+async def phase_7_head_before_body(
+    tenant: Tenant, key: str, gateway: GatewayProcess, sim_l: SimProcess
+) -> None:
+    """The key fills its in-flight slots with requests the engine holds, then sends a head
+    announcing 32 MiB without the body, and a whole 32 MiB body: both are refused from
+    the head (429, connection closed), never waiting for or reading the body."""
+    before = len(sim_l.requests(path="/completion"))
+    sim_l.faults(stall_before_first_token=STALL, times=IN_FLIGHT)
+    raw = orjson.dumps({"model": "l", "prompt": "hold", "n_predict": 10, "stream": True})
+
+    async def hold() -> None:
+        async with tenant.client.stream("POST", "/completion", content=raw, headers=JSON) as answer:
+            async for _ in answer.aiter_raw():
+                pass
+
+    held = [asyncio.create_task(hold()) for _ in range(IN_FLIGHT)]
+    try:
+        arrived = await asyncio.to_thread(
+            until,
+            lambda: (
+                (got := sim_l.requests(path="/completion")[before:])
+                and len(got) == IN_FLIGHT
+                and got
+            ),
+            20,
+            "the held requests at the engine",
+        )
+        answer, end = await asyncio.to_thread(head_only, gateway, key)
+        assert status_and_code(answer) == (429, "in_flight_limit_exceeded"), answer[:300]
+        assert b"connection: close" in answer.lower() and end in ("eof", "reset")
+        answer = await asyncio.to_thread(whole_body, gateway, key)
+        assert status_and_code(answer) == (429, "in_flight_limit_exceeded"), answer[:300]
+    finally:
+        for task in held:
+            task.cancel()  # the client goes away before the first token
+        await asyncio.gather(*held, return_exceptions=True)
+    # The held requests were abandoned before any answer: charged their reservation.
+    for entry in arrived:
+        request_id = {name.lower(): value for name, value in entry["headers"]}["x-request-id"]
+        tenant.ledger.sent[request_id] = Sent(tenant.phase, 499, -(-len(raw) // 4), 10)
+        tenant.ledger.abandoned.append(request_id)
+
+
+PER_NETWORK = 24  # limits.max_connections_per_network
+VICTIM_ADDRESS = "127.0.0.2"  # the victim's own network (the attack comes from 127.0.0.1)
+
+
+async def phase_7_connections_per_network(gateway: GatewayProcess, victim_key: str) -> None:
+    """The tenant opens more idle connections than its network may hold: those over the
+    cap are answered 503 at once, while the victim's network is still served."""
+    opened = [
+        socket.create_connection(
+            (gateway.host, gateway.port), timeout=20, source_address=("127.0.0.1", 0)
+        )
+        for _ in range(PER_NETWORK + 8)
+    ]
+    try:
+        await asyncio.sleep(1.0)  # a connection over the cap is answered before any request
+        answered, _, _ = select.select(opened, [], [], 0)
+        refusals = [status_and_code(read_to_end(sock, timeout=5)[0]) for sock in answered]
+        assert refusals and set(refusals) == {(503, "too_many_connections_from_network")}
+        assert len(opened) - len(answered) <= PER_NETWORK  # the others are held, idle
+        transport = httpx.AsyncHTTPTransport(local_address=VICTIM_ADDRESS)
+        async with httpx.AsyncClient(transport=transport, timeout=20) as other:
+            answer = await other.get(
+                gateway.url + "/v1/models", headers={"authorization": f"Bearer {victim_key}"}
+            )
+        assert answer.status_code == 200, answer.text
+    finally:
+        for sock in opened:
+            sock.close()
+
+
 # ---- the victim: another organisation's ordinary traffic meanwhile
 
 
 async def victim(gateway: GatewayProcess, key: str, ledger: Ledger, done: asyncio.Event) -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     async with httpx.AsyncClient(
-        base_url=gateway.url, headers={"authorization": f"Bearer {key}"}, timeout=60
+        base_url=gateway.url,
+        headers={"authorization": f"Bearer {key}"},
+        timeout=60,
+        transport=httpx.AsyncHTTPTransport(local_address=VICTIM_ADDRESS),
     ) as client:
         while not done.is_set():
             answer = await client.post("/v1/chat/completions", json=body)
@@ -394,7 +529,12 @@ def start_gateway(
         orgs=ORGS,
         store=store,
         master_key_file="master.key",
-        limits={"default_max_tokens": DEFAULT_CAP, "max_prompts": MAX_PROMPTS, "max_n": MAX_N},
+        limits={
+            "default_max_tokens": DEFAULT_CAP,
+            "max_prompts": MAX_PROMPTS,
+            "max_n": MAX_N,
+            "max_connections_per_network": PER_NETWORK,
+        },
         state={"backend": "memory", "budget_refresh": "1s"},
         accounting={"queue_capacity": 100},
     )
@@ -407,6 +547,7 @@ class Keys:
     a_id: str
     b: str
     c: str
+    d: str
     flood: str
     victim: str
 
@@ -416,21 +557,24 @@ def provision(gateway: GatewayProcess) -> Keys:
     a_id, a = new_key(gateway, "t", "hostile-a")
     _, b = new_key(gateway, "t", "hostile-b")
     _, c = new_key(gateway, "t2", "hostile-c")
+    _, d = new_key(gateway, "t", "hostile-d", max_in_flight=IN_FLIGHT)
     _, flood = new_key(gateway, "t", "hostile-flood", rpm=100)
     _, victim_key = new_key(gateway, "v", "victim")
     for scope, micro in BUDGETS.items():
         budget = {"scope": scope.format(a=a_id), "period": "month", "max": f"0.{micro:06d}"}
         admin(gateway, "PUT", "/admin/budgets", json=budget)
     until(lambda: len(me(gateway, a)["budgets"]) == len(BUDGETS), 20, "the budgets in force")
-    return Keys(a, a_id, b, c, flood, victim_key)
+    return Keys(a, a_id, b, c, d, flood, victim_key)
 
 
-async def attack(gateway: GatewayProcess, keys: Keys, ledger: Ledger) -> None:
+async def attack(gateway: GatewayProcess, keys: Keys, ledger: Ledger, sim_l: SimProcess) -> None:
     """The phases, with the flood and the victim's traffic all the while.
 
-    Team ``t`` spends its key and team budgets first; then its sister team ``t2``
-    drains what is left of the organisation's, three requests at a time (in this
-    order every budget is the one that refuses some request)."""
+    Phase 7 goes first, alone on the llama-server engine (its held requests take the
+    engine's stall faults, which go to whichever requests arrive next). Then team
+    ``t`` spends its key and team budgets; then its sister team ``t2`` drains what is
+    left of the organisation's, three requests at a time (in this order every budget is
+    the one that refuses some request)."""
     done = asyncio.Event()
     async with AsyncExitStack() as stack:
 
@@ -443,6 +587,8 @@ async def attack(gateway: GatewayProcess, keys: Keys, ledger: Ledger) -> None:
             *(asyncio.create_task(phase_6_unmetered_flood(t6, ledger, done)) for _ in range(3)),
         ]
         try:
+            await phase_7_head_before_body(await tenant(keys.d, "7"), keys.d, gateway, sim_l)
+            await phase_7_connections_per_network(gateway, keys.victim)
             await asyncio.gather(
                 phase_1_llama_native_usage(await tenant(keys.b, "1"), ledger),
                 phase_2_output_bound(await tenant(keys.a, "2"), ledger),
@@ -481,7 +627,7 @@ def test_a_hostile_tenant_exceeds_no_budget_and_leaves_no_token_uncharged(
     ledger = Ledger()
     try:
         keys = provision(gateway)
-        asyncio.run(attack(gateway, keys, ledger))
+        asyncio.run(attack(gateway, keys, ledger, sim_l))
         counters = settled(gateway, keys.a)
     finally:
         gateway.stop()  # a clean stop drains the recorder into the store
@@ -517,8 +663,9 @@ def check_phases(ledger: Ledger) -> None:
 
 
 def reached_engine(sent: Sent) -> bool:
-    """The request was admitted and an engine answered it (200, or the engine's own 4xx)."""
-    return sent.completion > 0 and (sent.status == 200 or sent.code.isdigit())
+    """The request was admitted and reached an engine (200, the engine's own 4xx, or 499:
+    the client left first)."""
+    return sent.completion > 0 and (sent.status in (200, 499) or sent.code.isdigit())
 
 
 def check_records(ledger: Ledger, stored: dict[str, dict[str, Any]]) -> None:
@@ -543,7 +690,10 @@ def check_records(ledger: Ledger, stored: dict[str, dict[str, Any]]) -> None:
             if sent.reported is not None:
                 assert record["completion_tokens"] == sent.reported, (sent, record)
     for rid in ledger.abandoned:
-        assert stored[rid]["estimated"] and stored[rid]["outcome"] == "client_abort"
+        record = stored[rid]
+        assert record["estimated"] and record["outcome"] == "client_abort", str(
+            sorted(record.items())
+        )
     # every estimated record is one of the attack's, checked above
     estimated = {rid for rid, r in stored.items() if r["estimated"] and r["completion_tokens"]}
     assert estimated <= set(served), estimated - set(served)
