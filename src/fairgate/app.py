@@ -28,6 +28,7 @@ from fairgate.accounting import (
     prices_by_model,
 )
 from fairgate.accounting.restore import restore_spend
+from fairgate.accounting.snapshots import CounterSnapshots
 from fairgate.admin import build_admin_app
 from fairgate.admin.fairshare import FairShareMonitor
 from fairgate.admission import (
@@ -143,6 +144,12 @@ class Gateway:
         clock = self.clock = SystemClock()
         self.store = build_store(config)
         self.state = _state_store(config)
+        # Counters held in this process are saved to the store to survive a restart.
+        self.snapshots = (
+            CounterSnapshots(self.store, self.state, clock)
+            if isinstance(self.state, MemoryCounterStore)
+            else None
+        )
         self.limiter = Limiter(
             self.state,
             fail_open=config.state.fail_open,
@@ -303,6 +310,9 @@ class Gateway:
         revision = await upgrade(self.store)
         report = await self.tenancy.sync_orgs(self.config.orgs)
         log.info("store at schema %s; organisations %s", revision, report)
+        if self.snapshots is not None:
+            restored = await self.snapshots.restore()
+            log.info("rate counters: %d restored from the last snapshot", restored)
         try:
             await self._load_budgets()
         except StateUnavailable as exc:
@@ -322,6 +332,9 @@ class Gateway:
         if self.fairshare_metrics is not None:
             interval = self.config.health.interval
             self._tasks.append(asyncio.create_task(self.fairshare_metrics.run(interval)))
+        if self.snapshots is not None:
+            every = self.config.state.snapshot_interval
+            self._tasks.append(asyncio.create_task(self.snapshots.run(every)))
 
     async def stop(self) -> None:
         """Stop background tasks and close upstream connections."""
@@ -336,8 +349,18 @@ class Gateway:
         if not await self.recorder.drain(timeout=30.0):
             log.error("accounting: some usage records could not be written at shutdown")
         await self.alerter.stop(timeout=10.0)
+        await self._save_counters()
         await self.state.aclose()
         await self.store.close()
+
+    async def _save_counters(self) -> None:
+        """A last snapshot of the memory back end's counters: a graceful stop loses none."""
+        if self.snapshots is None:
+            return
+        try:
+            await self.snapshots.save()
+        except StoreUnavailable as exc:
+            log.error("rate counters not saved at shutdown (store unavailable): %s", exc)
 
     def _soft_limit(self, budget: Budget, now: float, spent: Money) -> None:
         span = self._calendar.span(budget.period, now)

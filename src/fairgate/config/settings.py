@@ -193,7 +193,9 @@ class State(Section):
     back end is down (default: refuse with 503); ``day_zone`` is the IANA zone whose
     midnight ends a requests-per-day window; ``default_completion_tokens`` is the
     output reserved on a route that has no output-cap field (audio transcription);
-    ``budget_refresh`` is how often budgets are re-read from the store.
+    ``budget_refresh`` is how often budgets are re-read from the store;
+    ``snapshot_interval`` is how often the memory back end's rate counters are saved
+    to the store (and restored from it at start-up).
     """
 
     backend: Literal["memory", "redis"] = "memory"
@@ -205,6 +207,7 @@ class State(Section):
     day_zone: Name = "UTC"
     default_completion_tokens: StrictInt = Field(default=256, ge=0, le=10_000_000)
     budget_refresh: PositiveDuration = 10.0
+    snapshot_interval: PositiveDuration = 30.0
 
     @field_validator("day_zone")
     @classmethod

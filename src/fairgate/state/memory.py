@@ -7,6 +7,10 @@ and several processes would each count alone (the gateway refuses
 ``granules + 1`` buckets, and counters past their keep-until are swept once a
 minute of the callers' time.
 
+``snapshot`` and ``restore`` carry the window and period counters across a
+restart (``fairgate.accounting.snapshots`` saves them to the store every
+``state.snapshot_interval``); in-flight slots are never carried over.
+
 It also holds the fair-share state (``fairgate.limits.FairShareState``):
 within-share slots per pool and organisation, and decayed usage per pool and
 organisation as ``DecayedUsage`` records. Both are bounded by the configured
@@ -18,6 +22,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fairgate.fairshare.decay import DecayedUsage
 from fairgate.limits.charges import (
@@ -31,6 +36,7 @@ from fairgate.limits.charges import (
     check_distinct,
 )
 from fairgate.limits.fairshare_state import Claim
+from fairgate.limits.snapshot import SavedCounter
 from fairgate.limits.window import SlidingWindow, bucket_of
 
 __all__ = ["MemoryCounterStore"]
@@ -148,6 +154,70 @@ class MemoryCounterStore:
 
     async def aclose(self) -> None:
         return None
+
+    def snapshot(self, now: float) -> list[SavedCounter]:
+        """Every window and period counter still counting at ``now``, as saved data."""
+        saved: list[SavedCounter] = []
+        for key, window in self._windows.items():
+            window.prune(now)
+            if window.buckets:
+                data = {
+                    "length": window.length,
+                    "granules": window.granules,
+                    "buckets": sorted(window.buckets.items()),
+                }
+                saved.append(SavedCounter(key, "window", data))
+        for key, period in self._periods.items():
+            if now < period.keep_until and period.value > 0:
+                data = {"value": period.value, "keep_until": period.keep_until}
+                saved.append(SavedCounter(key, "period", data))
+        return saved
+
+    def restore(self, saved: Sequence[SavedCounter], now: float) -> int:
+        """Raise the counters to the saved ones (never lowering one); how many were restored.
+
+        A saved window merges bucket by bucket (the larger weight wins); a period
+        counter takes the larger value, like ``seed``. Malformed entries are skipped.
+        """
+        restored = 0
+        for counter in saved:
+            try:
+                if counter.kind == "window":
+                    restored += self._restore_window(counter.key, counter.data, now)
+                elif counter.kind == "period":
+                    restored += self._restore_period(counter.key, counter.data, now)
+            except (KeyError, TypeError, ValueError):
+                continue
+        return restored
+
+    def _restore_window(self, key: str, data: Mapping[str, Any], now: float) -> bool:
+        length, granules = float(data["length"]), int(data["granules"])
+        if length <= 0 or granules < 1:
+            return False
+        window = self._windows.get(key)
+        if window is None or (window.length, window.granules) != (length, granules):
+            window = self._windows[key] = SlidingWindow(length, granules)
+        for bucket, weight in data["buckets"]:
+            missing = int(weight) - window.buckets.get(int(bucket), 0)
+            if missing > 0:
+                window.add(int(bucket), missing)
+        window.prune(now)
+        if not window.buckets:
+            del self._windows[key]
+            return False
+        return True
+
+    def _restore_period(self, key: str, data: Mapping[str, Any], now: float) -> bool:
+        value, keep_until = int(data["value"]), float(data["keep_until"])
+        if now >= keep_until or value <= 0:
+            return False
+        period = self._period(key, now)
+        if period is None:
+            self._periods[key] = _Period(value, keep_until)
+        else:
+            period.value = max(period.value, value)
+            period.keep_until = max(period.keep_until, keep_until)
+        return True
 
     def _wait(self, charge: Charge, now: float) -> float:
         """Seconds until a refused ``charge`` would fit, if nothing else were charged."""

@@ -8,6 +8,7 @@
     usage_records ─< usage_record_tags (append only; one row per request, names copied)
     budgets ─< budget_increases (one budget per scope, model and period)
     alert_marks (one row per budget counter and period whose soft-limit alert is claimed)
+    counter_snapshots (the memory back end's rate counters as last saved; replaced whole)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
@@ -48,6 +49,7 @@ __all__ = [
     "audit_events",
     "budget_increases",
     "budgets",
+    "counter_snapshots",
     "keys",
     "metadata",
     "orgs",
@@ -268,4 +270,16 @@ alert_marks = Table(
     Column("claimed_at", UtcDateTime, nullable=False),
     Column("sent_at", UtcDateTime, nullable=True),  # None: being sent (or its sender died)
     Column("channels", JSON(none_as_null=True), nullable=True),  # {"webhook": "sent", …}
+)
+
+counter_snapshots = Table(
+    "counter_snapshots",
+    metadata,
+    # One row per counter of fairgate.limits.snapshot.SavedCounter; the whole set is
+    # replaced by each snapshot, so the key needs no index.
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("key", Text, nullable=False),
+    Column("kind", String(8), nullable=False),  # "window" or "period"
+    Column("data", JSON, nullable=False),
+    Column("saved_at", UtcDateTime, nullable=False),
 )
