@@ -92,3 +92,24 @@ def test_a_killed_gateway_restarts_with_the_days_and_the_minutes_counts(
         assert served_until_refused(second, daily) == (RPD - RPD_USED, "rpd_limit_exceeded")
         assert served_until_refused(second, minute) == (RPM - RPM_USED, "rpm_limit_exceeded")
         assert chat(second, AUTH).status_code == 200  # an unlimited key is not affected
+
+
+def test_a_graceful_stop_saves_the_counts_it_has_not_snapshotted_yet(
+    tmp_path: Path, start_sim: StartSim
+) -> None:
+    """No periodic snapshot runs within the test (an hour's interval): only the one taken at
+    SIGTERM carries the counts to the next start."""
+    sim = start_sim("--model", "m", "--speed", "0")
+    config = write_config(
+        tmp_path, [model("m", sim)], state={"backend": "memory", "snapshot_interval": "1h"}
+    )
+    daily = {"authorization": f"Bearer {add_key(config, 't', limits=KeyLimits(rpd=RPD))}"}
+    store = tmp_path / "fairgate.db"
+    first = GatewayProcess(config).start()
+    try:
+        assert [chat(first, daily).status_code for _ in range(RPD_USED)] == [200] * RPD_USED
+        assert saved(store) == []
+    finally:
+        assert first.stop() == 0  # SIGTERM: a graceful stop
+    with GatewayProcess(config) as second:
+        assert served_until_refused(second, daily) == (RPD - RPD_USED, "rpd_limit_exceeded")
