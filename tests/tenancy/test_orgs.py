@@ -7,9 +7,10 @@ import asyncio
 import pytest
 
 from fairgate.auth.secrets import sha256
-from fairgate.core.errors import BadRequest
+from fairgate.core.errors import BadRequest, NotFound
+from fairgate.core.money import Money
 from fairgate.store import Store, StoreKeyDirectory
-from fairgate.tenancy import ConfigConflict, Conflict, Tenancy, declared_teams
+from fairgate.tenancy import Actor, ConfigConflict, Conflict, Tenancy, declared_teams
 from store.backends import FakeClock
 from tenancy.world import OPERATOR, Declared
 
@@ -61,15 +62,39 @@ async def test_a_team_the_configuration_created_moves_when_the_configuration_mov
     assert [event.target for event in moved] == ["team:t"]
 
 
+async def test_a_moved_teams_budgets_move_with_it_out_of_the_old_orgs_reach(
+    tenancy: Tenancy,
+) -> None:
+    await tenancy.sync_orgs([Declared("A", 0.5, ("t",)), Declared("B", 0.5)])
+    key = await tenancy.keys.create(OPERATOR, team="t")
+    for scope in ("team:t", f"key:{key.key.id}"):
+        await tenancy.budgets.set(OPERATOR, scope=scope, period="month", max=Money(100))
+    olga, bob = await _admin(tenancy, "olga", "A"), await _admin(tenancy, "bob", "B")
+    assert len(await tenancy.budgets.list(olga)) == 2 and await tenancy.budgets.list(bob) == []
+
+    await tenancy.sync_orgs([Declared("A", 0.5), Declared("B", 0.5, ("t",))])
+    assert await tenancy.budgets.list(olga) == []
+    assert len(await tenancy.budgets.list(bob)) == 2
+    with pytest.raises(NotFound):
+        await tenancy.budgets.set(olga, scope="team:t", period="month", max=Money(10**9))
+    await tenancy.budgets.set(bob, scope="team:t", period="month", max=Money(50))
+
+
+async def _admin(tenancy: Tenancy, user: str, org: str) -> Actor:
+    """A new user holding org_admin on ``org``, as its admin token resolves it."""
+    await tenancy.users.create(OPERATOR, user, org=org)
+    await tenancy.roles.grant(OPERATOR, user=user, role="org_admin", org=org)
+    actor = await tenancy.admin_tokens.authenticate(
+        (await tenancy.admin_tokens.create(OPERATOR, user=user)).secret
+    )
+    assert actor is not None
+    return actor
+
+
 async def _squat(tenancy: Tenancy) -> str:
     """An admin of A takes the free name "physics"; returns the id of a key in it."""
     await tenancy.sync_orgs([Declared("A", 0.5), Declared("B", 0.5)])
-    await tenancy.users.create(OPERATOR, "olga", org="A")
-    await tenancy.roles.grant(OPERATOR, user="olga", role="org_admin", org="A")
-    olga = await tenancy.admin_tokens.authenticate(
-        (await tenancy.admin_tokens.create(OPERATOR, user="olga")).secret
-    )
-    assert olga is not None
+    olga = await _admin(tenancy, "olga", "A")
     team = await tenancy.teams.create(olga, org="A", name="physics")
     assert not team.from_config
     return (await tenancy.keys.create(olga, team="physics")).key.id

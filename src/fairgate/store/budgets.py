@@ -27,6 +27,7 @@ __all__ = [
     "by_id",
     "delete_budget",
     "list_budgets",
+    "move_team",
     "upsert",
 ]
 
@@ -201,6 +202,12 @@ async def delete_budget(
     )
     gone = await conn.execute(delete(budgets).where(*in_scope).returning(budgets.c.id))
     return gone.one_or_none() is not None
+
+
+async def move_team(conn: AsyncConnection, team_id: int, org_id: int) -> None:
+    """Place the budgets inside team ``team_id`` (its own, its projects', its keys') under
+    ``org_id``: the team moved, and its old organisation's admins no longer reach them."""
+    await conn.execute(update(budgets).where(budgets.c.team_id == team_id).values(org_id=org_id))
 
 
 async def add_increase(

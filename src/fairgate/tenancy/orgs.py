@@ -23,7 +23,7 @@ from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairgate.store import StoreConflict, orgs, teams
+from fairgate.store import StoreConflict, budgets, orgs, teams
 from fairgate.store.orgs import Org
 from fairgate.store.teams import Team
 from fairgate.tenancy.actor import Actor
@@ -210,6 +210,7 @@ class Orgs(Service):
         if team.org_id != org_id or not team.declared:
             await teams.update_team(conn, name, {"org_id": org_id, "declared": True}, now)
             if team.org_id != org_id:
+                await budgets.move_team(conn, team.id, org_id)
                 await self._audit(
                     conn,
                     actor,
