@@ -7,6 +7,8 @@ PostgreSQL): what the old one counted must still count, whatever the counter
 
 from __future__ import annotations
 
+import pytest
+
 from fairgate.accounting.snapshots import CounterSnapshots
 from fairgate.limits import InFlightCharge, PeriodCharge, WindowCharge
 from fairgate.limits.snapshot import SavedCounter
@@ -95,3 +97,24 @@ def test_malformed_saved_counters_are_skipped() -> None:
         now,
     )
     assert restored == 1
+
+
+async def test_fair_share_usage_survives_a_restart_decayed_as_if_nothing_happened(
+    store: Store,
+) -> None:
+    """A heavy organisation does not get its fair-share priority back by a restart."""
+    clock, half_life = FakeClock(), 3_600.0
+    before = MemoryCounterStore()
+    await before.charge("gpu", "A", 8.0, clock.wall(), half_life)
+    await before.charge("gpu", "B", 1.0, clock.wall(), half_life)
+    await CounterSnapshots(store, before, clock).save()
+    clock.advance(half_life)
+
+    after = MemoryCounterStore()
+    await after.charge("gpu", "B", 5.0, clock.wall(), half_life)  # newer and larger: kept
+    assert await CounterSnapshots(store, after, clock).restore() == 2
+    usage = await after.usage("gpu", clock.wall(), half_life)
+    assert usage == pytest.approx({"A": 4.0, "B": 5.0})
+    assert usage == pytest.approx(
+        {"A": (await before.usage("gpu", clock.wall(), half_life))["A"], "B": 5.0}
+    )

@@ -7,6 +7,8 @@ slots are never saved: they die with the process that held them.
 
     window  {"length": 60.0, "granules": 60, "buckets": [[bucket, weight], …]}
     period  {"value": 12, "keep_until": 1767225600.0}
+    usage   {"org": "etabA", "value": 3.5, "at": 1767225600.0, "half_life": 604800.0}
+            (fair-share decayed usage; the key is the pool)
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Literal
 
 __all__ = ["CounterKind", "SavedCounter"]
 
-CounterKind = Literal["window", "period"]
+CounterKind = Literal["window", "period", "usage"]
 
 
 @dataclass(frozen=True, slots=True)

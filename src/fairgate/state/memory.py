@@ -7,9 +7,10 @@ and several processes would each count alone (the gateway refuses
 ``granules + 1`` buckets, and counters past their keep-until are swept once a
 minute of the callers' time.
 
-``snapshot`` and ``restore`` carry the window and period counters across a
-restart (``fairgate.accounting.snapshots`` saves them to the store every
-``state.snapshot_interval``); in-flight slots are never carried over.
+``snapshot`` and ``restore`` carry the window and period counters and the
+fair-share usage records across a restart (``fairgate.accounting.snapshots``
+saves them to the store every ``state.snapshot_interval``); in-flight slots and
+fair-share claims are never carried over.
 
 It also holds the fair-share state (``fairgate.limits.FairShareState``):
 within-share slots per pool and organisation, and decayed usage per pool and
@@ -156,7 +157,8 @@ class MemoryCounterStore:
         return None
 
     def snapshot(self, now: float) -> list[SavedCounter]:
-        """Every window and period counter still counting at ``now``, as saved data."""
+        """Every window and period counter still counting at ``now``, and every fair-share
+        usage record, as saved data."""
         saved: list[SavedCounter] = []
         for key, window in self._windows.items():
             window.prune(now)
@@ -171,13 +173,18 @@ class MemoryCounterStore:
             if now < period.keep_until and period.value > 0:
                 data = {"value": period.value, "keep_until": period.keep_until}
                 saved.append(SavedCounter(key, "period", data))
+        for pool, records in self._records.items():
+            for org, record in records.items():
+                data = {"org": org, "value": record.value, "at": record.at}
+                saved.append(SavedCounter(pool, "usage", {**data, "half_life": record.half_life}))
         return saved
 
     def restore(self, saved: Sequence[SavedCounter], now: float) -> int:
         """Raise the counters to the saved ones (never lowering one); how many were restored.
 
         A saved window merges bucket by bucket (the larger weight wins); a period
-        counter takes the larger value, like ``seed``. Malformed entries are skipped.
+        counter takes the larger value, like ``seed``; a fair-share usage record the
+        larger value decayed to ``now``. Malformed entries are skipped.
         """
         restored = 0
         for counter in saved:
@@ -186,6 +193,8 @@ class MemoryCounterStore:
                     restored += self._restore_window(counter.key, counter.data, now)
                 elif counter.kind == "period":
                     restored += self._restore_period(counter.key, counter.data, now)
+                elif counter.kind == "usage":
+                    restored += self._restore_usage(counter.key, counter.data, now)
             except (KeyError, TypeError, ValueError):
                 continue
         return restored
@@ -205,6 +214,15 @@ class MemoryCounterStore:
         if not window.buckets:
             del self._windows[key]
             return False
+        return True
+
+    def _restore_usage(self, pool: str, data: Mapping[str, Any], now: float) -> bool:
+        org = str(data["org"])
+        saved = DecayedUsage(float(data["value"]), float(data["at"]), float(data["half_life"]))
+        records = self._records.setdefault(pool, {})
+        held = records.get(org)
+        if held is None or saved.value_at(now) > held.value_at(now):
+            records[org] = saved
         return True
 
     def _restore_period(self, key: str, data: Mapping[str, Any], now: float) -> bool:
