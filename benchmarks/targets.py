@@ -45,6 +45,8 @@ GATEWAY_CONFIG = """\
 listen: {host: 127.0.0.1, port: 0}
 admin_listen: {host: 127.0.0.1, port: 0}
 logging: {level: warning}
+# one load generator on one loopback address, up to 1000 streams: as behind a proxy
+limits: {max_connections: 4096, max_connections_per_network: null}
 store: {url: "sqlite:///fairgate.db"}
 orgs: [{name: bench-org, share: 1.0, teams: [bench]}]
 models:

@@ -73,6 +73,8 @@ def _gateway(directory: Path, sim: SimProcess, **sections: Any) -> tuple[Path, s
         orgs=[{"name": "test-org", "share": 1.0, "teams": ["t", "hi"]}],
         cache_isolation={"scope": "none"},
         logging={"level": "warning"},
+        # 500 clients on one loopback address: as behind a proxy, no per-network cap
+        limits={"max_connections_per_network": None},
         **sections,
     )
     return config, asyncio.run(_key_in(config, "hi"))

@@ -91,7 +91,7 @@ class Limits(Section):
     client_body_timeout: PositiveDuration = 60.0
     client_keep_alive_timeout: PositiveDuration = 15.0
     max_connections: Count = 1024
-    max_connections_per_network: Count | None = 128
+    max_connections_per_network: Count | None = 256
     slow_reader_timeout: PositiveDuration = 30.0
 
 

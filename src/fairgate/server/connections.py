@@ -12,7 +12,7 @@ A connection over a cap is not served: the protocol answers it at once with a 50
 envelope and closes it (``fairgate.server.protocol``). The refusals are logged at
 most once per ``LOG_EVERY`` seconds per listener, with how many there were.
 
-    caps = ConnectionCaps("client", total=1024, per_network=128, on_refused=count)
+    caps = ConnectionCaps("client", total=1024, per_network=256, on_refused=count)
     network = caps.open("192.0.2.7")     # a Refusal, or the network to give back
     caps.close(network)                  # when that connection is lost
 """
