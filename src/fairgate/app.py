@@ -83,7 +83,13 @@ from fairgate.server.connections import ConnectionCaps
 from fairgate.server.runner import Listener, bind, serve
 from fairgate.state import MemoryCounterStore, RedisCounterStore
 from fairgate.store import Store, StoreKeyDirectory, upgrade
-from fairgate.tenancy import ConfigConflict, Tenancy, build_store, declared_teams, model_names
+from fairgate.tenancy import (
+    ConfigConflict,
+    Tenancy,
+    build_store,
+    declared_teams,
+    model_catalogue,
+)
 from fairgate.tenancy.budgets import budget_book
 from fairgate.upstream import (
     Breaker,
@@ -173,7 +179,12 @@ class Gateway:
             fairshare_state=self.state if self.fairshare is not None else None,
             admission=self.admission,
             bands=bands,
-            tags=TagPolicy(config.tags.max_per_request, frozenset(config.tags.allowed)),
+            tags=TagPolicy(
+                config.tags.max_per_request,
+                frozenset(config.tags.allowed),
+                {o.name: frozenset(o.tags) for o in config.orgs},
+                config.tags.header,
+            ),
             send_priority=config.fairshare.send_priority,
             on_soft_limit=self._soft_limit if self.alerter.enabled else None,
             on_claim=lambda pool, org, borrowing: fair_requests.labels(
@@ -192,7 +203,9 @@ class Gateway:
             else None
         )
         self.tenancy = Tenancy(
-            self.store, models=model_names(config), declared_teams=declared_teams(config.orgs)
+            self.store,
+            models=model_catalogue(config),
+            declared_teams=declared_teams(config.orgs),
         )
         a = config.auth
         auth_metrics = AuthMetrics(self.metrics.registry)

@@ -21,7 +21,7 @@ from tenancy.world import World, build_world
 __all__ = ["admin_guard", "api", "pg_store_url", "sqlite_template", "store", "store_url"]
 
 MASTER_KEY = "master-key-for-tests-only-0123456789abcdef"
-MODELS = frozenset({"llama-70b", "llama70b", "llama-8b"})
+MODELS = {"llama-70b": "llama-70b", "llama70b": "llama-70b", "llama-8b": "llama-8b"}
 
 
 @dataclass

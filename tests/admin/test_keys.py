@@ -83,3 +83,53 @@ async def test_a_key_id_from_another_org_changes_nothing_and_answers_404(api: Ap
     after = await api.tenancy.keys.get(OPERATOR, key_id)
     assert after == before
     assert await directory.key_changes(api.clock.now - 5) == []
+
+
+async def test_a_member_neither_sets_nor_drops_the_tags_of_its_own_key(api: Api) -> None:
+    """A key's tags decide which tag budgets bind it: team admins and above set them."""
+    tagged = await api.client.post(
+        "/admin/keys", headers=api.as_user("tom"), json={"team": "a1", "tags": ["grant"]}
+    )
+    assert tagged.status_code == 201
+    refused = await api.client.post(
+        "/admin/keys", headers=api.as_user("mia"), json={"team": "a1", "tags": ["grant"]}
+    )
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["type"] == "permission_error"
+    assert refused.json()["error"]["code"] == "forbidden"
+    own = api.world.keys["mia"]
+    await api.tenancy.keys.update(OPERATOR, own, tags=["grant"])  # set from above
+    for tags in ([], ["other"]):  # drop them (escape the budget) or change them
+        answer = await api.client.patch(
+            f"/admin/keys/{own}", headers=api.as_user("mia"), json={"tags": tags}
+        )
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"]["code"] == "forbidden"
+    assert (await api.tenancy.keys.get(OPERATOR, own)).tags == ("grant",)
+    # what a member may still change on its own key is unaffected
+    renamed = await api.client.patch(
+        f"/admin/keys/{own}", headers=api.as_user("mia"), json={"expires_in": "30d"}
+    )
+    assert renamed.status_code == 200, renamed.text
+    # the team admin may drop them
+    dropped = await api.client.patch(
+        f"/admin/keys/{own}", headers=api.as_user("tom"), json={"tags": []}
+    )
+    assert dropped.status_code == 200 and dropped.json()["tags"] == []
+    # another organisation's admin does not even see the key
+    other = await api.client.patch(
+        f"/admin/keys/{own}", headers=api.as_user("bob"), json={"tags": ["grant"]}
+    )
+    assert other.status_code == 404
+
+
+async def test_a_budget_set_on_an_alias_answers_with_the_canonical_model(api: Api) -> None:
+    body = {"scope": "team:a1", "period": "day", "max": "1", "model": "llama70b"}
+    answer = await api.client.put("/admin/budgets", headers=api.as_user("olga"), json=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model"] == "llama-70b"
+    unknown = await api.client.put(
+        "/admin/budgets", headers=api.as_user("olga"), json={**body, "model": "llama-7b"}
+    )
+    assert unknown.status_code == 400
+    assert unknown.json()["error"]["code"] == "model_not_found"

@@ -170,9 +170,10 @@ def test_a_tag_budget_binds_the_requests_carrying_the_tag(
     config = configure(
         tmp_path,
         [model("m", sim, cost=PRICES)],
-        budgets=[("tag:blue", 20)],
+        budgets=[("tag:blue", 20)],  # proxy-wide: every tenant's requests carrying it
         state=state,
         master_key_file=master_key(tmp_path),
+        tags={"allowed": ["blue", "red"]},
     )
     with GatewayProcess(config) as gateway:
         assert chat(gateway, 10, tags="blue").status_code == 200

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,7 +15,7 @@ from fairgate.core.errors import BadRequest, RateLimited, ServiceUnavailable
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.fairshare import FairShare
-from fairgate.limits import Budget, BudgetBook, Limiter, prompt_tokens
+from fairgate.limits import Budget, BudgetBook, Limiter, Limits, Subject, prompt_tokens
 from fairgate.proxy.exchange import Exchange
 from fairgate.proxy.gate import Gate, TagPolicy
 from fairgate.proxy.reservation import Reservation
@@ -51,18 +52,26 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     await redis.aclose()
 
 
-def gate(store: Any, *, budgets: tuple[Budget, ...] = (), pools: bool = False) -> Gate:
+def gate(
+    store: Any,
+    *,
+    budgets: tuple[Budget, ...] = (),
+    pools: bool = False,
+    tags: TagPolicy | None = None,
+    prices: dict[str, Prices] | None = None,
+) -> Gate:
     fairshare = FairShare({"p": 4}, {"p": {"a": 0.5, "b": 0.5}}) if pools else None
     book = BudgetBook(budgets)
     return Gate(
         limiter=Limiter(store),
         budgets=lambda: book,
-        prices=PRICES,
+        prices=PRICES if prices is None else prices,
         pools={"m": "p" if pools else None},
         classes={"m": "interactive"},
         clock=SystemClock(),
         fairshare=fairshare,
         fairshare_state=store if pools else None,
+        tags=tags,
     )
 
 
@@ -138,12 +147,62 @@ async def test_a_budget_is_reserved_at_the_estimate_and_corrected_by_the_real_co
 
 async def test_request_tags_reach_tag_budgets() -> None:
     budget = Budget("tag", "nightly", None, "day", max=Money(0))
-    g = gate(MemoryCounterStore(), budgets=(budget,))
+    g = gate(
+        MemoryCounterStore(), budgets=(budget,), tags=TagPolicy(allowed=frozenset({"nightly"}))
+    )
     principal = Principal("k1", "a", "ta")
     ticket = await g.enter(exchange(principal))  # no tag: the tag budget does not apply
     await g.leave(ticket, exchange(principal))
     with pytest.raises(RateLimited, match="tag 'nightly'"):
         await g.enter(exchange(principal), b"nightly")
+
+
+async def test_an_owned_tag_budget_binds_only_its_owners_requests() -> None:
+    spent = (
+        Budget("tag", "org:a/grant", None, "day", max=Money(0)),
+        Budget("tag", "team:tb/grant", None, "day", max=Money(0)),
+    )
+    policy = TagPolicy(by_org={"a": frozenset({"grant"}), "b": frozenset({"grant"})})
+    g = gate(MemoryCounterStore(), budgets=spent, tags=policy)
+    with pytest.raises(RateLimited, match="tag 'org:a/grant'"):
+        await g.enter(exchange(A), b"grant")
+    with pytest.raises(RateLimited, match="tag 'team:tb/grant'"):
+        await g.enter(exchange(B), b"grant")
+    other_team = Principal("kc", "b", "tc")  # org b, another team: neither budget is its own
+    ticket = await g.enter(exchange(other_team), b"grant")
+    await g.leave(ticket, served(exchange(other_team), 10, 10))
+    # a key's own tags are owned the same way
+    tagged = Principal("kd", "b", "tc", tags=("grant",))
+    ticket = await g.enter(exchange(tagged))
+    await g.leave(ticket, served(exchange(tagged), 10, 10))
+
+
+async def test_a_fallback_chain_reserves_every_models_budget_and_charges_the_one_that_served(
+    store: Any,
+) -> None:
+    per_model = (
+        Budget("team", "ta", "m", "day", max=Money(10**9)),
+        Budget("team", "ta", "y", "day", max=Money(10**9)),
+        Budget("team", "ta", None, "day", max=Money(10**9)),
+    )
+    expensive = {**PRICES, "y": Prices(Money.from_units(5).micro, Money.from_units(7).micro, 0)}
+    g = gate(store, budgets=per_model, prices=expensive)
+    limiter = Limiter(store)
+    principal = Principal("k1", "a", "ta")
+    ex = exchange(principal)
+    ex.chain = ("m", "y")
+    ticket = await g.enter(ex)
+    assert ticket.limits is not None
+    # reserved at the dearest model of the chain, on every model's budget
+    cost = expensive["y"].cost_of(ex.reservation.usage())  # type: ignore[union-attr]
+    usage = await limiter.usage(Subject("k1", "a", "ta"), Limits(), per_model, time.time())
+    assert [b.spent for b in usage.budgets] == [cost] * 3
+    done = served(ex, 10, 10)
+    done.model = "y"  # the fallback served
+    await g.leave(ticket, done)
+    real = expensive["y"].cost_of(done.usage)  # type: ignore[arg-type]
+    usage = await limiter.usage(Subject("k1", "a", "ta"), Limits(), per_model, time.time())
+    assert [b.spent for b in usage.budgets] == [Money(0), real, real]
 
 
 async def test_the_state_back_end_down_fails_closed_and_borrows_for_fair_share() -> None:
@@ -165,8 +224,17 @@ def test_tag_policy() -> None:
     assert policy.parse(b" x , y,x ") == ("x", "y")
     with pytest.raises(BadRequest, match="at most 2 tags"):
         policy.parse(b"x,y,z")
-    with pytest.raises(BadRequest, match="'w' is not allowed"):
+    with pytest.raises(BadRequest, match="'w' in the x-fairgate-tags header is not allowed"):
         policy.parse(b"w")
+    # nothing listed: the header may carry no tag at all
+    with pytest.raises(BadRequest, match="not allowed"):
+        TagPolicy().parse(b"x")
+    # an organisation's own list adds to the shared one, for its keys only
+    own = TagPolicy(allowed=frozenset({"x"}), by_org={"a": frozenset({"w"})}, header="x-tags")
+    assert own.parse(b"w,x", "a") == ("w", "x")
+    with pytest.raises(BadRequest, match="'w' in the x-tags header") as refused:
+        own.parse(b"w", "b")
+    assert "'a'" not in str(refused.value) and "x'" not in str(refused.value)
     with pytest.raises(BadRequest, match="a tag is 1 to 64"):
         TagPolicy().parse(b"bad tag")
 

@@ -10,7 +10,9 @@ from store.backends import FakeClock, pg_store_url, sqlite_template, store, stor
 
 __all__ = ["clock", "pg_store_url", "sqlite_template", "store", "store_url", "tenancy"]
 
-MODELS = frozenset({"llama-70b", "llama70b", "llama-8b", "qwen-32b"})
+MODELS = {"llama-70b": "llama-70b", "llama70b": "llama-70b", "llama-8b": "llama-8b",
+          "qwen-32b": "qwen-32b"}  # fmt: skip
+"""Every name the gateway serves, mapped to its model's canonical name (an alias: llama70b)."""
 
 
 @pytest.fixture

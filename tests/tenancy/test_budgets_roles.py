@@ -47,6 +47,10 @@ ALLOWED = [
     ("tom", "key:a1"),
     ("tom", "key:mo"),
     ("bob", "team:b1"),
+    ("olga", "tag:org:A/grant"),  # a slice of its organisation's traffic, set like a team's
+    ("olga", "tag:team:a2/grant"),
+    ("tom", "tag:team:a1/grant"),  # a slice of its team's, set like a project's
+    ("bob", "tag:org:B/grant"),
 ]
 
 REFUSED = [
@@ -67,6 +71,13 @@ REFUSED = [
     ("bob", "team:a1", N),
     ("bob", "org:B", F),
     ("ua", "team:a1", N),
+    ("olga", "tag:grant", F),  # a proxy-wide tag binds every tenant: proxy admins only
+    ("bob", "tag:org:A/grant", N),  # another organisation's tag
+    ("bob", "tag:team:a1/grant", N),
+    ("tom", "tag:org:A/grant", F),  # its organisation's, set from above the team
+    ("tom", "tag:team:a2/grant", N),
+    ("mia", "tag:team:a1/grant", F),
+    ("vic", "tag:org:A/grant", F),
 ]
 
 
@@ -133,7 +144,8 @@ async def test_a_guessed_budget_id_from_another_tenant_changes_nothing(
 
 async def test_listings_show_each_reader_the_budgets_of_what_it_reads(tenancy: Tenancy) -> None:
     world = await build_world(tenancy)
-    for scope in ("org:A", "org:B", "team:a1", "team:a2", "team:b1", "project:a1/p", "tag:ci"):
+    for scope in ("org:A", "org:B", "team:a1", "team:a2", "team:b1", "project:a1/p", "tag:ci",
+                  "tag:org:A/ci", "tag:team:a1/ci", "tag:team:b1/ci"):  # fmt: skip
         await tenancy.budgets.set(OPERATOR, scope=scope, period="month", max=Money(10))
     for key in ("mia", "mo", "b1"):
         await tenancy.budgets.set(
@@ -145,10 +157,15 @@ async def test_listings_show_each_reader_the_budgets_of_what_it_reads(tenancy: T
         listed = await tenancy.budgets.list(await world.actor(user))
         return {names.get(b.scope, b.scope) for b in listed}
 
-    assert len(await seen("pat")) == 10
-    assert await seen("bob") == {"org:B", "team:b1", "key:b1"}
+    owned_a = {"tag:org:A/ci", "tag:team:a1/ci"}
+    assert len(await seen("pat")) == 13
+    assert await seen("bob") == {"org:B", "team:b1", "key:b1", "tag:team:b1/ci"}
     assert await seen("olga") == await seen("vic")
-    assert await seen("vic") == {"org:A", "team:a1", "team:a2", "project:a1/p", "key:mia", "key:mo"}
-    assert await seen("val") == {"org:A", "team:a1", "project:a1/p", "key:mia", "key:mo"}
-    assert await seen("mia") == {"org:A", "team:a1", "project:a1/p", "key:mia"}
+    assert await seen("vic") == {
+        "org:A", "team:a1", "team:a2", "project:a1/p", "key:mia", "key:mo", *owned_a
+    }  # fmt: skip
+    assert await seen("val") == {"org:A", "team:a1", "project:a1/p", "key:mia", "key:mo",
+                                 "tag:team:a1/ci"}  # fmt: skip
+    assert await seen("mia") == {"org:A", "team:a1", "project:a1/p", "key:mia",
+                                 "tag:team:a1/ci"}  # fmt: skip
     assert await seen("ua") == set()

@@ -33,6 +33,7 @@ def test_exported_members() -> None:
         "budget_book",
         "build_store",
         "declared_teams",
+        "model_catalogue",
         "model_names",
         "open_tenancy",
         "public",

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from fairgate.core.money import Money
 from fairgate.limits import Budget, Calendar, Limiter
+from fairgate.limits.subject import OWNED_TAG_PREFIXES
 from fairgate.store import Store, usage_records
 
 __all__ = ["restore_spend", "spent_in_period"]
@@ -28,6 +29,11 @@ def _filters(budget: Budget) -> dict[str, str]:
     if budget.scope_kind == "project":
         team, _, project = budget.scope.partition("/")
         wanted = {"team": team, "project": project}
+    elif budget.scope_kind == "tag" and budget.scope.startswith(OWNED_TAG_PREFIXES):
+        # an owned tag (``org:ORG/TAG``, ``team:TEAM/TAG``) spent only its owner's records
+        owner, _, tag = budget.scope.partition("/")
+        level, _, name = owner.partition(":")
+        wanted = {level: name, "tag": tag}
     else:
         wanted = {budget.scope_kind: budget.scope}
     if budget.model is not None:

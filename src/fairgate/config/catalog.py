@@ -32,11 +32,13 @@ class Pool(Section):
 
 
 class Org(Section):
-    """An organisation: its ``share`` of every pool, in (0, 1], and the names of its teams."""
+    """An organisation: its ``share`` of every pool, in (0, 1], the names of its teams, and
+    the ``tags`` its keys may add to a request in the tag header (besides ``tags.allowed``)."""
 
     name: Name
     share: StrictFloat = Field(gt=0, le=1)
     teams: tuple[Name, ...] = ()
+    tags: tuple[Name, ...] = ()
 
 
 class Cost(Section):

@@ -312,8 +312,9 @@ class Routing(Section):
 
 class Tags(Section):
     """Request tags for budgets and reports: ``header`` is the one request header read
-    for them (comma-separated, at most ``max_per_request``); ``allowed``, when not
-    empty, lists the only tag values a request may carry (others: 400)."""
+    for them (comma-separated, at most ``max_per_request``); ``allowed`` lists the tag
+    values every organisation's keys may send in it, besides the organisation's own
+    ``orgs[].tags`` (any other: 400)."""
 
     header: Name = "x-fairgate-tags"
     max_per_request: StrictInt = Field(default=8, ge=0, le=64)

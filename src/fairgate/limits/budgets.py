@@ -13,7 +13,7 @@ dictionary look-ups, never by scanning every budget.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 from urllib.parse import quote
@@ -89,12 +89,19 @@ class BudgetBook:
             count += 1
         self._count = count
 
-    def applicable(self, subject: Subject, model: str) -> tuple[Budget, ...]:
-        """The budgets a request of ``subject`` for ``model`` falls under, widest scope first."""
+    def applicable(
+        self, subject: Subject, model: str, fallbacks: Collection[str] = ()
+    ) -> tuple[Budget, ...]:
+        """The budgets a request of ``subject`` for ``model`` falls under, widest scope first.
+
+        ``fallbacks`` are the other models that may serve it: their per-model budgets
+        are included too (checked and reserved at admission; settled at the real cost
+        only for the model that served, ``Limiter.settle``)."""
+        models = {model, *fallbacks}
         found: list[Budget] = []
         for scope in subject.scopes():
             for budget in self._by_scope.get(scope, ()):
-                if budget.model is None or budget.model == model:
+                if budget.model is None or budget.model in models:
                     found.append(budget)
         return tuple(found)
 

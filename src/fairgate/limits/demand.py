@@ -46,6 +46,7 @@ class Admission:
     lease: Lease | None
     tpm_key: str | None = None
     budget_keys: tuple[str, ...] = ()
+    budget_models: tuple[str | None, ...] = ()  # the model of each budget key (None: all)
     soft_crossed: tuple[Budget, ...] = ()
     soft_spent: tuple[Money, ...] = ()
     degraded: bool = False

@@ -105,11 +105,20 @@ class Limiter:
         return _admission(plan, verdict.lease, verdict.totals, demand)
 
     async def settle(
-        self, admission: Admission, *, tokens: int | None, cost: Money | None, now: float
+        self,
+        admission: Admission,
+        *,
+        tokens: int | None,
+        cost: Money | None,
+        now: float,
+        model: str | None = None,
     ) -> None:
         """Release the in-flight slot and correct tokens and cost with the real usage
         (None: keep the estimate), in the windows and periods the admission charged.
-        A second settle of the same admission does nothing."""
+        ``model`` is the model that served the request: a per-model budget of another
+        model (a fallback that did not serve) is given its reservation back; None
+        charges every budget the cost. A second settle of the same admission does
+        nothing."""
         if admission.settled:
             return
         admission.settled = True
@@ -120,7 +129,9 @@ class Limiter:
         if tokens is not None and admission.tpm_key is not None:
             actual[admission.tpm_key] = max(0, tokens)
         if cost is not None:
-            actual.update((key, max(0, cost.micro)) for key in admission.budget_keys)
+            spent = max(0, cost.micro)
+            for key, of in zip(admission.budget_keys, admission.budget_models, strict=True):
+                actual[key] = spent if model is None or of is None or of == model else 0
         try:
             await self._store.settle(lease, actual, now)
         except StateUnavailable as exc:
@@ -198,6 +209,7 @@ def _admission(plan: Plan, lease: Lease, totals: tuple[int, ...], demand: Demand
         lease=lease,
         tpm_key=plan.tpm_key,
         budget_keys=tuple(plan.charges[i].key for _, i in plan.budgets),
+        budget_models=tuple(b.model for b, _ in plan.budgets),
         soft_crossed=tuple(crossed),
         soft_spent=tuple(spent),
     )

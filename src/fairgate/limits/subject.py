@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ScopeKind", "Subject"]
+__all__ = ["OWNED_TAG_PREFIXES", "ScopeKind", "Subject", "tag_scopes"]
 
 ScopeKind = Literal["org", "team", "project", "key", "tag"]
 
@@ -14,7 +14,8 @@ ScopeKind = Literal["org", "team", "project", "key", "tag"]
 @dataclass(frozen=True, slots=True)
 class Subject:
     """The scopes one request falls under: its key, the key's project, team and
-    organisation, and every tag it carries. Names are opaque identifiers (a key's
+    organisation, and every tag it carries (each under its organisation, its team and
+    the proxy: ``tag_scopes``). Names are opaque identifiers (a key's
     id, never its secret); a project name must be unique within its team's
     organisation as far as budgets are concerned (pass ``team/project`` if not)."""
 
@@ -32,4 +33,20 @@ class Subject:
             yield "project", self.project
         yield "key", self.key
         for tag in dict.fromkeys(self.tags):
-            yield "tag", tag
+            yield from tag_scopes(self.org, self.team, tag)
+
+
+def tag_scopes(org: str, team: str, tag: str) -> Iterator[tuple[ScopeKind, str]]:
+    """The tag budgets a request of ``org``/``team`` carrying ``tag`` falls under: the
+    organisation's (``org:ORG/TAG``), the team's (``team:TEAM/TAG``) and the proxy-wide
+    one (the bare tag). Organisation and team names never hold ``/``, so the owner is
+    read up to the first one; a tag spelled like an owned name (``org:…``, ``team:…``)
+    has no proxy-wide budget, so no request can charge another tenant's by naming it."""
+    yield "tag", f"org:{org}/{tag}"
+    yield "tag", f"team:{team}/{tag}"
+    if not tag.startswith(OWNED_TAG_PREFIXES):
+        yield "tag", tag
+
+
+OWNED_TAG_PREFIXES = ("org:", "team:")
+"""How an owned tag scope's name starts; a proxy-wide tag never starts so."""

@@ -43,6 +43,7 @@ class Exchange:
     prompt_bytes: int = 0
     reservation: Reservation | None = None  # what the request may consume (proxy.reservation)
     output_caps: dict[str, int | None] = field(default_factory=dict)  # per candidate model
+    chain: tuple[str, ...] = ()  # the models that may serve it, the one asked for first
     parsed: dict[str, Any] | None = None
     body: bytes = b""
     body_unread: bool = False  # the request announces a body not read (yet): close after

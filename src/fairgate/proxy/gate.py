@@ -30,7 +30,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,15 +65,18 @@ Alert = Callable[[Budget, float, Money], None]
 
 @dataclass(frozen=True, slots=True)
 class TagPolicy:
-    """Tags a request may add through its one tag header: at most ``limit``; when
-    ``allowed`` is not empty, only those values."""
+    """Tags a request may add through its one tag header (``header``): at most ``limit``,
+    each in ``allowed`` (every organisation's) or in ``by_org`` of the caller's
+    organisation. Nothing listed: the header may carry no tag."""
 
     limit: int = 8
     allowed: frozenset[str] = frozenset()
+    by_org: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    header: str = "x-fairgate-tags"
 
-    def parse(self, raw: bytes) -> tuple[str, ...]:
+    def parse(self, raw: bytes, org: str = "") -> tuple[str, ...]:
         """The header's comma-separated tags, de-duplicated in order; ``BadRequest``
-        (400) for too many, a malformed or a tag not allowed."""
+        (400) for too many, a malformed or a tag not allowed to ``org``'s keys."""
         try:
             text = raw.decode("ascii")
         except UnicodeDecodeError:
@@ -91,8 +94,12 @@ class TagPolicy:
                     "and starts with a letter or digit",
                     code="invalid_tag",
                 )
-            if self.allowed and tag not in self.allowed:
-                raise BadRequest(f"tag '{tag}' is not allowed", code="tag_not_allowed")
+            if tag not in self.allowed and tag not in self.by_org.get(org, ()):
+                # the message names the header, never what another tenant may send
+                raise BadRequest(
+                    f"tag '{tag}' in the {self.header} header is not allowed for this key",
+                    code="tag_not_allowed",
+                )
         return tags
 
 
@@ -180,19 +187,23 @@ class Gate:
         assert principal is not None
         ticket = Ticket()
         if tag_header is not None:
-            ex.tags = tuple(dict.fromkeys((*principal.tags, *self._tags.parse(tag_header))))
+            added = self._tags.parse(tag_header, principal.org)
+            ex.tags = tuple(dict.fromkeys((*principal.tags, *added)))
         model = ex.requested_model
+        # Whichever model of the chain serves, its per-model budgets bind the request
+        # and its prices bound the reservation; only the one that served is charged.
+        chain = ex.chain or (model,)
         now = self._clock.wall()
         book = self._budgets()
         subject = _subject(principal, ex.tags or principal.tags) if len(book) else None
-        budgets = book.applicable(subject, model) if subject is not None else ()
+        budgets = book.applicable(subject, model, chain) if subject is not None else ()
         p = principal
         if budgets or p.rpm or p.tpm or p.rpd or p.max_in_flight:
             limits = Limits(p.rpm, p.tpm, p.rpd, p.max_in_flight)
             reservation = ex.reservation
             assert reservation is not None  # reserved when the model was resolved
             subject = subject or _subject(principal, ex.tags or principal.tags)
-            cost = self._cost(model, reservation.usage())
+            cost = max(self._cost(m, reservation.usage()) for m in chain)
             demand = Demand(subject, limits, model, reservation.tokens, cost, budgets)
             ticket.limits = await self._admit(demand, principal, now)
             if ticket.limits.lease is not None and p.max_in_flight is not None:
@@ -259,7 +270,10 @@ class Gate:
             claim, ticket.claim, ticket.pool = ticket.claim, None, None
             await self._settle_fairshare(pool, org, claim, cost)
         if ticket.limits is not None:
-            await self._limiter.settle(ticket.limits, tokens=tokens, cost=cost, now=self._now())
+            served = ex.model if ex.usage is not None else None
+            await self._limiter.settle(
+                ticket.limits, tokens=tokens, cost=cost, now=self._now(), model=served
+            )
 
     async def meter(self, ex: Exchange) -> None:
         """Count a request the gateway answers itself (``GET /v1/models``, ``GET /me``)

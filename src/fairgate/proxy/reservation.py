@@ -99,6 +99,7 @@ class OutputPolicy:
             ex.output_caps[candidate.name] = limit.cap
             completion = max(completion, limit.tokens(self.assumed))
         ex.reservation = Reservation(prompt, completion)
+        ex.chain = tuple(c.name for c in kept)
         return entry if len(kept) == len(entry.chain) else ModelEntry(tuple(kept))
 
 

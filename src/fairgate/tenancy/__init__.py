@@ -31,7 +31,13 @@ from fairgate.tenancy.orgs import DeclaredOrg, Orgs, SyncReport, declared_teams
 from fairgate.tenancy.projects import Projects
 from fairgate.tenancy.public import public
 from fairgate.tenancy.roles import Roles
-from fairgate.tenancy.runtime import build_store, model_names, open_tenancy, store_url
+from fairgate.tenancy.runtime import (
+    build_store,
+    model_catalogue,
+    model_names,
+    open_tenancy,
+    store_url,
+)
 from fairgate.tenancy.services import Tenancy
 from fairgate.tenancy.teams import UNSET, Teams
 from fairgate.tenancy.users import Users
@@ -63,6 +69,7 @@ __all__ = [
     "budget_book",
     "build_store",
     "declared_teams",
+    "model_catalogue",
     "model_names",
     "open_tenancy",
     "public",

@@ -7,6 +7,7 @@ parse_moment("2026-12-31T00:00Z")  Unix seconds (no offset: UTC)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -69,11 +70,12 @@ def record_of(row: BudgetRow) -> BudgetRecord:
     )
 
 
-def limiter_budget(row: BudgetRow) -> Budget:
+def limiter_budget(row: BudgetRow, canonical: Callable[[str], str] = str) -> Budget:
+    """The limiter's form of ``row``, its model named by ``canonical`` (alias → model)."""
     return Budget(
         row.scope_kind,  # type: ignore[arg-type]  # checked on the way in
         row.scope,
-        row.model,
+        None if row.model is None else canonical(row.model),
         row.period,  # type: ignore[arg-type]
         max=Money(row.max_micro),
         soft=None if row.soft_micro is None else Money(row.soft_micro),

@@ -97,9 +97,9 @@ class Budgets(Service):
                 f"invalid period {period[:32]!r}: use day, week or month", code="invalid_period"
             )
         if model is not None:
-            names = self._check_models([model])
-            assert names is not None
-            model = names[0]
+            # stored under the canonical name, the one the limiter compares: a budget
+            # kept under an alias would bind no request at all
+            model = self._canonical_model(model)
         max_micro = _amount("max", max)
         soft_micro = None if soft is None else _amount("soft", soft)
         if soft_micro is not None and soft_micro > max_micro:
@@ -124,7 +124,7 @@ class Budgets(Service):
         now = self._now()
         async with self._store.write() as conn:
             org_id, team_id = await self._place(conn, actor, target)
-            if not may_set(actor, target.kind, org_id, team_id):
+            if not may_set(actor, target.level, org_id, team_id):
                 raise Forbidden(
                     f"the budget of {target} is set from above it (see docs/tenancy.md)",
                     code="forbidden",
@@ -167,19 +167,30 @@ class Budgets(Service):
         """(org_id, team_id) of a scope the actor can see; NotFound otherwise."""
         scope = self._scope(actor)
         missing = NotFound(f"no {target.kind} {target.name!r}", code=f"{target.kind}_not_found")
-        if target.kind == "tag":
-            check_labels("tag", [target.name])
-            if not actor.root_reader:
-                raise Forbidden("tag budgets are set by proxy admins", code="forbidden")
-            return None, None
-        if target.kind == "org":
-            org = await orgs.by_name(conn, target.name, scope.orgs_read())
+        kind: str = target.kind
+        name = target.name
+        if kind == "tag":
+            assert target.tag is not None
+            check_labels("tag", [target.tag])
+            tag_owner = target.owner
+            if tag_owner is None:
+                if not actor.root_reader:
+                    raise Forbidden(
+                        "proxy-wide tag budgets are set by proxy admins; a tenant's tag "
+                        "budget is tag:org:ORG/TAG or tag:team:TEAM/TAG",
+                        code="forbidden",
+                    )
+                return None, None
+            kind, name = tag_owner  # placed, and found or not, like its owner
+            missing = NotFound(f"no {kind} {name!r}", code=f"{kind}_not_found")
+        if kind == "org":
+            org = await orgs.by_name(conn, name, scope.orgs_read())
             if org is None:
                 raise missing
             return org.id, None
         team_id: int | None = None
-        if target.kind == "team":
-            team = await teams.by_name(conn, target.name, scope.teams_read())
+        if kind == "team":
+            team = await teams.by_name(conn, name, scope.teams_read())
             team_id = None if team is None else team.id
         elif target.kind == "project":
             team_name, _, name = target.name.partition("/")
@@ -258,7 +269,9 @@ class Budgets(Service):
         """Every budget with the increases running now, for the limiter (no actor: the gateway)."""
         async with self._store.read() as conn:
             rows = await budgets.list_budgets(conn, live_at=self._now())
-        return tuple(limiter_budget(r) for r in rows)
+        # A budget stored under an alias (before names were canonicalised on the way in)
+        # binds the model the alias stands for.
+        return tuple(limiter_budget(r, self.canonical_model) for r in rows)
 
 
 async def budget_book(tenancy: Tenancy) -> BudgetBook:

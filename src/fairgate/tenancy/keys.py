@@ -95,6 +95,8 @@ class Keys(Service):
                 raise Forbidden(
                     f"creating keys in {team!r} needs member or above", code="forbidden"
                 )
+            if tag_list and not administers:
+                raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
             if owner_team.disabled_at is not None:
                 raise BadRequest(f"team {team!r} is disabled", code="team_disabled")
             project_id = await self._project_id(conn, owner_team.name, project)
@@ -184,6 +186,10 @@ class Keys(Service):
         scope = self._scope(actor)
         now = self._now()
         async with self._store.write() as conn:
+            if "tags" in values and await keys.get_key(conn, key_id, scope.keys_admin()) is None:
+                if await keys.get_key(conn, key_id, scope.keys_read()) is None:
+                    raise NotFound(f"no key {key_id!r}", code="key_not_found")
+                raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
             if not await keys.update_key(conn, key_id, values, now, scope.keys_write()):
                 await self._unchanged(conn, scope, key_id, "changing", idempotent=False)
             detail = {k: _list(v) if isinstance(v, tuple) else v for k, v in values.items()}
@@ -252,6 +258,11 @@ class Keys(Service):
         if not 0 < expires_in <= 10 * 366 * 86400:
             raise BadRequest("expiry must be in the future, within 10 years", code="invalid_expiry")
         return from_unix(self._clock.wall() + expires_in)
+
+
+_TAGS_FORBIDDEN = (
+    "a key's tags decide which tag budgets bind it: they are set by team admins and above"
+)
 
 
 def _list(models: tuple[str, ...] | None) -> list[str] | None:

@@ -19,7 +19,7 @@ from fairgate.store import Store, upgrade
 from fairgate.tenancy.orgs import declared_teams
 from fairgate.tenancy.services import Tenancy
 
-__all__ = ["build_store", "model_names", "open_tenancy", "store_url"]
+__all__ = ["build_store", "model_catalogue", "model_names", "open_tenancy", "store_url"]
 
 
 def store_url(config: Config) -> str:
@@ -40,6 +40,12 @@ def model_names(config: Config) -> frozenset[str]:
     return frozenset(name for m in config.models for name in (m.name, *m.aliases))
 
 
+def model_catalogue(config: Config) -> dict[str, str]:
+    """Every name a client may use for a model (canonical names and aliases), mapped to
+    the model's canonical name."""
+    return {name: m.name for m in config.models for name in (m.name, *m.aliases)}
+
+
 @asynccontextmanager
 async def open_tenancy(
     config: Config, *, clock: Clock | None = None, sync: bool = True
@@ -56,7 +62,7 @@ async def open_tenancy(
         tenancy = Tenancy(
             store,
             clock=clock,
-            models=model_names(config),
+            models=model_catalogue(config),
             declared_teams=declared_teams(config.orgs),
         )
         if sync:

@@ -125,6 +125,16 @@ class Scope:
         )
         return _any(readable, self._own_keys(None))
 
+    def keys_admin(self) -> ColumnElement[bool]:
+        """Keys whose team the actor administers: what only a team admin (and above) may
+        change on a key, its tags (which tag budgets bind it)."""
+        a = self.actor
+        if a.root_admin:
+            return true()
+        if not (a.admin_orgs or a.admin_teams):
+            return false()
+        return keys_table.c.team_id.in_(self.team_ids(self.teams_admin()))
+
     def keys_write(self) -> ColumnElement[bool]:
         a = self.actor
         if a.root_admin:

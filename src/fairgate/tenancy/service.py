@@ -23,14 +23,27 @@ class Service:
 
     ``models`` is every model name the gateway serves (canonical and aliases),
     used to refuse an allowlist naming an unknown model; None accepts any name.
+    Given as a mapping (name → canonical name, ``model_catalogue``), it also says
+    which model an alias stands for; a plain collection names canonical models.
     """
 
     def __init__(
-        self, store: Store, clock: Clock, *, models: Collection[str] | None = None
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        models: Collection[str] | Mapping[str, str] | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._models = None if models is None else frozenset(models)
+        self._canonical: Mapping[str, str] | None = (
+            None
+            if models is None
+            else dict(models)
+            if isinstance(models, Mapping)
+            else {m: m for m in models}
+        )
 
     def _now(self) -> datetime:
         return from_unix(self._clock.wall())
@@ -45,6 +58,27 @@ class Service:
             if unknown:
                 raise BadRequest(f"unknown model {unknown[0]!r}", code="model_not_found")
         return names
+
+    def _canonical_model(self, model: str) -> str:
+        """The canonical name of ``model`` (itself for a canonical name, the model an alias
+        stands for); BadRequest for a name the gateway does not serve."""
+        (name,) = check_labels("model", [model])
+        if self._canonical is None:
+            return name
+        canonical = self._canonical.get(name)
+        if canonical is None:
+            raise BadRequest(
+                f"unknown model {name[:256]!r}: give a model's name or one of its aliases",
+                code="model_not_found",
+            )
+        return canonical
+
+    def canonical_model(self, model: str) -> str:
+        """What ``_canonical_model`` says, for a stored name: unknown names stay as they are
+        (a model removed from the configuration binds no request anyway)."""
+        if self._canonical is None:
+            return model
+        return self._canonical.get(model, model)
 
     @staticmethod
     def _scope(actor: Actor) -> Scope:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from fairgate.core.clock import Clock, SystemClock
 from fairgate.store import Store
@@ -25,7 +25,9 @@ class Tenancy:
     (except the start-up sync and token authentication) and enforces its scope in SQL.
 
     ``models``: every model name the gateway serves (canonical names and aliases);
-    allowlists naming anything else are refused. None accepts any name.
+    allowlists naming anything else are refused. None accepts any name. A mapping
+    (``model_catalogue``: name → canonical name) also canonicalises the model of a
+    per-model budget.
     ``declared_teams``: the team names the configuration declares, which
     ``teams.create`` refuses (``fairgate.tenancy.orgs.declared_teams``).
     """
@@ -35,7 +37,7 @@ class Tenancy:
         store: Store,
         *,
         clock: Clock | None = None,
-        models: Collection[str] | None = None,
+        models: Collection[str] | Mapping[str, str] | None = None,
         declared_teams: Collection[str] = (),
     ) -> None:
         clock = clock or SystemClock()
