@@ -38,13 +38,23 @@ def _gpu_hours(option: str, text: str) -> Money:
 
 @app.command("set")
 def set_budget(
-    scope: Annotated[str, typer.Option("--scope", help="org:NAME, team:NAME, project:T/NAME…")],
+    scope: Annotated[
+        str,
+        typer.Option(
+            "--scope",
+            help="org:NAME, team:NAME, project:T/NAME, key:ID, tag:org:ORG/TAG, "
+            "tag:team:T/TAG or tag:TAG (proxy-wide).",
+        ),
+    ],
     period: Annotated[str, typer.Option("--period", help="day, week or month (UTC).")],
     max_hours: Annotated[str, typer.Option("--max", help="The cap, in GPU-hours.")],
     soft: Annotated[
         str | None, typer.Option("--soft", help="Alert threshold, in GPU-hours.")
     ] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Only this model.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Only this model (an alias is stored as the model's name)."),
+    ] = None,
     config: ConfigOption = None,
     as_json: Json = False,
 ) -> None:

@@ -61,7 +61,10 @@ def create(
     models: Annotated[
         str | None, typer.Option("--models", help="Allowed models, a,b ('' = none).")
     ] = None,
-    tags: Annotated[str | None, typer.Option("--tags", help="Tags for budgets, a,b.")] = None,
+    tags: Annotated[
+        str | None,
+        typer.Option("--tags", help="Tags for budgets, a,b (set by team admins and above)."),
+    ] = None,
     rpm: Limit = None,
     tpm: Limit = None,
     rpd: Limit = None,
