@@ -41,10 +41,12 @@ from fairgate.admission.saturation import replica_key
 from fairgate.auth import (
     Authenticator,
     AuthGuard,
+    ChangeWatcher,
     FailureLimiter,
     KeyCache,
     LookupCeiling,
     ModelResolver,
+    Waker,
     sha256,
 )
 from fairgate.config import Config, Model
@@ -81,14 +83,21 @@ from fairgate.proxy.settle import Settler
 from fairgate.routing import strategy_for
 from fairgate.server.connections import ConnectionCaps
 from fairgate.server.runner import Listener, bind, serve
-from fairgate.state import MemoryCounterStore, RedisCounterStore
-from fairgate.store import Store, StoreKeyDirectory, upgrade
+from fairgate.state import MemoryCounterStore, RedisCounterStore, RedisNotices
+from fairgate.store import (
+    PostgresChangeListener,
+    Store,
+    StoreChangeFeed,
+    StoreKeyDirectory,
+    upgrade,
+)
 from fairgate.tenancy import (
     ConfigConflict,
     Tenancy,
     build_store,
     declared_teams,
     model_catalogue,
+    redis_notices,
 )
 from fairgate.tenancy.budgets import budget_book
 from fairgate.upstream import (
@@ -209,9 +218,22 @@ class Gateway:
         )
         a = config.auth
         auth_metrics = AuthMetrics(self.metrics.registry)
+        self.key_cache = KeyCache(
+            a.key_cache_size, a.key_cache_ttl, a.miss_cache_size, a.miss_cache_ttl, clock
+        )
+        # Withdrawn access reaches this process through the store's feed (and Redis, when
+        # configured) within change_poll_interval; the cache TTL is only the backstop.
+        self.notices = redis_notices(config, self.store)
+        self.change_watcher = ChangeWatcher(
+            StoreChangeFeed(self.store),
+            self.key_cache,
+            clock,
+            interval=a.change_poll_interval,
+            wakers=_wakers(self.store, self.notices),
+        )
         self.authenticator = Authenticator(
             StoreKeyDirectory(self.store),
-            KeyCache(a.key_cache_size, a.key_cache_ttl, a.miss_cache_size, a.miss_cache_ttl, clock),
+            self.key_cache,
             _guard(config, clock, auth_metrics, "client"),
             ModelResolver({n: m.name for m in config.models for n in (m.name, *m.aliases)}),
             clock,
@@ -326,6 +348,7 @@ class Gateway:
         if self.snapshots is not None:
             restored = await self.snapshots.restore()
             log.info("rate counters: %d restored from the last snapshot", restored)
+        await self.change_watcher.start()
         try:
             await self._load_budgets()
         except StateUnavailable as exc:
@@ -340,6 +363,7 @@ class Gateway:
         self._tasks = [
             asyncio.create_task(LeaseRefresher(self.state, self.clock).run()),
             asyncio.create_task(self._refresh_budgets()),
+            asyncio.create_task(self.change_watcher.run()),
             *(asyncio.create_task(c.run()) for c in self.admission.values()),
         ]
         if self.fairshare_metrics is not None:
@@ -364,6 +388,8 @@ class Gateway:
         await self.alerter.stop(timeout=10.0)
         await self._save_counters()
         await self.state.aclose()
+        if self.notices is not None:
+            await self.notices.aclose()
         await self.store.close()
 
     async def _save_counters(self) -> None:
@@ -515,6 +541,16 @@ def _guard(config: Config, clock: Clock, metrics: AuthMetrics, listener: str) ->
     )
     ceiling = LookupCeiling(a.lookups_per_minute, clock)
     return AuthGuard(failures, ceiling, metrics.for_listener(listener))
+
+
+def _wakers(store: Store, notices: RedisNotices | None) -> list[Waker]:
+    """What wakes the change watcher before its next poll: LISTEN on PostgreSQL, Redis."""
+    wakers: list[Waker] = []
+    if store.dialect == "postgresql":
+        wakers.append(PostgresChangeListener(store))
+    if notices is not None:
+        wakers.append(notices)
+    return wakers
 
 
 def _state_store(config: Config) -> MemoryCounterStore | RedisCounterStore:

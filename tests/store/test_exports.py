@@ -7,11 +7,14 @@ import fairgate.store as store
 
 def test_exported_members() -> None:
     assert set(store.__all__) == {
+        "PostgresChangeListener",
         "Store",
+        "StoreChangeFeed",
         "StoreConflict",
         "StoreKeyDirectory",
         "StoreURL",
         "StoreUnavailable",
+        "access_changes",
         "admin_tokens",
         "audit_events",
         "budgets",

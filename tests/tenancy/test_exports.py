@@ -37,6 +37,7 @@ def test_exported_members() -> None:
         "model_names",
         "open_tenancy",
         "public",
+        "redis_notices",
         "store_url",
     }
     for name in tenancy.__all__:

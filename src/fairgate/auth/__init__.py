@@ -18,6 +18,11 @@ One request, ``Authorization: Bearer fg-…`` from client address A:
         │                                        miss cached, failure counted
     valid ──▶ Principal, hit cached         (whatever A's failure count)
 
+Every process also runs a ``ChangeWatcher``: it reads the store's access-change
+feed (every ``auth.change_poll_interval``, at once on NOTIFY or a Redis message)
+and drops the cached keys each change names, so revocations, rotations and
+disabled teams take effect everywhere within that interval.
+
 Each listener has its own guard (``AuthGuard`` = ``FailureLimiter`` +
 ``LookupCeiling``); the admin listener uses its own through
 ``fairgate.admin``.
@@ -38,6 +43,7 @@ from fairgate.auth.allowlist import ModelResolver, allowed_models, allows
 from fairgate.auth.authenticator import Authenticator
 from fairgate.auth.cache import Grant, KeyCache
 from fairgate.auth.ceiling import LookupCeiling, Slot
+from fairgate.auth.changes import Change, ChangeFeed, ChangeWatcher, Waker
 from fairgate.auth.directory import KeyDirectory
 from fairgate.auth.failures import FailureLimiter
 from fairgate.auth.guard import AuthGuard, AuthObserver, Refusal
@@ -57,6 +63,9 @@ __all__ = [
     "AuthGuard",
     "AuthObserver",
     "Authenticator",
+    "Change",
+    "ChangeFeed",
+    "ChangeWatcher",
     "FailureLimiter",
     "Grant",
     "KeyCache",
@@ -65,6 +74,7 @@ __all__ = [
     "ModelResolver",
     "Refusal",
     "Slot",
+    "Waker",
     "allowed_models",
     "allows",
     "constant_time_equal",

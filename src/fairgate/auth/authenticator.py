@@ -78,7 +78,7 @@ class Authenticator:
         self._guard = guard
         self._resolve = resolve_models
         self._clock = clock
-        self._pending: dict[bytes, asyncio.Future[KeyRecord | _Abandoned | None]] = {}
+        self._pending: dict[bytes, asyncio.Future[tuple[KeyRecord | None, int] | _Abandoned]] = {}
 
     async def authenticate(self, authorization: bytes | None, client_addr: str) -> Principal:
         """The principal the header's key stands for; see the module docstring for refusals."""
@@ -108,7 +108,7 @@ class Authenticator:
     async def _look_up(self, digest: bytes, client_addr: str, slot: Slot | None) -> Principal:
         now = self._clock.wall()
         try:
-            record = await self._find(digest, now)
+            record, epoch = await self._find(digest, now)
         except StoreUnavailable as exc:
             self._guard.unavailable(slot)
             log.warning("authentication unavailable: the key store did not answer: %s", exc)
@@ -123,7 +123,7 @@ class Authenticator:
             self._cache.add_miss(digest)
             raise self._refused(client_addr, looked_up=True)
         self._guard.valid(slot)
-        self._cache.add_hit(digest, grant)
+        self._cache.add_hit(digest, grant, epoch=epoch)
         return grant.principal
 
     def _refused(self, client_addr: str, *, looked_up: bool) -> GatewayError:
@@ -131,8 +131,9 @@ class Authenticator:
         wait = self._guard.invalid(client_addr, looked_up=looked_up)
         return _invalid() if wait is None else _too_many(wait)
 
-    async def _find(self, digest: bytes, now: float) -> KeyRecord | None:
-        """The directory's answer for ``digest``, shared with concurrent callers."""
+    async def _find(self, digest: bytes, now: float) -> tuple[KeyRecord | None, int]:
+        """The directory's answer for ``digest``, shared with concurrent callers, and the
+        cache's epoch when it was asked (a change applied since: the answer is not cached)."""
         shared = self._pending.get(digest)
         if shared is not None:
             # Shielded: a caller that goes away must not cancel the others' answer.
@@ -142,10 +143,11 @@ class Authenticator:
             # The caller that asked went away before the answer: ask again ourselves.
         return await self._ask(digest, now)
 
-    async def _ask(self, digest: bytes, now: float) -> KeyRecord | None:
+    async def _ask(self, digest: bytes, now: float) -> tuple[KeyRecord | None, int]:
+        epoch = self._cache.epoch
         if digest in self._pending:  # someone else asks already; do not wait twice
-            return await self._directory.find_key(digest, now)
-        shared: asyncio.Future[KeyRecord | _Abandoned | None]
+            return await self._directory.find_key(digest, now), epoch
+        shared: asyncio.Future[tuple[KeyRecord | None, int] | _Abandoned]
         shared = self._pending[digest] = asyncio.get_running_loop().create_future()
         try:
             record = await self._directory.find_key(digest, now)
@@ -158,8 +160,8 @@ class Authenticator:
             raise
         finally:
             del self._pending[digest]
-        shared.set_result(record)
-        return record
+        shared.set_result((record, epoch))
+        return record, epoch
 
     def _grant(
         self, record: KeyRecord | None, digest: bytes, now: float, client_addr: str

@@ -364,12 +364,16 @@ class Alerts(Section):
 class Auth(Section):
     """Virtual-key authentication: the key cache, the failure limits and the lookup ceiling.
 
-    ``key_cache_ttl`` is also how long a revoked key keeps working on *other*
-    gateway processes (each serves a key it cached for up to that long). The
-    failure limits and the lookup ceiling apply to each listener separately.
+    Every process reads the store's access-change feed every
+    ``change_poll_interval`` (and at once on PostgreSQL's NOTIFY or a Redis
+    message), so a revoked key stops working everywhere within that interval;
+    ``key_cache_ttl`` is only the backstop, for a process that cannot read the
+    feed. The failure limits and the lookup ceiling apply to each listener
+    separately.
     """
 
     key_cache_ttl: PositiveDuration = 30.0
+    change_poll_interval: PositiveDuration = 0.5
     key_cache_size: StrictInt = Field(default=100_000, ge=1, le=10_000_000)
     miss_cache_ttl: PositiveDuration = 30.0
     miss_cache_size: StrictInt = Field(default=100_000, ge=1, le=10_000_000)
@@ -379,6 +383,13 @@ class Auth(Section):
     failures_per_minute_ipv6_48: StrictInt = Field(default=600, ge=0, le=1_000_000)
     failures_per_minute_ipv6_32: StrictInt = Field(default=6000, ge=0, le=1_000_000)
     lookups_per_minute: StrictInt = Field(default=6000, ge=0, le=10_000_000)
+
+    @field_validator("change_poll_interval")
+    @classmethod
+    def _within_a_second(cls, value: float) -> float:
+        if value > 1.0:
+            raise ValueError("must be at most 1s: revocations reach every process within it")
+        return value
 
 
 class Landing(Section):

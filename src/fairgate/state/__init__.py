@@ -2,6 +2,7 @@
 
     MemoryCounterStore()                               the default, one gateway process
     RedisCounterStore(url, prefix=..., timeout=...)    several gateways, one set of limits
+    RedisNotices(url, prefix=..., timeout=...)         access-change wake-ups (pub/sub)
 
 Both also implement ``fairgate.limits.FairShareState`` (within-share slots and
 decayed usage per pool and organisation), on the same connection and leases.
@@ -13,6 +14,7 @@ gets then (``fairgate.limits.limiter``).
 
 from fairgate.state.breaker import Breaker
 from fairgate.state.memory import MemoryCounterStore
+from fairgate.state.notices import RedisNotices
 from fairgate.state.redis import RedisCounterStore
 
-__all__ = ["Breaker", "MemoryCounterStore", "RedisCounterStore"]
+__all__ = ["Breaker", "MemoryCounterStore", "RedisCounterStore", "RedisNotices"]

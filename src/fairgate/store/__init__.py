@@ -4,15 +4,17 @@
     await store.connect()
     await upgrade(store)                      # migrations shipped in the package
     directory = StoreKeyDirectory(store)      # fairgate.auth.KeyDirectory
+    feed = StoreChangeFeed(store)             # fairgate.auth.ChangeFeed (access_changes)
     async with store.write() as conn:
         await keys.revoke(conn, key_id, now, where=scope_clause)
 
 One repository module per table (``orgs``, ``teams``, ``projects``, ``users``,
 ``keys``, ``role_bindings``, ``admin_tokens``, ``audit_events``,
-``usage_records``, ``budgets``): functions that run inside the caller's transaction and
-take the ``where`` clause the tenancy layer builds from who is acting, so a
-write outside the actor's scope matches no row. Nothing on the request path
-reads the store except a key cache miss (``StoreKeyDirectory.find_key``); usage
+``usage_records``, ``budgets``, ``access_changes``): functions that run inside
+the caller's transaction and take the ``where`` clause the tenancy layer builds
+from who is acting, so a write outside the actor's scope matches no row. Nothing
+on the request path reads the store except a key cache miss
+(``StoreKeyDirectory.find_key``) and the change watcher's feed reads; usage
 records are written from the accounting queue, off the request path.
 
 Errors (``fairgate.store.errors``)::
@@ -22,6 +24,7 @@ Errors (``fairgate.store.errors``)::
 """
 
 from fairgate.store import (
+    access_changes,
     admin_tokens,
     audit_events,
     budgets,
@@ -33,6 +36,7 @@ from fairgate.store import (
     usage_records,
     users,
 )
+from fairgate.store.change_feed import PostgresChangeListener, StoreChangeFeed
 from fairgate.store.database import Store
 from fairgate.store.errors import StoreConflict, StoreUnavailable
 from fairgate.store.ids import new_ulid
@@ -42,11 +46,14 @@ from fairgate.store.timestamp import from_unix, to_unix
 from fairgate.store.url import StoreURL
 
 __all__ = [
+    "PostgresChangeListener",
     "Store",
+    "StoreChangeFeed",
     "StoreConflict",
     "StoreKeyDirectory",
     "StoreURL",
     "StoreUnavailable",
+    "access_changes",
     "admin_tokens",
     "audit_events",
     "budgets",

@@ -12,11 +12,17 @@ write transactions start with ``BEGIN IMMEDIATE`` so two writers queue on the
 lock instead of failing half-way. PostgreSQL uses asyncpg with a connect timeout,
 a statement timeout and a pre-ping, so a restarted server costs one failed call
 at most.
+
+A write may leave a *notice* on its connection (``notice(conn, topic)``); once
+its transaction has committed, the callbacks registered with ``on_commit`` for
+that topic run (a rolled-back transaction runs none). The access-change feed
+uses it to wake other processes through Redis after the change is durable.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -29,9 +35,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from fairgate.store.errors import StoreConflict, StoreUnavailable
 from fairgate.store.url import Dialect, StoreURL
 
-__all__ = ["Store"]
+__all__ = ["Store", "notice"]
+
+log = logging.getLogger(__name__)
 
 _WRITE = "fairgate_write"
+_NOTICES = "fairgate_notices"
 _LOCK_ID = 0x66616972  # "fair": any constant shared by every gateway
 
 
@@ -49,6 +58,11 @@ class Store:
         self.url = StoreURL.parse(url, base_dir=base_dir)
         self._timeout = timeout
         self._engine: AsyncEngine | None = None
+        self._on_commit: dict[str, list[Callable[[], Awaitable[None]]]] = {}
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
 
     @property
     def dialect(self) -> Dialect:
@@ -99,19 +113,41 @@ class Store:
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _LOCK_ID})
             yield conn
 
+    def on_commit(self, topic: str, callback: Callable[[], Awaitable[None]]) -> None:
+        """Run ``callback`` after each committed write that left a ``notice`` of ``topic``.
+
+        The callback runs before ``write()``'s block returns to its caller; an
+        exception it raises is logged, never raised (the write is committed).
+        """
+        self._on_commit.setdefault(topic, []).append(callback)
+
     @asynccontextmanager
     async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
         engine = self.engine
+        topics: set[str] = set()
         try:
             async with engine.connect() as conn:
                 if write:
                     conn = await conn.execution_options(**{_WRITE: True})
-                async with conn.begin():
-                    yield conn
+                try:
+                    async with conn.begin():
+                        yield conn
+                finally:
+                    # The dict belongs to the pooled DBAPI connection: never leave a notice there.
+                    topics = conn.info.pop(_NOTICES, set())
         except IntegrityError as exc:
             raise StoreConflict(_constraint(exc)) from None
         except (TimeoutError, SQLAlchemyError, OSError) as exc:
             raise StoreUnavailable(_describe(exc)) from exc
+        for topic in sorted(topics):
+            await self._committed(topic)
+
+    async def _committed(self, topic: str) -> None:
+        for callback in self._on_commit.get(topic, ()):
+            try:
+                await callback()
+            except Exception:
+                log.exception("store: a callback after a committed %s change failed", topic)
 
     def _create_engine(self) -> AsyncEngine:
         if self.dialect == "sqlite":
@@ -134,6 +170,11 @@ class Store:
                 "server_settings": {"application_name": "fairgate"},
             },
         )
+
+
+def notice(conn: AsyncConnection, topic: str) -> None:
+    """Ask for the ``on_commit`` callbacks of ``topic`` once ``conn``'s transaction commits."""
+    conn.info.setdefault(_NOTICES, set()).add(topic)
 
 
 def _sqlite_events(engine: AsyncEngine, *, busy_ms: int) -> None:

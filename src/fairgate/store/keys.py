@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, insert, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairgate.store import access_changes
 from fairgate.store.tables import keys, orgs, projects, teams, users
 
 __all__ = [
@@ -169,7 +170,7 @@ async def revoke(
         .values(revoked_at=now, changed_at=now)
         .returning(keys.c.id)
     )
-    return changed.one_or_none() is not None
+    return await _changed(conn, changed.one_or_none() is not None, key_id, now)
 
 
 async def rotate(
@@ -202,7 +203,7 @@ async def rotate(
         )
         .returning(keys.c.id)
     )
-    return changed.one_or_none() is not None
+    return await _changed(conn, changed.one_or_none() is not None, key_id, now)
 
 
 async def update_key(
@@ -225,4 +226,11 @@ async def update_key(
         .values(**values, changed_at=now)
         .returning(keys.c.id)
     )
-    return changed.one_or_none() is not None
+    return await _changed(conn, changed.one_or_none() is not None, key_id, now)
+
+
+async def _changed(conn: AsyncConnection, changed: bool, key_id: str, now: datetime) -> bool:
+    """``changed``, after putting a changed key in the access-change feed."""
+    if changed:
+        await access_changes.record(conn, "key", key_id, now)
+    return changed

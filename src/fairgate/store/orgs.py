@@ -13,6 +13,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, insert, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairgate.store import access_changes
 from fairgate.store.tables import keys, orgs, teams
 
 __all__ = ["Org", "by_name", "insert_org", "list_orgs", "set_declared", "set_disabled"]
@@ -75,7 +76,8 @@ async def set_disabled(
 ) -> Org | None:
     """Disable (or, with None, enable) an organisation; None when no row in scope changed.
 
-    Its keys are marked changed, so key caches drop them at their next refresh.
+    Its keys are marked changed and the organisation goes into the access-change feed,
+    so every key cache drops its keys.
     """
     state = orgs.c.disabled_at.is_(None) if disabled_at else orgs.c.disabled_at.is_not(None)
     row = (
@@ -90,6 +92,7 @@ async def set_disabled(
         return None
     team_ids = select(teams.c.id).where(teams.c.org_id == row.id)
     await conn.execute(update(keys).where(keys.c.team_id.in_(team_ids)).values(changed_at=now))
+    await access_changes.record(conn, "org", row.name, now)
     return Org(**row._mapping)
 
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, insert, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairgate.store import access_changes
 from fairgate.store.tables import keys, projects, teams
 
 __all__ = ["Project", "by_name", "disable", "insert_project", "list_projects"]
@@ -79,7 +80,10 @@ async def disable(
     now: datetime,
     where: ColumnElement[bool] | None = None,
 ) -> int | None:
-    """Disable a project and revoke its keys; the project's id, or None if none in scope changed."""
+    """Disable a project and revoke its keys; the project's id, or None if none in scope changed.
+
+    The project goes into the access-change feed, so every key cache drops its keys.
+    """
     project_id: int | None = (
         await conn.execute(
             update(projects)
@@ -99,4 +103,6 @@ async def disable(
             .where(keys.c.project_id == project_id, keys.c.revoked_at.is_(None))
             .values(revoked_at=now, changed_at=now)
         )
+        team = (await conn.execute(select(teams.c.name).where(teams.c.id == team_id))).scalar_one()
+        await access_changes.record(conn, "project", f"{team}/{name}", now)
     return project_id

@@ -9,6 +9,7 @@
     budgets ─< budget_increases (one budget per scope, model and period)
     alert_marks (one row per budget counter and period whose soft-limit alert is claimed)
     counter_snapshots (the memory back end's rate counters as last saved; replaced whole)
+    access_changes (append only, pruned: a feed of changes that withdraw or alter access)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
@@ -44,6 +45,7 @@ from fairgate.store.timestamp import UtcDateTime
 
 __all__ = [
     "NAME_LENGTH",
+    "access_changes",
     "admin_tokens",
     "alert_marks",
     "audit_events",
@@ -282,4 +284,18 @@ counter_snapshots = Table(
     Column("kind", String(8), nullable=False),  # "window" or "period"
     Column("data", JSON, nullable=False),
     Column("saved_at", UtcDateTime, nullable=False),
+)
+
+access_changes = Table(
+    "access_changes",
+    metadata,
+    # Written in the transaction of every change that can withdraw access (a key revoked,
+    # rotated or changed; a team, project or organisation disabled or changed), read by
+    # every gateway process to drop what its key cache holds for the subject. The id
+    # never goes back (AUTOINCREMENT on SQLite too), so a reader keeps its place by id.
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("kind", String(8), nullable=False),  # key | team | project | org
+    Column("subject", String(300), nullable=False),  # key id, team, team/project or org name
+    Column("at", UtcDateTime, nullable=False, index=True),  # for pruning
+    sqlite_autoincrement=True,
 )

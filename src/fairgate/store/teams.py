@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, RowMapping, insert, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairgate.store import access_changes
 from fairgate.store.tables import keys, orgs, teams
 
 __all__ = ["Team", "by_id", "by_name", "insert_team", "list_teams", "set_disabled", "update_team"]
@@ -121,7 +122,8 @@ async def update_team(
 ) -> Team | None:
     """Change a team's models or default limits; None when no team in scope has that name.
 
-    Its keys are marked changed: their cached records carry the team's list and limits.
+    Its keys are marked changed and the team goes into the access-change feed: cached
+    records carry the team's list and limits.
     """
     values = dict(values)
     if "models" in values and values["models"] is not None:
@@ -137,7 +139,10 @@ async def update_team(
     if team_id is None:
         return None
     await conn.execute(update(keys).where(keys.c.team_id == team_id).values(changed_at=now))
-    return await by_id(conn, team_id)
+    team = await by_id(conn, team_id)
+    assert team is not None
+    await access_changes.record(conn, "team", team.name, now)
+    return team
 
 
 async def set_disabled(
@@ -147,7 +152,10 @@ async def set_disabled(
     now: datetime,
     where: ColumnElement[bool] | None = None,
 ) -> Team | None:
-    """Disable (or, with None, enable) a team; None when no row in scope changed."""
+    """Disable (or, with None, enable) a team; None when no row in scope changed.
+
+    The team goes into the access-change feed, so every key cache drops its keys.
+    """
     state = teams.c.disabled_at.is_(None) if disabled_at else teams.c.disabled_at.is_not(None)
     team_id = (
         await conn.execute(
@@ -160,4 +168,7 @@ async def set_disabled(
     if team_id is None:
         return None
     await conn.execute(update(keys).where(keys.c.team_id == team_id).values(changed_at=now))
-    return await by_id(conn, team_id)
+    team = await by_id(conn, team_id)
+    assert team is not None
+    await access_changes.record(conn, "team", team.name, now)
+    return team

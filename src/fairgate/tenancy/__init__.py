@@ -36,6 +36,7 @@ from fairgate.tenancy.runtime import (
     model_catalogue,
     model_names,
     open_tenancy,
+    redis_notices,
     store_url,
 )
 from fairgate.tenancy.services import Tenancy
@@ -73,5 +74,6 @@ __all__ = [
     "model_names",
     "open_tenancy",
     "public",
+    "redis_notices",
     "store_url",
 ]

@@ -5,7 +5,9 @@
 
 The schema is upgraded automatically whenever the gateway or a command opens
 the store (``fairgate db upgrade`` does only that step). A relative SQLite path
-is resolved against the configuration file's directory.
+is resolved against the configuration file's directory. With ``state.backend:
+redis``, a change that withdraws access, once committed, is also announced on
+Redis (``redis_notices``), so gateways read the access-change feed at once.
 """
 
 from __future__ import annotations
@@ -15,11 +17,19 @@ from contextlib import asynccontextmanager
 
 from fairgate.config import Config
 from fairgate.core.clock import Clock
-from fairgate.store import Store, upgrade
+from fairgate.state.notices import RedisNotices
+from fairgate.store import Store, access_changes, upgrade
 from fairgate.tenancy.orgs import declared_teams
 from fairgate.tenancy.services import Tenancy
 
-__all__ = ["build_store", "model_catalogue", "model_names", "open_tenancy", "store_url"]
+__all__ = [
+    "build_store",
+    "model_catalogue",
+    "model_names",
+    "open_tenancy",
+    "redis_notices",
+    "store_url",
+]
 
 
 def store_url(config: Config) -> str:
@@ -33,6 +43,18 @@ def store_url(config: Config) -> str:
 def build_store(config: Config, *, timeout: float = 5.0) -> Store:
     """An unconnected Store for ``config``; ValueError for an unusable URL."""
     return Store(store_url(config), base_dir=config.path.resolve().parent, timeout=timeout)
+
+
+def redis_notices(config: Config, store: Store) -> RedisNotices | None:
+    """With ``state.backend: redis``: the access-change channel, published to after each
+    committed change of ``store`` that withdraws access. None otherwise."""
+    st = config.state
+    if st.backend != "redis":
+        return None
+    assert st.url_file is not None
+    notices = RedisNotices(st.url_file.read().strip(), prefix=st.prefix, timeout=st.timeout)
+    store.on_commit(access_changes.TOPIC, notices.publish)
+    return notices
 
 
 def model_names(config: Config) -> frozenset[str]:
@@ -56,6 +78,7 @@ async def open_tenancy(
     the configuration declares a team the store holds under another organisation.
     """
     store = build_store(config)
+    notices = redis_notices(config, store)
     await store.connect()
     try:
         await upgrade(store)
@@ -70,3 +93,5 @@ async def open_tenancy(
         yield tenancy
     finally:
         await store.close()
+        if notices is not None:
+            await notices.aclose()
