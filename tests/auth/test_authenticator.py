@@ -12,7 +12,7 @@ import pytest
 
 from fairgate.auth import Authenticator, FailureLimiter, sha256
 from fairgate.core.errors import GatewayError, RateLimited, ServiceUnavailable, Unauthorized
-from fairgate.core.principal import Principal
+from fairgate.core.principal import KeyRecord, Principal
 
 from .conftest import START, ManualClock, MemoryDirectory, bearer, make_authenticator
 
@@ -374,3 +374,37 @@ async def test_logs_give_the_reason_and_never_the_secret(
         assert secret not in caplog.text
         assert secret[3:20] not in caplog.text
     assert sha256(revoked).hex() not in caplog.text
+
+
+class AnswersLate(MemoryDirectory):
+    """Reads the record at once, hands it over only when ``delivered`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delivered = asyncio.Event()
+
+    async def find_key(self, secret_sha256: bytes, now: float) -> KeyRecord | None:
+        record = await super().find_key(secret_sha256, now)
+        await self.delivered.wait()
+        return record
+
+
+async def test_a_lookup_that_races_a_revocation_is_not_cached_past_it(clock: ManualClock) -> None:
+    """The store answered "valid" before the revocation committed; the watcher applied the
+    change while the answer was on its way. The requests that asked are served (they
+    started first), but the answer is not cached: the next request asks the store again."""
+    directory = AnswersLate()
+    secret, record = directory.add()
+    auth, cache = make_authenticator(directory, clock)
+    first = asyncio.create_task(auth.authenticate(bearer(secret), ADDR))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    directory.update(record.key_id, revoked_at=START)
+    cache.drop("key", record.key_id)
+    joined = asyncio.create_task(auth.authenticate(bearer(secret), ADDR))  # shares the lookup
+    for _ in range(50):
+        await asyncio.sleep(0)
+    directory.delivered.set()
+    assert (await first).key_id == record.key_id
+    assert (await joined).key_id == record.key_id
+    assert (await refusal(auth, bearer(secret))).status == 401

@@ -125,3 +125,59 @@ def test_a_digest_once_valid_is_remembered_past_its_ttl_until_refused(clock: Man
     assert not cache.was_valid(digest(2))
     assert cache.was_valid(digest(9))
     assert not cache.was_valid(digest(100))  # a spray never gets here
+
+
+def placed(key_id: str, team: str, org: str, project: str | None = None) -> Grant:
+    return Grant(Principal(key_id=key_id, org=org, team=team, project=project))
+
+
+def test_drop_forgets_every_valid_key_a_change_names_and_only_those(clock: ManualClock) -> None:
+    cache = KeyCache(10, 30.0, 10, 30.0, clock)
+    cache.add_hit(digest(1), placed("k1", "t1", "o1", "p"))
+    cache.add_hit(digest(2), placed("k2", "t1", "o1"))
+    cache.add_hit(digest(3), placed("k3", "t2", "o1"))
+    cache.add_hit(digest(4), placed("k4", "t3", "o2"))
+    cache.add_hit(digest(5), placed("k5", "t3", "o2"))
+
+    assert cache.drop("project", "t1/p") == 1
+    assert cache.hit(digest(1)) is None and cache.hit(digest(2)) is not None
+    assert cache.drop("team", "t1") == 1  # k2; k1 is gone already
+    assert cache.drop("key", "k4") == 1
+    assert cache.hit(digest(5)) is not None
+    assert cache.drop("org", "o1") == 1  # k3
+    assert cache.drop("org", "o1") == 0
+    assert cache.sizes() == (1, 0)
+    assert cache.was_valid(digest(1))  # asked again outside the failure limits, then refused
+
+
+def test_a_change_of_an_unknown_kind_forgets_every_valid_key(clock: ManualClock) -> None:
+    cache = KeyCache(10, 30.0, 10, 30.0, clock)
+    for n in range(3):
+        cache.add_hit(digest(n), placed(f"k{n}", "t", "o"))
+    assert cache.drop("tenant", "whatever") == 3
+    assert cache.sizes() == (0, 0)
+
+
+def test_the_index_forgets_what_the_cache_evicts_or_lets_expire(clock: ManualClock) -> None:
+    cache = KeyCache(2, 30.0, 2, 30.0, clock)
+    for n in range(1000):  # every key of its own team: the index would grow without bound
+        cache.add_hit(digest(n), placed(f"k{n}", f"t{n}", f"o{n}"))
+    assert len(cache._index) == 2 * 3
+    clock.advance(31)
+    assert cache.hit(digest(999)) is None and cache.hit(digest(998)) is None
+    assert cache._index == {}
+    # a key put again under another team is indexed there only
+    cache.add_hit(digest(1), placed("k1", "old", "o"))
+    cache.add_hit(digest(1), placed("k1", "new", "o"))
+    assert cache.drop("team", "old") == 0
+    assert cache.drop("team", "new") == 1
+
+
+def test_a_store_answer_read_before_a_drop_is_not_cached_after_it(clock: ManualClock) -> None:
+    cache = KeyCache(10, 30.0, 10, 30.0, clock)
+    asked_at = cache.epoch
+    cache.drop("key", "k1")  # the change is applied while the lookup is in flight
+    cache.add_hit(digest(1), placed("k1", "t", "o"), epoch=asked_at)
+    assert cache.hit(digest(1)) is None
+    cache.add_hit(digest(1), placed("k1", "t", "o"), epoch=cache.epoch)
+    assert cache.hit(digest(1)) is not None

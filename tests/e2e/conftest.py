@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import orjson
 import pytest
 import sqlalchemy as sa
@@ -150,3 +153,32 @@ def start_gateway(tmp_path: Path) -> Iterator[StartGateway]:
     yield start
     for gateway in started:
         gateway.stop()
+
+
+@pytest.fixture
+def pg_database(pg_url: str) -> Iterator[str]:
+    """A database of its own on the PostgreSQL server, dropped afterwards."""
+    name = f"fairgate_e2e_{secrets.token_hex(4)}"
+    admin = pg_url
+
+    async def run(*statements: str) -> None:
+        conn = await asyncpg.connect(admin)
+        try:
+            for statement in statements:
+                await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(run(f"CREATE DATABASE {name}"))
+    parts = urllib.parse.urlsplit(pg_url)
+    url = urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+    try:
+        yield url
+    finally:
+        asyncio.run(
+            run(
+                f"ALTER DATABASE {name} ALLOW_CONNECTIONS true",
+                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'",
+                f"DROP DATABASE IF EXISTS {name}",
+            )
+        )

@@ -150,35 +150,6 @@ def test_a_key_spray_is_stopped_before_the_store_and_spares_a_cached_key(
         assert chat(gateway, secret).status_code == 200
 
 
-@pytest.fixture
-def pg_database(pg_url: str) -> Iterator[str]:
-    """A database of its own on the PostgreSQL server, dropped afterwards."""
-    name = f"fairgate_e2e_{secrets.token_hex(4)}"
-    admin = pg_url
-
-    async def run(*statements: str) -> None:
-        conn = await asyncpg.connect(admin)
-        try:
-            for statement in statements:
-                await conn.execute(statement)
-        finally:
-            await conn.close()
-
-    asyncio.run(run(f"CREATE DATABASE {name}"))
-    parts = urllib.parse.urlsplit(pg_url)
-    url = urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
-    try:
-        yield url
-    finally:
-        asyncio.run(
-            run(
-                f"ALTER DATABASE {name} ALLOW_CONNECTIONS true",
-                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'",
-                f"DROP DATABASE IF EXISTS {name}",
-            )
-        )
-
-
 def test_a_store_outage_is_503_never_401_and_cached_keys_keep_working(
     tmp_path: Path, sims: tuple[SimProcess, SimProcess], pg_url: str, pg_database: str
 ) -> None:
