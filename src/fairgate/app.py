@@ -230,6 +230,8 @@ class Gateway:
             clock,
             interval=a.change_poll_interval,
             wakers=_wakers(self.store, self.notices),
+            on_applied=auth_metrics.changes_applied,
+            on_failed=auth_metrics.change_read_failed,
         )
         self.authenticator = Authenticator(
             StoreKeyDirectory(self.store),

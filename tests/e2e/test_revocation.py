@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.e2e.conftest import model, write_config
+from tests.e2e.test_admin import metric
 from tests.e2e.test_tenancy_flow import cli, new_key
 
 from fairgate.server.process import GatewayProcess
@@ -131,6 +132,8 @@ def test_a_key_revoked_through_the_cli_is_refused_within_a_second(
         cli(gateway_config, "keys", "revoke", key_id)
         revoked = time.monotonic()
         settle(loop, revoked)
+        changes = "fairgate_auth_access_changes_total"
+        assert metric(gateway, changes, outcome="applied") >= 1
     assert loop.statuses() <= {200, 401, 429}
 
 

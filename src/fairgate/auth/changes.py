@@ -117,6 +117,7 @@ class ChangeWatcher:
     ``interval`` (seconds, > 0) is the longest wait between reads; a waker's
     call reads at once. A store that does not answer is logged and asked again
     at the next interval (cached keys then live until their TTL at most).
+    ``on_applied(n)`` and ``on_failed()`` report each read (for metrics).
     """
 
     def __init__(
@@ -127,6 +128,8 @@ class ChangeWatcher:
         *,
         interval: float,
         wakers: Sequence[Waker] = (),
+        on_applied: Callable[[int], None] = lambda _n: None,
+        on_failed: Callable[[], None] = lambda: None,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"the change poll interval must be positive, not {interval}")
@@ -135,6 +138,8 @@ class ChangeWatcher:
         self._clock = clock
         self._interval = interval
         self._wakers = tuple(wakers)
+        self._on_applied = on_applied
+        self._on_failed = on_failed
         self._cursor: _Cursor | None = None
         self._woken = asyncio.Event()
 
@@ -166,7 +171,7 @@ class ChangeWatcher:
             try:
                 await self.start()
             except StoreUnavailable as exc:
-                log.warning("access changes: the store did not answer: %s", exc)
+                self._failed(exc)
                 return 0
         cursor = self._cursor
         assert cursor is not None
@@ -182,6 +187,12 @@ class ChangeWatcher:
                     break
                 after = page[-1].id
         except StoreUnavailable as exc:
-            log.warning("access changes: the store did not answer: %s", exc)
+            self._failed(exc)
         cursor.advance(self._clock.monotonic())
+        if applied:
+            self._on_applied(applied)
         return applied
+
+    def _failed(self, exc: StoreUnavailable) -> None:
+        log.warning("access changes: the store did not answer: %s", exc)
+        self._on_failed()

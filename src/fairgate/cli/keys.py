@@ -115,7 +115,7 @@ def revoke(
     config: ConfigOption = None,
     as_json: Json = False,
 ) -> None:
-    """Revoke a key at once (gateways refuse it within their key cache's lifetime)."""
+    """Revoke a key: every gateway on this store refuses it within auth.change_poll_interval."""
     key = run(config, lambda t, actor: t.keys.revoke(actor, key_id))
     show([key], _COLUMNS, as_json=as_json, title="key revoked")
 
@@ -129,7 +129,10 @@ def rotate(
     config: ConfigOption = None,
     as_json: Json = False,
 ) -> None:
-    """Give a key a new secret (same id, limits and reports); print it once."""
+    """Give a key a new secret (same id, limits and reports); print it once.
+
+    With --grace 0s every gateway refuses the old secret within auth.change_poll_interval.
+    """
     seconds = _duration("--grace", grace) or 0.0
     new = run(config, lambda t, actor: t.keys.rotate(actor, key_id, grace=seconds))
     show([new] if as_json else [new.key], _COLUMNS, as_json=as_json, title="key rotated")

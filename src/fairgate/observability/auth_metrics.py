@@ -5,6 +5,8 @@
         credential), network_limit and lookup_ceiling (429, no lookup), store_unavailable
     fairgate_auth_lookups_total{listener, outcome}   store lookups of credentials made:
         valid, invalid, unavailable
+    fairgate_auth_access_changes_total{outcome}      rows of the store's access-change feed:
+        applied (cached keys dropped), read_failed (a read the store did not answer)
 
 ``listener`` is ``client`` or ``admin``. Label values are fixed names, so the
 series are bounded. ``for_listener`` hands out the observer one listener's
@@ -34,6 +36,18 @@ class AuthMetrics:
             ["listener", "outcome"],
             registry=registry,
         )
+        self._changes = Counter(
+            "fairgate_auth_access_changes",
+            "Rows of the access-change feed applied, and feed reads that failed",
+            ["outcome"],
+            registry=registry,
+        )
+
+    def changes_applied(self, count: int) -> None:
+        self._changes.labels("applied").inc(count)
+
+    def change_read_failed(self) -> None:
+        self._changes.labels("read_failed").inc()
 
     def for_listener(self, listener: str) -> ListenerAuthMetrics:
         """The observer of ``listener``'s guard."""
