@@ -9,6 +9,10 @@ it tries:
 - phase 1: llama-server's native routes, plain and streamed (charged zero output once);
 - phase 2: the output bound — no ``max_tokens``, ``ignore_eos``/``min_tokens``,
   ``n_predict``, batch prompt lists with ``n``/``best_of``, streams abandoned mid-way;
+- phase 3: a per-model budget set on an alias, spent through the alias and through a
+  fallback;
+- phase 4: another organisation's tag (the same word, the owned scope spelled out, a
+  tag only it may send), and a member setting or dropping its key's tags;
 - phase 6: model listings, ``GET /me`` and refused bodies in a loop, to crowd out
   another tenant's usage records;
 - phase 7: a key at its in-flight limit sends a head announcing 32 MiB and no body,
@@ -74,12 +78,21 @@ MAX_PROMPTS = 4
 MAX_N = 2
 EOS_AFTER = 5  # the simulated models end their answers early unless told to ignore it
 
+# Both organisations may send the tag "grant" in the header; only the victim "v-lab".
 ORGS = [
-    {"name": "test-org", "share": 0.5, "teams": ["t", "t2"]},
-    {"name": "victim-org", "share": 0.5, "teams": ["v"]},
+    {"name": "test-org", "share": 0.5, "teams": ["t", "t2"], "tags": ["grant"]},
+    {"name": "victim-org", "share": 0.5, "teams": ["v"], "tags": ["grant", "v-lab"]},
 ]
-# micro GPU-hours = completion tokens; each binds during the attack
-BUDGETS = {"org:test-org": 2500, "team:t": 1000, "key:{a}": 300}
+VICTIM_TAG = "tag:org:victim-org/grant"
+# (scope, model, cap in micro GPU-hours = completion tokens); each binds during the attack
+BUDGETS: list[tuple[str, str | None, int]] = [
+    ("org:test-org", None, 2500),
+    ("team:t", None, 1000),
+    ("key:{a}", None, 300),
+    ("team:t2", "m-alias", 300),  # phase 3: set on an alias
+    (VICTIM_TAG, None, 1000),  # phase 4: another organisation's tag budget
+]
+TAGS = "x-fairgate-tags"
 
 JSON = {"content-type": "application/json"}
 PHASE_SECONDS = 25  # a phase that has not hit its budget by then stops anyway
@@ -147,10 +160,14 @@ class Tenant:
     async def __aexit__(self, *exc: object) -> None:
         await self.client.aclose()
 
-    async def post(self, path: str, body: dict[str, Any], completion: int) -> httpx.Response:
-        """POST ``body``; ``completion`` is the output the gateway must reserve for it."""
+    async def post(
+        self, path: str, body: dict[str, Any], completion: int, tags: str | None = None
+    ) -> httpx.Response:
+        """POST ``body``; ``completion`` is the output the gateway must reserve for it;
+        ``tags`` go in the tag header."""
         raw = orjson.dumps(body)
-        answer = await self.client.post(path, content=raw, headers=JSON)
+        headers = JSON if tags is None else {**JSON, TAGS: tags}
+        answer = await self.client.post(path, content=raw, headers=headers)
         self.note(path, answer, raw, completion)
         return answer
 
@@ -279,6 +296,53 @@ async def phase_2_output_bound(tenant: Tenant, ledger: Ledger) -> None:
     await repeat(tenant.phase, ledger, round_)
 
 
+# ---- phase 3: a per-model budget binds, set on an alias, and fallbacks are charged to it
+
+
+async def phase_3_model_budget_on_an_alias(tenant: Tenant, ledger: Ledger) -> None:
+    hi = [{"role": "user", "content": "hi"}]
+
+    async def round_() -> None:
+        # the alias of the model the budget was set on
+        body = {"model": "m-alias", "messages": hi, "ignore_eos": True}
+        await tenant.post("/v1/chat/completions", body, DEFAULT_CAP)
+        # a model whose only engine is down: served by its fallback, the budget's model
+        body = {"model": "m-broken", "prompt": "x", "max_tokens": 30, "ignore_eos": True}
+        await tenant.post("/v1/completions", body, 30)
+
+    await repeat(tenant.phase, ledger, round_)
+
+
+# ---- phase 4: tag budgets belong to their tenant; tags are not the members' to set
+
+PHASE_4_ROUNDS = 4
+
+
+async def phase_4_tags(tenant: Tenant, ledger: Ledger, admin_url: str, member: str) -> None:
+    """Header tags: the victim's tag word (allowed here too, it charges this
+    organisation's budget, never the victim's), the victim's owned scope spelled out,
+    a tag only the victim may send. Then the member tries to set its key's tags."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
+    for _ in range(PHASE_4_ROUNDS):
+        answer = await tenant.post("/v1/chat/completions", body, 10, tags="grant")
+        assert answer.status_code in (200, 429), answer.text
+        for tag in ("org:victim-org/grant", "team:v/grant", "v-lab"):
+            answer = await tenant.post("/v1/chat/completions", body, 0, tags=tag)
+            assert (answer.status_code, error(answer)[0]) == (400, "tag_not_allowed"), tag
+    async with httpx.AsyncClient(
+        base_url=admin_url, headers={"authorization": f"Bearer {member}"}, timeout=30
+    ) as client:
+        tagged = await client.post(
+            "/admin/keys", json={"team": "t2", "name": "tagged", "tags": ["grant"]}
+        )
+        assert tagged.status_code == 403, tagged.text
+        own = await client.post("/admin/keys", json={"team": "t2", "name": "own"})
+        assert own.status_code == 201, own.text
+        for tags in (["grant"], []):
+            changed = await client.patch(f"/admin/keys/{own.json()['id']}", json={"tags": tags})
+            assert changed.status_code == 403, changed.text
+
+
 # ---- phase 6: requests the gateway answers itself are metered and crowd nobody out
 
 FLOOD_ROUNDS = 30  # at least, and on until the other phases are over
@@ -300,7 +364,7 @@ async def phase_6_unmetered_flood(tenant: Tenant, ledger: Ledger, done: asyncio.
 
 IN_FLIGHT = 2  # hostile-d's max_in_flight
 BODY_LIMIT = 32 * 1024 * 1024  # limits.max_body_bytes (the default)
-STALL = 5.0  # seconds the held requests wait for their first token
+STALL = 15.0  # seconds the held requests wait for their first token (cancelled long before)
 
 
 def head_only(gateway: GatewayProcess, key: str) -> tuple[bytes, str]:
@@ -519,9 +583,19 @@ def start_gateway(
     tmp_path: Path, store: dict[str, str], sim_v: SimProcess, sim_l: SimProcess
 ) -> GatewayProcess:
     (tmp_path / "master.key").write_text(MASTER + "\n")
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{unused.getsockname()[1]}"
     models = [
         model("m", sim_v, aliases=["m-alias"], cost=PRICES, max_tokens=CEILING),
         model("l", sim_l, engine="llama-server", cost=PRICES, max_tokens=CEILING),
+        model(
+            "m-broken",
+            upstreams=[{"name": "r0", "url": dead}],
+            fallbacks=["m-alias"],
+            cost=PRICES,
+            max_tokens=CEILING,
+        ),
     ]
     config = write_config(
         tmp_path,
@@ -548,23 +622,40 @@ class Keys:
     b: str
     c: str
     d: str
+    e: str
+    f: str
     flood: str
     victim: str
+    witness: str  # a victim key carrying the victim's tag, whose GET /me shows its budget
+    member: str  # the admin token of a member of team t2
+
+    def readers(self) -> tuple[str, ...]:
+        """Keys whose ``GET /me`` together show every budget."""
+        return self.a, self.e, self.witness
 
 
 def provision(gateway: GatewayProcess) -> Keys:
-    """The keys and budgets, made by the operator through the admin API."""
+    """The keys, a member and the budgets, made by the operator through the admin API."""
     a_id, a = new_key(gateway, "t", "hostile-a")
     _, b = new_key(gateway, "t", "hostile-b")
     _, c = new_key(gateway, "t2", "hostile-c")
     _, d = new_key(gateway, "t", "hostile-d", max_in_flight=IN_FLIGHT)
+    _, e = new_key(gateway, "t2", "hostile-e")
+    _, f = new_key(gateway, "t2", "hostile-f")
     _, flood = new_key(gateway, "t", "hostile-flood", rpm=100)
     _, victim_key = new_key(gateway, "v", "victim")
-    for scope, micro in BUDGETS.items():
+    made = admin(gateway, "POST", "/admin/keys", json={"team": "v", "tags": ["grant"]})
+    admin(gateway, "POST", "/admin/users", json={"name": "mallory", "org": "test-org"})
+    admin(gateway, "POST", "/admin/users/mallory/roles", json={"role": "member", "team": "t2"})
+    member = admin(gateway, "POST", "/admin/admin-tokens", json={"user": "mallory"})["secret"]
+    keys = Keys(a, a_id, b, c, d, e, f, flood, victim_key, made["secret"], member)
+    for scope, name, micro in BUDGETS:
         budget = {"scope": scope.format(a=a_id), "period": "month", "max": f"0.{micro:06d}"}
-        admin(gateway, "PUT", "/admin/budgets", json=budget)
-    until(lambda: len(me(gateway, a)["budgets"]) == len(BUDGETS), 20, "the budgets in force")
-    return Keys(a, a_id, b, c, d, flood, victim_key)
+        answer = admin(gateway, "PUT", "/admin/budgets", json=budget | {"model": name})
+        if name == "m-alias":  # phase 3: stored under the canonical name
+            assert answer["model"] == "m", answer
+    until(lambda: len(counters(gateway, keys)) == len(BUDGETS), 20, "the budgets in force")
+    return keys
 
 
 async def attack(gateway: GatewayProcess, keys: Keys, ledger: Ledger, sim_l: SimProcess) -> None:
@@ -572,7 +663,8 @@ async def attack(gateway: GatewayProcess, keys: Keys, ledger: Ledger, sim_l: Sim
 
     Phase 7 goes first, alone on the llama-server engine (its held requests take the
     engine's stall faults, which go to whichever requests arrive next). Then team
-    ``t`` spends its key and team budgets; then its sister team ``t2`` drains what is
+    ``t`` spends its key and team budgets (phases 1 and 2) while team ``t2`` spends its
+    budget for ``m`` and tries the tags (phases 3 and 4); then ``t2`` drains what is
     left of the organisation's, three requests at a time (in this order every budget is
     the one that refuses some request)."""
     done = asyncio.Event()
@@ -592,6 +684,8 @@ async def attack(gateway: GatewayProcess, keys: Keys, ledger: Ledger, sim_l: Sim
             await asyncio.gather(
                 phase_1_llama_native_usage(await tenant(keys.b, "1"), ledger),
                 phase_2_output_bound(await tenant(keys.a, "2"), ledger),
+                phase_3_model_budget_on_an_alias(await tenant(keys.e, "3"), ledger),
+                phase_4_tags(await tenant(keys.f, "4"), ledger, gateway.admin_url, keys.member),
             )
             sister = [await tenant(keys.c, "1/t2") for _ in range(3)]
             await asyncio.gather(*(phase_1_llama_native_usage(t, ledger) for t in sister))
@@ -600,20 +694,29 @@ async def attack(gateway: GatewayProcess, keys: Keys, ledger: Ledger, sim_l: Sim
             await asyncio.gather(*background)
 
 
-def settled(gateway: GatewayProcess, key: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """The budget counters of ``key`` once nothing is reserved any more (two reads agree
-    after a pause: abandoned streams settle when the gateway notices the client left)."""
+Counters = dict[tuple[str, str, str | None], dict[str, Any]]
 
-    def read() -> dict[tuple[str, str], dict[str, Any]]:
-        return {(b["scope_kind"], b["scope"]): b for b in me(gateway, key)["budgets"]}
 
-    def steady() -> dict[tuple[str, str], dict[str, Any]] | None:
-        first = read()
+def counters(gateway: GatewayProcess, keys: Keys) -> Counters:
+    """Every budget's counter, by (scope kind, scope, model), from the keys' ``GET /me``."""
+    found: Counters = {}
+    for key in keys.readers():
+        for budget in me(gateway, key)["budgets"]:
+            found[budget["scope_kind"], budget["scope"], budget["model"]] = budget
+    return found
+
+
+def settled(gateway: GatewayProcess, keys: Keys) -> Counters:
+    """The budget counters once nothing is reserved any more (two reads agree after a
+    pause: abandoned streams settle when the gateway notices the client left)."""
+
+    def steady() -> Counters | None:
+        first = counters(gateway, keys)
         time.sleep(1.0)
-        return first if read() == first else None
+        return first if counters(gateway, keys) == first else None
 
-    counters: dict[tuple[str, str], dict[str, Any]] = until(steady, 20, "budgets settled")
-    return counters
+    found: Counters = until(steady, 20, "budgets settled")
+    return found
 
 
 def test_a_hostile_tenant_exceeds_no_budget_and_leaves_no_token_uncharged(
@@ -628,7 +731,7 @@ def test_a_hostile_tenant_exceeds_no_budget_and_leaves_no_token_uncharged(
     try:
         keys = provision(gateway)
         asyncio.run(attack(gateway, keys, ledger, sim_l))
-        counters = settled(gateway, keys.a)
+        spent = settled(gateway, keys)
     finally:
         gateway.stop()  # a clean stop drains the recorder into the store
     stored = records(gateway.config)
@@ -638,14 +741,14 @@ def test_a_hostile_tenant_exceeds_no_budget_and_leaves_no_token_uncharged(
     # no token went uncharged: the records hold at least what the engines generated
     charged = sum(r["completion_tokens"] for r in stored.values())
     assert charged >= engines_generated > 0, (charged, engines_generated)
-    check_budgets(ledger, stored, counters, keys)
+    check_budgets(ledger, stored, spent, keys)
     check_phases(ledger)  # last: the attacks did press every budget
 
 
 def check_phases(ledger: Ledger) -> None:
     """Each phase pressed its budget, and the refusals were the right ones."""
     codes = {(phase, code) for phase, _, _, code, _ in ledger.refusals}
-    for phase in ("1", "1/t2", "2"):
+    for phase in ("1", "1/t2", "2", "3"):
         assert (phase, "budget_exceeded") in codes, f"phase {phase} never reached its budget"
     for code in (
         "max_tokens_too_large",
@@ -658,7 +761,7 @@ def check_phases(ledger: Ledger) -> None:
     assert ("/v1/models", "rpm_limit_exceeded") in flood
     assert ("/me", "rpm_limit_exceeded") in flood
     reached = {message for *_, message in ledger.refusals if "Budget spent" in message}
-    for scope in ("org 'test-org'", "team 't'", "key '"):
+    for scope in ("org 'test-org'", "team 't'", "key '", "team 't2' for model 'm'"):
         assert any(f"budget of {scope}" in message for message in reached), scope
 
 
@@ -700,19 +803,36 @@ def check_records(ledger: Ledger, stored: dict[str, dict[str, Any]]) -> None:
     assert set(ledger.abandoned) <= estimated
 
 
+def in_scope(record: dict[str, Any], kind: str, scope: str, model: str | None) -> bool:
+    """Whether the budget (kind, scope, model) binds the request ``record`` is of."""
+    if model is not None and record["model"] != model:
+        return False  # charged to the model that served
+    if kind == "tag":  # an owned tag: org:ORG/TAG or team:TEAM/TAG
+        owner, _, tag = scope.partition("/")
+        owner_kind, _, name = owner.partition(":")
+        return tag in record["tags"] and record[owner_kind] == name
+    return bool(record[{"org": "org", "team": "team", "key": "key_id"}[kind]] == scope)
+
+
 def check_budgets(
-    ledger: Ledger,
-    stored: dict[str, dict[str, Any]],
-    counters: dict[tuple[str, str], dict[str, Any]],
-    keys: Keys,
+    ledger: Ledger, stored: dict[str, dict[str, Any]], spent: Counters, keys: Keys
 ) -> None:
-    """No budget above its cap by more than one reservation; each counter is its records."""
+    """No budget above its cap by more than one reservation; each counter is its records;
+    the other organisation's tag budget untouched."""
     largest = ledger.largest_reservation()
-    column = {"org": "org", "team": "team", "key": "key_id"}
-    assert {scope_kind for scope_kind, _ in counters} == set(column)
-    for (scope_kind, scope), budget in counters.items():
-        spent, cap = budget["spent_micro"], budget["max_micro"]
-        assert spent <= cap + largest, (scope_kind, scope, spent, cap, largest)
-        in_scope = sum(r["cost_micro"] for r in stored.values() if r[column[scope_kind]] == scope)
-        assert spent == in_scope, (scope_kind, scope, spent, in_scope)
-    assert counters["key", keys.a_id]["max_micro"] == BUDGETS["key:{a}"]
+    expected: dict[tuple[str, str, str | None], int] = {}
+    for scope, alias, cap in BUDGETS:
+        kind, _, name = scope.format(a=keys.a_id).partition(":")
+        expected[kind, name, None if alias is None else "m"] = cap
+    assert {k: b["max_micro"] for k, b in spent.items()} == expected
+    for (kind, scope, served_by), budget in spent.items():
+        used, cap = budget["spent_micro"], budget["max_micro"]
+        assert used <= cap + largest, (kind, scope, served_by, used, cap, largest)
+        charged = sum(
+            r["cost_micro"] for r in stored.values() if in_scope(r, kind, scope, served_by)
+        )
+        assert used == charged, (kind, scope, served_by, used, charged)
+    # The victim's tag budget was never charged, though the attack's "grant" was.
+    assert spent["tag", VICTIM_TAG.split(":", 1)[1], None]["spent_micro"] == 0
+    tagged = [r for r in stored.values() if "grant" in r["tags"] and r["cost_micro"]]
+    assert tagged and {r["org"] for r in tagged} == {"test-org"}
