@@ -73,6 +73,34 @@ async def test_over_rpm_is_429_with_retry_after_naming_the_limit(store: CounterS
     assert error.headers() == [(b"retry-after", str(int(error.retry_after + 0.999)).encode())]
 
 
+async def test_keys_of_one_team_share_its_totals(store: CounterStore) -> None:
+    limiter = Limiter(store)
+    totals = Limits(rpm=5, tpm=1_000, max_in_flight=3)
+    keys = [Subject(key=f"k{i}", org="etabA", team="lab-nlp") for i in range(5)]
+    admitted = []
+    # five keys, each without limits of its own, in turn: five requests in all
+    for i in range(10):
+        try:
+            admitted.append(
+                await limiter.admit(
+                    Demand(keys[i % 5], NO_LIMITS, "m", 10, Money(0), (), totals), T0
+                )
+            )
+        except RateLimited as error:
+            assert error.code in {"team_rpm_limit_exceeded", "team_in_flight_limit_exceeded"}
+    assert len(admitted) == 3  # in flight binds first: three slots for the team
+    for admission in admitted:
+        await limiter.settle(admission, tokens=400, cost=None, now=T0 + 1)
+    usage = await limiter.usage(keys[0], NO_LIMITS, (), T0 + 1, totals)
+    assert usage.team_used == {"rpm": 3, "tpm": 1_200, "inflight": 0}
+    # the real tokens (1200) are over the team's 1000: every key of the team waits
+    error = await refused(limiter, Demand(keys[4], NO_LIMITS, "m", 1, Money(0), (), totals), T0 + 2)
+    assert error.code == "team_tpm_limit_exceeded" and "team 'lab-nlp'" in error.message
+    # another team's key is not charged to lab-nlp
+    other = Subject(key="k9", org="etabA", team="lab-cv")
+    await limiter.admit(Demand(other, NO_LIMITS, "m", 10, Money(0), (), totals), T0 + 2)
+
+
 async def test_tokens_are_charged_as_estimated_and_corrected_after(store: CounterStore) -> None:
     limiter = Limiter(store)
     limits = Limits(tpm=1_000)

@@ -39,13 +39,13 @@ def test_charges_run_rpm_tpm_rpd_in_flight_then_budgets() -> None:
     assert isinstance(budget, PeriodCharge)
     assert budget.key == "budget:team:t:*:month:2024-03"
     assert (budget.amount, budget.limit, budget.overdraft) == (40, 5_000, True)
-    assert plan.tpm_key == "tpm:k:1"
+    assert plan.tpm_keys == ("tpm:k:1",)
     assert plan.budgets == ((team, 4),)
 
 
 def test_no_limits_and_no_budgets_charge_nothing() -> None:
     plan = plan_for(Demand(SUBJECT, Limits(), "m", 10, Money(1)))
-    assert plan.charges == () and plan.tpm_key is None
+    assert plan.charges == () and plan.tpm_keys == ()
 
 
 def test_an_estimate_above_the_tpm_limit_is_charged_as_the_whole_limit() -> None:
@@ -83,3 +83,37 @@ def test_refusals_name_the_limit_and_only_rates_carry_retry_after() -> None:
         "in_flight_limit_exceeded",
         "budget_exceeded",
     ]
+
+
+def test_team_totals_follow_the_keys_limits_and_share_one_counter_per_team() -> None:
+    budget = Budget("org", "o", None, "day", Money(100))
+    totals = Limits(600, 10_000, 5_000, 8)
+    demand = Demand(SUBJECT, Limits(rpm=60), "m", 300, Money(1), (budget,), totals)
+    plan = plan_for(demand, ZoneInfo("Europe/Paris"))
+    keys = [charge.key for charge in plan.charges]
+    assert keys == [
+        "rpm:k:1",
+        "team-rpm:t",
+        "team-tpm:t",
+        "team-rpd:t:2024-03-11",
+        "team-inflight:t",
+        "budget:org:o:*:day:2024-03-10",
+    ]
+    assert plan.charges[2] == WindowCharge("team-tpm:t", 300, 10_000)
+    assert plan.tpm_keys == ("team-tpm:t",)  # corrected with the real tokens at settle
+    other_key = Demand(
+        Subject(key="k:2", org="o", team="t"), Limits(), "m", 1, Money(0), (), totals
+    )
+    assert plan_for(other_key).charges[0].key == "team-rpm:t"  # the same counter
+    texts = [refuse(3.0) for refuse in plan.refusals]
+    assert [t.code for t in texts[:5]] == [
+        "rpm_limit_exceeded",
+        "team_rpm_limit_exceeded",
+        "team_tpm_limit_exceeded",
+        "team_rpd_limit_exceeded",
+        "team_in_flight_limit_exceeded",
+    ]
+    assert texts[1].message == (
+        "Rate limit exceeded: team 't' (all its keys together) may send 600 requests per minute."
+    )
+    assert "team 't'" in texts[4].message and "8 in flight" in texts[4].message

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from fairgate.core.durations import parse_duration
 from fairgate.core.errors import BadRequest
 from fairgate.tenancy import KeyLimits
+from fairgate.tenancy.limits import DEFAULT_KEYS_PER_MEMBER, MAX_KEYS_PER_MEMBER
 
 __all__ = [
     "GrantBody",
@@ -54,7 +55,28 @@ class NameBody(_Body):
     name: Name
 
 
-class TeamBody(_Limits):
+class _TeamLimits(_Limits):
+    """A team's per-key limits (``rpm`` …), its totals across all its keys
+    (``total_rpm`` …) and the live keys one member may own in it."""
+
+    total_rpm: Limit = None
+    total_tpm: Limit = None
+    total_rpd: Limit = None
+    total_max_in_flight: Limit = None
+    max_keys_per_member: Annotated[StrictInt, Field(ge=1, le=MAX_KEYS_PER_MEMBER)] = (
+        DEFAULT_KEYS_PER_MEMBER
+    )
+
+    def totals(self) -> KeyLimits:
+        return KeyLimits(
+            rpm=self.total_rpm,
+            tpm=self.total_tpm,
+            rpd=self.total_rpd,
+            max_in_flight=self.total_max_in_flight,
+        )
+
+
+class TeamBody(_TeamLimits):
     """A new team under ``org``; ``models`` null = every model, [] = none."""
 
     org: Name
@@ -62,7 +84,7 @@ class TeamBody(_Limits):
     models: Models = None
 
 
-class TeamChange(_Limits):
+class TeamChange(_TeamLimits):
     """Fields to change on a team; a field left out stays as it is."""
 
     models: Models = None

@@ -200,6 +200,10 @@ class Authenticator:
             tpm=record.tpm,
             rpd=record.rpd,
             max_in_flight=record.max_in_flight,
+            total_rpm=record.total_rpm,
+            total_tpm=record.total_tpm,
+            total_rpd=record.total_rpd,
+            total_max_in_flight=record.total_max_in_flight,
         )
 
 

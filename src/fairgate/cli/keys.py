@@ -16,7 +16,9 @@ HELP = "Virtual keys (fg-…): stored as SHA-256 only; the secret is printed onc
 app = typer.Typer(help=HELP, no_args_is_help=True)
 
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-Limit = Annotated[int | None, typer.Option(min=1, help="Overrides the team's default.")]
+Limit = Annotated[
+    int | None, typer.Option(min=1, help="Narrows the team's per-key limit (never above it).")
+]
 _COLUMNS = (
     "id",
     "prefix",

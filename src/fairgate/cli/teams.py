@@ -16,7 +16,8 @@ HELP = "Teams: created under an organisation; declared ones come from the config
 app = typer.Typer(help=HELP, no_args_is_help=True)
 
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-Limit = Annotated[int | None, typer.Option(min=1, help="Default for the team's keys.")]
+Limit = Annotated[int | None, typer.Option(min=1, help="Per key: each key's default and ceiling.")]
+Total = Annotated[int | None, typer.Option(min=1, help="All the team's keys together.")]
 
 
 @app.command("create")
@@ -30,20 +31,38 @@ def create(
     tpm: Limit = None,
     rpd: Limit = None,
     max_inflight: Limit = None,
+    total_rpm: Total = None,
+    total_tpm: Total = None,
+    total_rpd: Total = None,
+    total_max_inflight: Total = None,
+    max_keys_per_member: Annotated[
+        int,
+        typer.Option(min=1, max=1000, help="Live keys one member may own in the team."),
+    ] = 10,
     config: ConfigOption = None,
     as_json: Json = False,
 ) -> None:
     """Create a team in an organisation (models: every one unless --models).
 
     A name the configuration declares under any organisation is reserved: refused.
-    """
+    --rpm … --max-inflight bind each key (a key may narrow them, never widen
+    them); --total-rpm … --total-max-inflight bind all the team's keys together."""
     from fairgate.tenancy import KeyLimits
 
     limits = KeyLimits(rpm=rpm, tpm=tpm, rpd=rpd, max_in_flight=max_inflight)
+    totals = KeyLimits(
+        rpm=total_rpm, tpm=total_tpm, rpd=total_rpd, max_in_flight=total_max_inflight
+    )
     team = run(
         config,
         lambda t, actor: t.teams.create(
-            actor, org=org, name=name, models=csv(models), limits=limits
+            actor,
+            org=org,
+            name=name,
+            models=csv(models),
+            limits=limits,
+            totals=totals,
+            max_keys_per_member=max_keys_per_member,
         ),
     )
     show([team], _COLUMNS, as_json=as_json, title="team created")
@@ -69,5 +88,10 @@ _COLUMNS = (
     "tpm",
     "rpd",
     "max_in_flight",
+    "total_rpm",
+    "total_tpm",
+    "total_rpd",
+    "total_max_in_flight",
+    "max_keys_per_member",
     "disabled_at",
 )

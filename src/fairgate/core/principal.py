@@ -20,7 +20,9 @@ class KeyRecord:
     the digest of the secret replaced by a rotation, valid until ``previous_until``
     (Unix seconds). ``models`` is the key's own allowlist and ``team_models`` its
     team's (``None`` = no list; an empty tuple = nothing); names as configured,
-    canonical or alias.
+    canonical or alias. ``rpm``, ``tpm``, ``rpd`` and ``max_in_flight`` are the key's
+    effective limits (its own bounded by its team's per-key limits); the ``total_*``
+    fields are its team's limits across all the team's keys together.
     """
 
     key_id: str
@@ -40,6 +42,10 @@ class KeyRecord:
     tpm: int | None = None
     rpd: int | None = None
     max_in_flight: int | None = None
+    total_rpm: int | None = None
+    total_tpm: int | None = None
+    total_rpd: int | None = None
+    total_max_in_flight: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +55,8 @@ class Principal:
     ``models`` holds the canonical model names the principal may use (team list ∩
     key list, aliases resolved), or ``None`` when neither list restricts it.
     ``rpm``, ``tpm``, ``rpd`` and ``max_in_flight`` are the key's limits as the
-    store gave them (``None`` = not set), so the limit stage needs no lookup.
+    store gave them (``None`` = not set), so the limit stage needs no lookup; the
+    ``total_*`` fields are the team's limits shared by all its keys.
     """
 
     key_id: str
@@ -63,3 +70,7 @@ class Principal:
     tpm: int | None = None
     rpd: int | None = None
     max_in_flight: int | None = None
+    total_rpm: int | None = None
+    total_tpm: int | None = None
+    total_rpd: int | None = None
+    total_max_in_flight: int | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
@@ -21,6 +21,9 @@ class Demand:
     estimated cost of those tokens under the model's prices (>= 0, zero when the
     model has no price: budgets then still refuse once spent, but do not grow).
     ``budgets`` are the ones the request falls under (``BudgetBook.applicable``).
+    ``limits`` bind the key; ``team_limits`` the subject's team, all its keys
+    together (charged in the same atomic step, so keys of one team share one
+    count on every gateway of the back end).
     """
 
     subject: Subject
@@ -29,6 +32,7 @@ class Demand:
     tokens: int
     cost: Money
     budgets: tuple[Budget, ...] = ()
+    team_limits: Limits = field(default_factory=Limits)
 
 
 @dataclass(slots=True)
@@ -44,7 +48,7 @@ class Admission:
     """
 
     lease: Lease | None
-    tpm_key: str | None = None
+    tpm_keys: tuple[str, ...] = ()
     budget_keys: tuple[str, ...] = ()
     budget_models: tuple[str | None, ...] = ()  # the model of each budget key (None: all)
     soft_crossed: tuple[Budget, ...] = ()

@@ -1,4 +1,4 @@
-"""A key's rate limits, with its team's defaults filling the gaps."""
+"""A key's rate limits, bounded by its team's: the one rule of "key against team"."""
 
 from __future__ import annotations
 
@@ -28,13 +28,19 @@ class Limits:
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive integer or absent, not {value}")
 
-    def with_defaults(self, defaults: Limits) -> Limits:
-        """Each limit from this key where it sets one, otherwise the team's default."""
+    def within(self, ceiling: Limits) -> Limits:
+        """These limits bounded by ``ceiling`` (the team's per-key limits): for each
+        field the smaller of the two, the one that is set when only one is, None when
+        neither is. A key can narrow its team's limits, never widen them."""
         return Limits(
-            rpm=self.rpm if self.rpm is not None else defaults.rpm,
-            tpm=self.tpm if self.tpm is not None else defaults.tpm,
-            rpd=self.rpd if self.rpd is not None else defaults.rpd,
-            max_in_flight=(
-                self.max_in_flight if self.max_in_flight is not None else defaults.max_in_flight
-            ),
+            rpm=_smaller(self.rpm, ceiling.rpm),
+            tpm=_smaller(self.tpm, ceiling.tpm),
+            rpd=_smaller(self.rpd, ceiling.rpd),
+            max_in_flight=_smaller(self.max_in_flight, ceiling.max_in_flight),
         )
+
+
+def _smaller(own: int | None, ceiling: int | None) -> int | None:
+    if own is None:
+        return ceiling
+    return own if ceiling is None else min(own, ceiling)

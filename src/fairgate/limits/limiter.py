@@ -126,8 +126,8 @@ class Limiter:
         if lease is None:
             return
         actual: dict[str, int] = {}
-        if tokens is not None and admission.tpm_key is not None:
-            actual[admission.tpm_key] = max(0, tokens)
+        if tokens is not None:
+            actual.update((key, max(0, tokens)) for key in admission.tpm_keys)
         if cost is not None:
             spent = max(0, cost.micro)
             for key, of in zip(admission.budget_keys, admission.budget_models, strict=True):
@@ -140,10 +140,18 @@ class Limiter:
             self._report("settle_lost")
 
     async def usage(
-        self, subject: Subject, limits: Limits, budgets: Sequence[Budget], now: float
+        self,
+        subject: Subject,
+        limits: Limits,
+        budgets: Sequence[Budget],
+        now: float,
+        team_limits: Limits | None = None,
     ) -> Usage:
-        """What ``subject`` has used of each limit and budget now (nothing is charged)."""
-        plan = self._planner.plan(Demand(subject, limits, "", 1, Money(0), tuple(budgets)), now)
+        """What ``subject`` has used of each limit, team total and budget now (nothing
+        is charged)."""
+        team_limits = team_limits or Limits()
+        demand = Demand(subject, limits, "", 1, Money(0), tuple(budgets), team_limits)
+        plan = self._planner.plan(demand, now)
         try:
             totals = await self._store.read(plan.charges, now) if plan.charges else ()
         except StateUnavailable as exc:
@@ -157,6 +165,12 @@ class Limiter:
             tokens_last_minute=by_kind.get("tpm"),
             requests_today=by_kind.get("rpd"),
             in_flight=by_kind.get("inflight"),
+            team_limits=team_limits,
+            team_used={
+                kind.removeprefix("team-"): total
+                for kind, total in by_kind.items()
+                if kind.startswith("team-")
+            },
             budgets=tuple(
                 BudgetUsage(budget, span, Money(totals[index]), Money(counter.limit))
                 for (budget, index), (counter, span) in zip(plan.budgets, spans, strict=True)
@@ -207,7 +221,7 @@ def _admission(plan: Plan, lease: Lease, totals: tuple[int, ...], demand: Demand
             spent.append(Money(after))
     return Admission(
         lease=lease,
-        tpm_key=plan.tpm_key,
+        tpm_keys=plan.tpm_keys,
         budget_keys=tuple(plan.charges[i].key for _, i in plan.budgets),
         budget_models=tuple(b.model for b, _ in plan.budgets),
         soft_crossed=tuple(crossed),

@@ -1,13 +1,15 @@
 """Turning a demand into counter charges, and a refused charge into the caller's 429.
 
-Order of the charges (the first that does not fit is the one named): requests per
-minute, tokens per minute, requests per day, in-flight, then every budget from
-the widest scope. Counter keys (before the back end's prefix):
+Order of the charges (the first that does not fit is the one named): the key's
+requests per minute, tokens per minute, requests per day, in-flight, then the
+same four of its team (all its keys together), then every budget from the widest
+scope. Counter keys (before the back end's prefix):
 
     rpm:<key>                          window, 60 s, weight 1
     tpm:<key>                          window, 60 s, weight = estimated tokens
     rpd:<key>:<YYYY-MM-DD>             period, the day in the limiter's zone
     inflight:<key>                     in-flight slots
+    team-rpm:<team> … team-inflight:<team>   the same, for the team's totals
     budget:<kind>:<scope>:<model|*>:<period>:<label>   period, UTC, micro-units
 """
 
@@ -21,6 +23,7 @@ from fairgate.core.errors import RateLimited
 from fairgate.limits.budgets import Budget
 from fairgate.limits.charges import Charge, InFlightCharge, PeriodCharge, WindowCharge
 from fairgate.limits.demand import Demand
+from fairgate.limits.key_limits import Limits
 from fairgate.limits.periods import Calendar, PeriodSpan
 
 __all__ = ["Plan", "Planner", "in_flight_refusal"]
@@ -36,8 +39,8 @@ class Plan:
 
     charges: tuple[Charge, ...]
     refusals: tuple[Refusal, ...]
-    tpm_key: str | None
-    rates: dict[str, int]  # "rpm" | "tpm" | "rpd" | "inflight" → index of its charge
+    tpm_keys: tuple[str, ...]  # the key's and the team's token windows, corrected at settle
+    rates: dict[str, int]  # "rpm" … "inflight", "team-rpm" … "team-inflight" → its index
     budgets: tuple[tuple[Budget, int], ...]  # (budget, index of its charge)
 
 
@@ -53,33 +56,54 @@ class Planner:
     def plan(self, demand: Demand, now: float) -> Plan:
         charges: list[Charge] = []
         refusals: list[Refusal] = []
-        # the key id is used verbatim: it is the only free segment of a rate key
-        # (or, for rpd, the one before a fixed-form date), so keys stay unambiguous
-        limits, key = demand.limits, demand.subject.key
-        tpm_key = None
         rates: dict[str, int] = {}
+        # the key id is used verbatim: it is the only free segment of a rate key
+        # (or, for rpd, the one before a fixed-form date), so keys stay unambiguous;
+        # a team name holds no ':' either
+        team = demand.subject.team
+        tpm_keys = tuple(
+            key
+            for key in (
+                self._rates(demand, "", demand.subject.key, demand.limits, now, charges, rates),
+                self._rates(demand, "team-", team, demand.team_limits, now, charges, rates),
+            )
+            if key is not None
+        )
+        zone = self._days.zone
+        refusals.extend(_refusal(kind, charges[i].limit, team, zone) for kind, i in rates.items())
+        budgets = self._budget_charges(demand, now, charges, refusals)
+        return Plan(tuple(charges), tuple(refusals), tpm_keys, rates, budgets)
+
+    def _rates(
+        self,
+        demand: Demand,
+        kind: str,
+        name: str,
+        limits: Limits,
+        now: float,
+        charges: list[Charge],
+        rates: dict[str, int],
+    ) -> str | None:
+        """Append the charges of ``limits`` for ``name`` (a key, or with ``kind``
+        "team-" a team); the key of its token window, if it has one."""
+        tpm_key = None
         if limits.rpm is not None:
-            rates["rpm"] = len(charges)
-            charges.append(WindowCharge(f"rpm:{key}", 1, limits.rpm))
-            refusals.append(_rpm_refusal(limits.rpm))
+            rates[f"{kind}rpm"] = len(charges)
+            charges.append(WindowCharge(f"{kind}rpm:{name}", 1, limits.rpm))
         if limits.tpm is not None:
-            tpm_key = f"tpm:{key}"
-            rates["tpm"] = len(charges)
+            tpm_key = f"{kind}tpm:{name}"
+            rates[f"{kind}tpm"] = len(charges)
             # an estimate above the whole limit is charged as the whole limit: it
             # passes on an empty window and its real usage is charged afterwards
             charges.append(WindowCharge(tpm_key, min(demand.tokens, limits.tpm), limits.tpm))
-            refusals.append(_tpm_refusal(limits.tpm))
         if limits.rpd is not None:
             day = self._days.span("day", now)
-            rates["rpd"] = len(charges)
-            charges.append(self._period(f"rpd:{key}:{day.label}", 1, limits.rpd, day, False))
-            refusals.append(_rpd_refusal(limits.rpd, self._days.zone))
+            rates[f"{kind}rpd"] = len(charges)
+            charges.append(self._period(f"{kind}rpd:{name}:{day.label}", 1, limits.rpd, day, False))
         if limits.max_in_flight is not None:
-            rates["inflight"] = len(charges)
-            charges.append(InFlightCharge(f"inflight:{key}", limits.max_in_flight))
-            refusals.append(in_flight_refusal(limits.max_in_flight))
-        budgets = self._budget_charges(demand, now, charges, refusals)
-        return Plan(tuple(charges), tuple(refusals), tpm_key, rates, budgets)
+            rates[f"{kind}inflight"] = len(charges)
+            charges.append(InFlightCharge(f"{kind}inflight:{name}", limits.max_in_flight))
+        return tpm_key
 
     def budget_counter(self, budget: Budget, now: float) -> tuple[PeriodCharge, PeriodSpan]:
         """The counter ``budget`` charges at ``now`` (amount 0), and its period."""
@@ -123,37 +147,36 @@ class Planner:
 # Messages are formatted only when a request is refused, never on the way through.
 
 
-def _rpm_refusal(rpm: int) -> Refusal:
-    return lambda retry: RateLimited(
-        f"Rate limit exceeded: this key may send {rpm} requests per minute.",
-        code="rpm_limit_exceeded",
-        retry_after=retry,
-    )
+_CODES = {"rpm": "rpm", "tpm": "tpm", "rpd": "rpd", "inflight": "in_flight"}
 
 
-def _tpm_refusal(tpm: int) -> Refusal:
-    return lambda retry: RateLimited(
-        f"Rate limit exceeded: this key may use {tpm} tokens per minute.",
-        code="tpm_limit_exceeded",
-        retry_after=retry,
-    )
+def _refusal(kind: str, limit: int, team: str, zone: tzinfo) -> Refusal:
+    """The refusal of the rate ``kind`` ("rpm" … "inflight", or "team-rpm" …)."""
+    base = kind.removeprefix("team-")
+    on_team = base != kind
 
+    def refuse(retry: float | None) -> RateLimited:
+        who = f"team '{team}' (all its keys together)" if on_team else "this key"
+        if base == "rpm":
+            text = f"Rate limit exceeded: {who} may send {limit} requests per minute."
+        elif base == "tpm":
+            text = f"Rate limit exceeded: {who} may use {limit} tokens per minute."
+        elif base == "rpd":
+            text = (
+                f"Daily request limit reached: {who} may send {limit} requests per day "
+                f"(days end at midnight, {zone})."
+            )
+        else:
+            text = f"Too many concurrent requests: {who} may have {limit} in flight at once."
+        code = f"{'team_' if on_team else ''}{_CODES[base]}_limit_exceeded"
+        return RateLimited(text, code=code, retry_after=retry)
 
-def _rpd_refusal(rpd: int, zone: tzinfo) -> Refusal:
-    return lambda retry: RateLimited(
-        f"Daily request limit reached: this key may send {rpd} requests per day "
-        f"(days end at midnight, {zone}).",
-        code="rpd_limit_exceeded",
-        retry_after=retry,
-    )
+    return refuse
 
 
 def in_flight_refusal(limit: int) -> Refusal:
-    return lambda retry: RateLimited(
-        f"Too many concurrent requests: this key may have {limit} in flight at once.",
-        code="in_flight_limit_exceeded",
-        retry_after=retry,
-    )
+    """The refusal of a key at its ``max_in_flight`` (the head gate's too)."""
+    return _refusal("inflight", limit, "", UTC)
 
 
 def _budget_refusal(budget: Budget, span: PeriodSpan) -> Refusal:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
@@ -32,7 +33,9 @@ class Usage:
 
     ``requests_last_minute`` and ``tokens_last_minute`` are sliding-window
     weights (estimates until corrected), ``requests_today`` the day counter in
-    the limiter's zone, ``in_flight`` the slots held now.
+    the limiter's zone, ``in_flight`` the slots held now. ``team_limits`` are the
+    team's totals and ``team_used`` their counts ("rpm", "tpm", "rpd", "inflight"),
+    all the team's keys together.
     """
 
     limits: Limits
@@ -41,3 +44,5 @@ class Usage:
     requests_today: int | None
     in_flight: int | None
     budgets: tuple[BudgetUsage, ...]
+    team_limits: Limits = field(default_factory=Limits)
+    team_used: Mapping[str, int] = field(default_factory=dict)

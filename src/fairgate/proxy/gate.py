@@ -12,7 +12,8 @@
    of every budget the request falls under, at the estimated tokens and cost
    (``fairgate.limits``); a refusal names the limit or the budget;
 2. admission: a lease from the pool's admission controller, waiting in the
-   key's band while the pool is saturated (``fairgate.admission``); a queue
+   team's band while the pool is saturated, its tenant the team (so a team's
+   keys share one turn of the round-robin) (``fairgate.admission``); a queue
    that orders by fair-share priority gets a provisional one from this
    gateway's own counts (no slot is held while waiting);
 3. fair share: one atomic claim of a within-share slot of the organisation in
@@ -197,18 +198,17 @@ class Gate:
         book = self._budgets()
         subject = _subject(principal, ex.tags or principal.tags) if len(book) else None
         budgets = book.applicable(subject, model, chain) if subject is not None else ()
-        p = principal
-        if budgets or p.rpm or p.tpm or p.rpd or p.max_in_flight:
-            limits = Limits(p.rpm, p.tpm, p.rpd, p.max_in_flight)
+        limits, team_limits = _limits(principal)
+        if budgets or limits != _NO_LIMITS or team_limits != _NO_LIMITS:
             reservation = ex.reservation
             assert reservation is not None  # reserved when the model was resolved
             subject = subject or _subject(principal, ex.tags or principal.tags)
             cost = max(self._cost(m, reservation.usage()) for m in chain)
-            demand = Demand(subject, limits, model, reservation.tokens, cost, budgets)
+            demand = Demand(subject, limits, model, reservation.tokens, cost, budgets, team_limits)
             ticket.limits = await self._admit(demand, principal, now)
-            if ticket.limits.lease is not None and p.max_in_flight is not None:
-                self._head.entered(p.key_id)
-                ticket.head_key = p.key_id
+            if ticket.limits.lease is not None and limits.max_in_flight is not None:
+                self._head.entered(principal.key_id)
+                ticket.head_key = principal.key_id
         try:
             if self._on_soft_limit is not None and ticket.limits is not None:
                 for budget, spent in zip(
@@ -232,7 +232,7 @@ class Gate:
                     waiting_priority = await self._provisional(pool, principal.org, model, now)
                 ticket.lease = await controller.admit(
                     band=self._bands.for_team(principal.team).name,
-                    tenant=principal.key_id,
+                    tenant=principal.team,
                     priority=waiting_priority,
                 )
             if fair:
@@ -285,11 +285,14 @@ class Gate:
         without end, each one an accounting record."""
         principal = ex.principal
         assert principal is not None
-        if principal.rpm is None and principal.rpd is None:
+        p = principal
+        limits = Limits(rpm=p.rpm, rpd=p.rpd)
+        team_limits = Limits(rpm=p.total_rpm, rpd=p.total_rpd)
+        if limits == _NO_LIMITS and team_limits == _NO_LIMITS:
             return
-        limits = Limits(rpm=principal.rpm, rpd=principal.rpd)
         subject = _subject(principal, principal.tags)
-        await self._admit(Demand(subject, limits, "", 1, Money(0)), principal, self._now())
+        demand = Demand(subject, limits, "", 1, Money(0), team_limits=team_limits)
+        await self._admit(demand, principal, self._now())
 
     def check_head(self, principal: Principal) -> None:
         """Refuse, before the body is read, a request the limiter would refuse anyway:
@@ -420,10 +423,10 @@ class Gate:
         it falls under (for all its models) with the spend of the current period.
         ``ServiceUnavailable`` when the state back end is down."""
         subject = _subject(principal, principal.tags)
-        limits = Limits(principal.rpm, principal.tpm, principal.rpd, principal.max_in_flight)
+        limits, team_limits = _limits(principal)
         book = self._budgets()
         budgets = book.for_subject(subject) if len(book) else ()
-        usage = await self._limiter.usage(subject, limits, budgets, self._clock.wall())
+        usage = await self._limiter.usage(subject, limits, budgets, self._clock.wall(), team_limits)
         used = {
             "rpm": usage.requests_last_minute,
             "tpm": usage.tokens_last_minute,
@@ -443,6 +446,12 @@ class Gate:
                 if getattr(limits, name) is None
                 else {"limit": getattr(limits, name), "used": used[name]}
                 for name in ("rpm", "tpm", "rpd", "max_in_flight")
+            },
+            "team_limits": {
+                name: None
+                if getattr(team_limits, name) is None
+                else {"limit": getattr(team_limits, name), "used": usage.team_used.get(kind, 0)}
+                for name, kind in _KINDS.items()
             },
             "budgets": [
                 {
@@ -466,6 +475,18 @@ class Gate:
     def fairshare_counts(self) -> Mapping[tuple[str, str], tuple[int, int]]:
         """This process's (within share, borrowing) requests in flight per (pool, org)."""
         return {key: (c[0], c[1]) for key, c in self.in_flight.items()}
+
+
+_NO_LIMITS = Limits()
+_KINDS = {"rpm": "rpm", "tpm": "tpm", "rpd": "rpd", "max_in_flight": "inflight"}
+
+
+def _limits(p: Principal) -> tuple[Limits, Limits]:
+    """The key's limits and its team's totals."""
+    return (
+        Limits(p.rpm, p.tpm, p.rpd, p.max_in_flight),
+        Limits(p.total_rpm, p.total_tpm, p.total_rpd, p.total_max_in_flight),
+    )
 
 
 def _class(name: str | None) -> PriorityClass:

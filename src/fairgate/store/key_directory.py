@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import or_, select
 
 from fairgate.core.principal import KeyRecord
+from fairgate.limits.key_limits import Limits
 from fairgate.store.database import Store
 from fairgate.store.tables import keys, orgs, projects, teams
 from fairgate.store.timestamp import from_unix, to_unix
@@ -41,6 +42,10 @@ _QUERY = (
         teams.c.tpm.label("team_tpm"),
         teams.c.rpd.label("team_rpd"),
         teams.c.max_in_flight.label("team_max_in_flight"),
+        teams.c.total_rpm,
+        teams.c.total_tpm,
+        teams.c.total_rpd,
+        teams.c.total_max_in_flight,
         teams.c.disabled_at.label("team_disabled_at"),
         orgs.c.name.label("org"),
         orgs.c.disabled_at.label("org_disabled_at"),
@@ -58,7 +63,8 @@ class StoreKeyDirectory:
 
     ``find_key`` returns the record matched by the current or the previous
     digest (``None`` when no key has it) with ``team_models``, ``org`` and the
-    team's default limits filled in (a key's own limit wins over its team's).
+    team's limits applied: a key's own limit bounded by its team's per-key limit
+    (``Limits.within``), and the team's totals across its keys.
     ``key_changes(since)`` lists the ids of keys revoked, rotated or otherwise
     changed after ``since`` (Unix seconds), including those of a team or
     organisation disabled or edited since. Both raise ``StoreUnavailable`` when
@@ -83,6 +89,9 @@ class StoreKeyDirectory:
 
 
 def _record(row: Any) -> KeyRecord:
+    own = Limits(row.rpm, row.tpm, row.rpd, row.max_in_flight)
+    team = Limits(row.team_rpm, row.team_tpm, row.team_rpd, row.team_max_in_flight)
+    limits = own.within(team)
     stops = [
         moment
         for moment in (
@@ -107,12 +116,12 @@ def _record(row: Any) -> KeyRecord:
         revoked_at=to_unix(min(stops)) if stops else None,
         previous_sha256=None if row.previous_sha256 is None else bytes(row.previous_sha256),
         previous_until=to_unix(row.previous_until),
-        rpm=_first(row.rpm, row.team_rpm),
-        tpm=_first(row.tpm, row.team_tpm),
-        rpd=_first(row.rpd, row.team_rpd),
-        max_in_flight=_first(row.max_in_flight, row.team_max_in_flight),
+        rpm=limits.rpm,
+        tpm=limits.tpm,
+        rpd=limits.rpd,
+        max_in_flight=limits.max_in_flight,
+        total_rpm=row.total_rpm,
+        total_tpm=row.total_tpm,
+        total_rpd=row.total_rpd,
+        total_max_in_flight=row.total_max_in_flight,
     )
-
-
-def _first(own: int | None, default: int | None) -> int | None:
-    return own if own is not None else default

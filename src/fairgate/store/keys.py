@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, insert, select, true, update
+from sqlalchemy import ColumnElement, Select, func, insert, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store import access_changes
@@ -24,6 +24,7 @@ __all__ = [
     "get_key",
     "insert_key",
     "list_keys",
+    "live_keys_owned",
     "revoke",
     "rotate",
     "update_key",
@@ -131,6 +132,17 @@ async def insert_key(conn: AsyncConnection, new: NewKeyRow, now: datetime) -> Ke
     key = await get_key(conn, new.id)
     assert key is not None
     return key
+
+
+async def live_keys_owned(conn: AsyncConnection, team_id: int, owner_id: int, now: datetime) -> int:
+    """How many keys of the team ``owner_id`` owns that are neither revoked nor expired."""
+    query = select(func.count()).where(
+        keys.c.team_id == team_id,
+        keys.c.owner_id == owner_id,
+        keys.c.revoked_at.is_(None),
+        or_(keys.c.expires_at.is_(None), keys.c.expires_at > now),
+    )
+    return int((await conn.execute(query)).scalar_one())
 
 
 async def list_keys(

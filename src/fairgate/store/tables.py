@@ -100,12 +100,17 @@ teams = Table(
     # to another organisation by the configuration.
     Column("from_config", Boolean, nullable=False, server_default=false()),
     Column("models", _JsonList, nullable=True),  # None: every model; []: none
-    Column("rpm", Integer, nullable=True),  # defaults for the team's keys
+    Column("rpm", Integer, nullable=True),  # per key: defaults and ceilings of its keys
     Column("tpm", Integer, nullable=True),
     Column("rpd", Integer, nullable=True),
     Column("max_in_flight", Integer, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("disabled_at", UtcDateTime, nullable=True),
+    Column("total_rpm", Integer, nullable=True),  # across all the team's keys together
+    Column("total_tpm", Integer, nullable=True),
+    Column("total_rpd", Integer, nullable=True),
+    Column("total_max_in_flight", Integer, nullable=True),
+    Column("max_keys_per_member", Integer, nullable=False, server_default="10"),
 )
 
 projects = Table(

@@ -1,4 +1,5 @@
-"""Teams: under one organisation, with an optional model allowlist and default key limits.
+"""Teams: under one organisation, with an optional model allowlist, per-key limits
+(defaults and ceilings of its keys), totals across its keys, and keys per member.
 
 Functions run in the caller's transaction and take the scope ``where`` clause
 built by the tenancy layer (see ``fairgate.store.orgs``).
@@ -17,12 +18,26 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairgate.store import access_changes
 from fairgate.store.tables import keys, orgs, teams
 
-__all__ = ["Team", "by_id", "by_name", "insert_team", "list_teams", "set_disabled", "update_team"]
+__all__ = [
+    "Team",
+    "by_id",
+    "by_name",
+    "insert_team",
+    "list_teams",
+    "lock",
+    "set_disabled",
+    "update_team",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Team:
-    """A team; ``models`` None = every model, () = none; limits None = unlimited by default."""
+    """A team; ``models`` None = every model, () = none; limits None = unlimited.
+
+    ``rpm`` … ``max_in_flight`` bind each key (a key may narrow them, never widen
+    them); ``total_rpm`` … ``total_max_in_flight`` bind all its keys together;
+    ``max_keys_per_member`` bounds the live keys one user owns in the team.
+    """
 
     id: int
     org_id: int
@@ -37,6 +52,11 @@ class Team:
     max_in_flight: int | None
     created_at: datetime
     disabled_at: datetime | None
+    total_rpm: int | None
+    total_tpm: int | None
+    total_rpd: int | None
+    total_max_in_flight: int | None
+    max_keys_per_member: int
 
 
 _QUERY = select(
@@ -53,6 +73,11 @@ _QUERY = select(
     teams.c.max_in_flight,
     teams.c.created_at,
     teams.c.disabled_at,
+    teams.c.total_rpm,
+    teams.c.total_tpm,
+    teams.c.total_rpd,
+    teams.c.total_max_in_flight,
+    teams.c.max_keys_per_member,
 ).join_from(teams, orgs, teams.c.org_id == orgs.c.id)
 
 
@@ -113,6 +138,13 @@ async def by_id(conn: AsyncConnection, team_id: int) -> Team | None:
     return None if row is None else _team(row._mapping)
 
 
+async def lock(conn: AsyncConnection, team_id: int) -> None:
+    """Hold the team's row until the transaction ends, so that writers checking a count
+    of its keys run one after the other: ``SELECT … FOR UPDATE`` on PostgreSQL; on
+    SQLite every write transaction already holds the database's write lock."""
+    await conn.execute(select(teams.c.id).where(teams.c.id == team_id).with_for_update())
+
+
 async def update_team(
     conn: AsyncConnection,
     name: str,
@@ -120,7 +152,7 @@ async def update_team(
     now: datetime,
     where: ColumnElement[bool] | None = None,
 ) -> Team | None:
-    """Change a team's models or default limits; None when no team in scope has that name.
+    """Change a team's models or limits; None when no team in scope has that name.
 
     Its keys are marked changed and the team goes into the access-change feed: cached
     records carry the team's list and limits.

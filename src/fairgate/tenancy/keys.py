@@ -9,6 +9,14 @@ key of the team; a member on the keys they own in their team (a key a member
 creates is theirs). The scope is in the UPDATE's WHERE clause: a key id from
 another tenant changes nothing and answers NotFound; a key the actor can see
 but not change answers Forbidden. Revoking a revoked key is a no-op.
+
+Limits: only a team's admins set a key's limits (a member creates keys with
+the team's, and changes none: Forbidden), and never above the team's per-key
+limits (BadRequest ``limit_above_team``, naming the field and the team's value).
+A user owns at most the team's ``max_keys_per_member`` live keys in it (Conflict
+``too_many_keys``); the count and the insert share one transaction that holds
+the team's row, so concurrent creations cannot pass the bound together. Keys
+created by the operator or the master key have no owner and no such bound.
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairgate.auth.secrets import new_key
 from fairgate.store import from_unix, keys, new_ulid, projects, teams
 from fairgate.store.keys import Key, NewKeyRow
+from fairgate.store.teams import Team
 from fairgate.tenancy.actor import Actor
-from fairgate.tenancy.errors import BadRequest, Forbidden, NotFound
+from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
 from fairgate.tenancy.limits import KeyLimits
 from fairgate.tenancy.names import check_labels, check_name
 from fairgate.tenancy.scope import Scope
@@ -83,6 +92,7 @@ class Keys(Service):
         model_list = self._check_models(models)
         tag_list = check_labels("tag", tags, most=8)
         expires_at = self._expiry(expires_in)
+        limits = limits or KeyLimits()
         scope = self._scope(actor)
         now = self._now()
         secret, digest, prefix = new_key()
@@ -99,6 +109,9 @@ class Keys(Service):
                 raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
             if owner_team.disabled_at is not None:
                 raise BadRequest(f"team {team!r} is disabled", code="team_disabled")
+            if limits != KeyLimits():
+                _check_limits(owner_team, limits, administers)
+            await self._check_key_count(conn, actor, owner_team, now)
             project_id = await self._project_id(conn, owner_team.name, project)
             row = NewKeyRow(
                 id=new_ulid(self._clock.wall()),
@@ -110,7 +123,7 @@ class Keys(Service):
                 secret_sha256=digest,
                 models=model_list,
                 tags=tag_list,
-                limits=(limits or KeyLimits()).columns(),
+                limits=limits.columns(),
                 created_by=actor.name,
                 expires_at=expires_at,
             )
@@ -171,7 +184,8 @@ class Keys(Service):
         limits: KeyLimits | None = UNSET,
         expires_in: float | None = UNSET,
     ) -> Key:
-        """Change a live key's allowlist, tags, limits or expiry (UNSET leaves one as it is)."""
+        """Change a live key's allowlist, tags, limits or expiry (UNSET leaves one as it is).
+        Limits (setting or clearing them) need an admin of the key's team."""
         values: dict[str, Any] = {}
         if models is not UNSET:
             values["models"] = self._check_models(models)
@@ -190,11 +204,40 @@ class Keys(Service):
                 if await keys.get_key(conn, key_id, scope.keys_read()) is None:
                     raise NotFound(f"no key {key_id!r}", code="key_not_found")
                 raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
+            if limits is not UNSET:
+                await self._check_key_limits(conn, scope, key_id, limits or KeyLimits())
             if not await keys.update_key(conn, key_id, values, now, scope.keys_write()):
                 await self._unchanged(conn, scope, key_id, "changing", idempotent=False)
             detail = {k: _list(v) if isinstance(v, tuple) else v for k, v in values.items()}
             detail.pop("expires_at", None)
             return await self._audited(conn, actor, key_id, "key.updated", now, detail)
+
+    async def _check_key_limits(
+        self, conn: AsyncConnection, scope: Scope, key_id: str, limits: KeyLimits
+    ) -> None:
+        """NotFound for a key the actor cannot see, else ``_check_limits`` on its team."""
+        visible = await keys.get_key(conn, key_id, scope.keys_read())
+        if visible is None:
+            raise NotFound(f"no key {key_id!r}", code="key_not_found")
+        team = await teams.by_name(conn, visible.team)
+        assert team is not None
+        administers = await teams.by_name(conn, team.name, scope.teams_admin()) is not None
+        _check_limits(team, limits, administers)
+
+    async def _check_key_count(
+        self, conn: AsyncConnection, actor: Actor, team: Team, now: Any
+    ) -> None:
+        """Conflict when the actor already owns the team's ``max_keys_per_member`` live keys."""
+        if actor.user_id is None:
+            return  # the operator and the master key own no keys
+        await teams.lock(conn, team.id)
+        owned = await keys.live_keys_owned(conn, team.id, actor.user_id, now)
+        if owned >= team.max_keys_per_member:
+            raise Conflict(
+                f"you own {owned} live keys in team {team.name!r}, its limit per member: "
+                "revoke one first",
+                code="too_many_keys",
+            )
 
     async def _audited(
         self,
@@ -263,6 +306,25 @@ class Keys(Service):
 _TAGS_FORBIDDEN = (
     "a key's tags decide which tag budgets bind it: they are set by team admins and above"
 )
+
+
+def _check_limits(team: Team, limits: KeyLimits, administers: bool) -> None:
+    """Forbidden unless the actor administers ``team``; BadRequest when a limit is
+    above the team's per-key limit."""
+    if not administers:
+        raise Forbidden(
+            f"setting a key's limits in {team.name!r} needs team_admin or above",
+            code="forbidden",
+        )
+    ceiling = KeyLimits(team.rpm, team.tpm, team.rpd, team.max_in_flight)
+    above = limits.above(ceiling)
+    if above is not None:
+        name, bound = above
+        raise BadRequest(
+            f"{name} {getattr(limits, name)} is above team {team.name!r}'s limit of {bound} "
+            "per key",
+            code="limit_above_team",
+        )
 
 
 def _list(models: tuple[str, ...] | None) -> list[str] | None:

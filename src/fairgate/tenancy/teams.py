@@ -1,10 +1,12 @@
 """Teams: created under an organisation by its admins (or declared in the configuration).
 
-A team's model allowlist (None: every model; empty: none) and its default key
-limits are set by its organisation's admins, not by the team's own admins, who
-narrow individual keys instead. A declared team cannot be disabled here, and a
-name the configuration declares (under any organisation) cannot be taken here:
-the configuration reserves it, even before the start-up sync creates the team.
+A team's model allowlist (None: every model; empty: none), its per-key limits
+(each key's default and ceiling), its totals (all its keys together) and its
+``max_keys_per_member`` are set by its organisation's admins, not by the team's
+own admins, who narrow individual keys instead. A declared team cannot be
+disabled here, and a name the configuration declares (under any organisation)
+cannot be taken here: the configuration reserves it, even before the start-up
+sync creates the team.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from fairgate.store import Store, StoreConflict, orgs, teams
 from fairgate.store.teams import Team
 from fairgate.tenancy.actor import Actor
 from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import DEFAULT_KEYS_PER_MEMBER, KeyLimits, check_keys_per_member
 from fairgate.tenancy.names import check_name
 from fairgate.tenancy.scope import Scope
 from fairgate.tenancy.service import Service
@@ -69,9 +71,12 @@ class Teams(Service):
         name: str,
         models: Collection[str] | None = None,
         limits: KeyLimits | None = None,
+        totals: KeyLimits | None = None,
+        max_keys_per_member: int = DEFAULT_KEYS_PER_MEMBER,
     ) -> Team:
         check_name("team", name)
         model_list = self._check_models(models)
+        check_keys_per_member(max_keys_per_member)
         scope = self._scope(actor)
         now = self._now()
         try:
@@ -98,7 +103,11 @@ class Teams(Service):
                     declared=False,
                     now=now,
                     models=model_list,
-                    limits=(limits or KeyLimits()).columns(),
+                    limits={
+                        **(limits or KeyLimits()).columns(),
+                        **(totals or KeyLimits()).columns("total_"),
+                        "max_keys_per_member": max_keys_per_member,
+                    },
                 )
                 await self._audit(
                     conn,
@@ -121,13 +130,21 @@ class Teams(Service):
         *,
         models: Collection[str] | None = UNSET,
         limits: KeyLimits | None = UNSET,
+        totals: KeyLimits | None = UNSET,
+        max_keys_per_member: int = UNSET,
     ) -> Team:
-        """Set the team's allowlist and/or default limits (UNSET leaves one as it is)."""
+        """Set the team's allowlist, per-key limits, totals or keys per member (UNSET
+        leaves one as it is). Lowering a per-key limit binds the keys set above it at
+        once: a key's effective limit is the smaller of its own and the team's."""
         values: dict[str, Any] = {}
         if models is not UNSET:
             values["models"] = self._check_models(models)
         if limits is not UNSET:
             values.update((limits or KeyLimits()).columns())
+        if totals is not UNSET:
+            values.update((totals or KeyLimits()).columns("total_"))
+        if max_keys_per_member is not UNSET:
+            values["max_keys_per_member"] = check_keys_per_member(max_keys_per_member)
         if not values:
             return await self.get(actor, name)
         scope = self._scope(actor)

@@ -14,6 +14,7 @@ from fairgate.tenancy import KeyLimits, Tenancy, public
 __all__ = ["tree_router"]
 
 _LIMITS = ("rpm", "tpm", "rpd", "max_in_flight")
+_TOTALS = ("total_rpm", "total_tpm", "total_rpd", "total_max_in_flight")
 
 
 def tree_router(t: Tenancy) -> APIRouter:
@@ -38,7 +39,13 @@ def tree_router(t: Tenancy) -> APIRouter:
     @router.post("/teams", status_code=201, summary="Create a team in an organisation")
     async def create_team(body: TeamBody, actor: Caller) -> dict[str, Any]:
         team = await t.teams.create(
-            actor, org=body.org, name=body.name, models=body.models, limits=body.limits()
+            actor,
+            org=body.org,
+            name=body.name,
+            models=body.models,
+            limits=body.limits(),
+            totals=body.totals(),
+            max_keys_per_member=body.max_keys_per_member,
         )
         return public(team)
 
@@ -46,7 +53,7 @@ def tree_router(t: Tenancy) -> APIRouter:
     async def get_team(name: str, actor: Caller) -> dict[str, Any]:
         return public(await t.teams.get(actor, name))
 
-    @router.patch("/teams/{name}", summary="Change a team's models or default key limits")
+    @router.patch("/teams/{name}", summary="Change a team's models, limits or keys per member")
     async def change_team(name: str, body: TeamChange, actor: Caller) -> dict[str, Any]:
         given = body.model_fields_set
         changes: dict[str, Any] = {}
@@ -56,6 +63,14 @@ def tree_router(t: Tenancy) -> APIRouter:
             current = await t.teams.get(actor, name)
             values = {f: getattr(body if f in given else current, f) for f in _LIMITS}
             changes["limits"] = KeyLimits(**values)
+        if given & set(_TOTALS):
+            current = await t.teams.get(actor, name)
+            totals = {f: getattr(body if f in given else current, f) for f in _TOTALS}
+            changes["totals"] = KeyLimits(
+                **{f.removeprefix("total_"): v for f, v in totals.items()}
+            )
+        if "max_keys_per_member" in given:
+            changes["max_keys_per_member"] = body.max_keys_per_member
         return public(await t.teams.update(actor, name, **changes))
 
     @router.delete("/teams/{name}", summary="Disable a team not declared in the config")
