@@ -150,6 +150,24 @@ def test_teams_projects_users_roles_and_admin_tokens(config: Path) -> None:
     assert orjson.loads(fairgate(config, "users", "roles", "olga", "--json").stdout) == []
 
 
+def test_teams_take_per_key_limits_totals_and_keys_per_member(config: Path) -> None:
+    created = fairgate(
+        config, "teams", "create", "lab-bio", "--org", "etabA", "--rpm", "60",
+        "--total-rpm", "600", "--max-keys-per-member", "3", "--json",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    team = orjson.loads(created.stdout)[0]
+    assert (team["rpm"], team["total_rpm"], team["max_keys_per_member"]) == (60, 600, 3)
+    changed = fairgate(config, "teams", "update", "lab-bio", "--total-tpm", "9000", "--json")
+    assert changed.returncode == 0, changed.stderr
+    team = orjson.loads(changed.stdout)[0]
+    assert (team["rpm"], team["total_rpm"], team["total_tpm"]) == (60, 600, 9000)
+    assert team["max_keys_per_member"] == 3
+    above = fairgate(config, "keys", "create", "--team", "lab-bio", "--rpm", "61")
+    assert above.returncode == 1
+    assert "rpm 61 is above team 'lab-bio''s limit of 60 per key" in above.stderr
+
+
 def test_a_user_disabled_then_enabled_comes_back_without_the_tokens_revoked_at_disable(
     config: Path,
 ) -> None:

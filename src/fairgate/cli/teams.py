@@ -1,13 +1,17 @@
-"""``fairgate teams create|list``: teams under the configuration's organisations."""
+"""``fairgate teams create|update|list``: teams under the configuration's organisations."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fairgate.cli.options import ConfigOption
 from fairgate.cli.tenancy import csv, run, show
+
+if TYPE_CHECKING:
+    from fairgate.store.teams import Team
+    from fairgate.tenancy import Actor, Tenancy
 
 __all__ = ["HELP", "app"]
 
@@ -66,6 +70,55 @@ def create(
         ),
     )
     show([team], _COLUMNS, as_json=as_json, title="team created")
+
+
+@app.command("update")
+def update(
+    name: Annotated[str, typer.Argument(help="The team's name (declared ones too).")],
+    rpm: Limit = None,
+    tpm: Limit = None,
+    rpd: Limit = None,
+    max_inflight: Limit = None,
+    total_rpm: Total = None,
+    total_tpm: Total = None,
+    total_rpd: Total = None,
+    total_max_inflight: Total = None,
+    max_keys_per_member: Annotated[
+        int | None,
+        typer.Option(min=1, max=1000, help="Live keys one member may own in the team."),
+    ] = None,
+    config: ConfigOption = None,
+    as_json: Json = False,
+) -> None:
+    """Change a team's limits; an option left out keeps its value."""
+    given = {
+        "rpm": rpm,
+        "tpm": tpm,
+        "rpd": rpd,
+        "max_in_flight": max_inflight,
+        "total_rpm": total_rpm,
+        "total_tpm": total_tpm,
+        "total_rpd": total_rpd,
+        "total_max_in_flight": total_max_inflight,
+    }
+    team = run(config, lambda t, actor: _update(t, actor, name, given, max_keys_per_member))
+    show([team], _COLUMNS, as_json=as_json, title="team updated")
+
+
+async def _update(
+    t: Tenancy, actor: Actor, name: str, given: dict[str, int | None], keys: int | None
+) -> Team:
+    from fairgate.tenancy import KeyLimits
+
+    current = await t.teams.get(actor, name)
+    value = {f: getattr(current, f) if v is None else v for f, v in given.items()}
+    limits = KeyLimits(value["rpm"], value["tpm"], value["rpd"], value["max_in_flight"])
+    totals = KeyLimits(
+        value["total_rpm"], value["total_tpm"], value["total_rpd"], value["total_max_in_flight"]
+    )
+    if keys is None:
+        return await t.teams.update(actor, name, limits=limits, totals=totals)
+    return await t.teams.update(actor, name, limits=limits, totals=totals, max_keys_per_member=keys)
 
 
 @app.command("list")
