@@ -46,6 +46,11 @@ def test_limits_exports() -> None:
 
 
 def test_state_exports() -> None:
-    assert sorted(fairgate.state.__all__) == ["Breaker", "MemoryCounterStore", "RedisCounterStore"]
+    assert sorted(fairgate.state.__all__) == [
+        "Breaker",
+        "MemoryCounterStore",
+        "RedisCounterStore",
+        "RedisNotices",
+    ]
     for name in fairgate.state.__all__:
         assert getattr(fairgate.state, name) is not None
