@@ -13,6 +13,8 @@ it tries:
   fallback;
 - phase 4: another organisation's tag (the same word, the owned scope spelled out, a
   tag only it may send), and a member setting or dropping its key's tags;
+- phase 5: a member raising its keys' limits or its team's, opening more keys than it
+  may, and sending from all of them at once past the team's total;
 - phase 6: model listings, ``GET /me`` and refused bodies in a loop, to crowd out
   another tenant's usage records;
 - phase 7: a key at its in-flight limit sends a head announcing 32 MiB and no body,
@@ -80,7 +82,7 @@ EOS_AFTER = 5  # the simulated models end their answers early unless told to ign
 
 # Both organisations may send the tag "grant" in the header; only the victim "v-lab".
 ORGS = [
-    {"name": "test-org", "share": 0.5, "teams": ["t", "t2"], "tags": ["grant"]},
+    {"name": "test-org", "share": 0.5, "teams": ["t", "t2", "t3"], "tags": ["grant"]},
     {"name": "victim-org", "share": 0.5, "teams": ["v"], "tags": ["grant", "v-lab"]},
 ]
 VICTIM_TAG = "tag:org:victim-org/grant"
@@ -341,6 +343,56 @@ async def phase_4_tags(tenant: Tenant, ledger: Ledger, admin_url: str, member: s
         for tags in (["grant"], []):
             changed = await client.patch(f"/admin/keys/{own.json()['id']}", json={"tags": tags})
             assert changed.status_code == 403, changed.text
+
+
+# ---- phase 5: a member can neither raise its keys' limits nor multiply them with keys
+
+TEAM_LIMITS = {"rpm": 10, "total_rpm": 12, "total_max_in_flight": 2, "max_keys_per_member": 3}
+PHASE_5_REQUESTS = 8  # per key: more than the team's total allows, within a minute
+
+
+async def phase_5_team_limits(
+    gateway: GatewayProcess, ledger: Ledger, member: str, stack: AsyncExitStack
+) -> None:
+    """As a member of team ``t3``: a key with limits above the team's, its own key's
+    limits raised, the team's limits raised, more keys than a member may hold. Then every
+    key it got sends at once, more than the team's total allows."""
+    admin_client = await stack.enter_async_context(
+        httpx.AsyncClient(
+            base_url=gateway.admin_url, headers={"authorization": f"Bearer {member}"}, timeout=30
+        )
+    )
+    raised = await admin_client.post(
+        "/admin/keys", json={"team": "t3", "name": "wide", "rpm": 1_000_000}
+    )
+    assert raised.status_code in (400, 403), raised.text
+    made = []
+    for number in range(TEAM_LIMITS["max_keys_per_member"] + 1):
+        answer = await admin_client.post("/admin/keys", json={"team": "t3", "name": f"k{number}"})
+        made.append(answer)
+    assert [a.status_code for a in made] == [201, 201, 201, 409], [a.text for a in made]
+    assert error(made[-1])[0] == "too_many_keys"
+    keys = [a.json() for a in made[:-1]]
+    change = await admin_client.patch(f"/admin/keys/{keys[0]['id']}", json={"rpm": 1000})
+    assert change.status_code == 403, change.text
+    team = await admin_client.patch("/admin/teams/t3", json={"total_rpm": 1000})
+    assert team.status_code in (403, 404), team.text
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+    async def send(tenant: Tenant) -> None:
+        for _ in range(PHASE_5_REQUESTS):
+            await tenant.post("/v1/chat/completions", body, 2)
+
+    tenants = [
+        await stack.enter_async_context(Tenant(gateway, key["secret"], ledger, "5")) for key in keys
+    ]
+    await asyncio.gather(*(send(t) for t in tenants))
+    served = [s for s in ledger.sent.values() if s.phase == "5" and s.status == 200]
+    # three keys with 10 a minute each are still 12 a minute for the team, 2 at a time
+    assert 0 < len(served) <= TEAM_LIMITS["total_rpm"], len(served)
+    codes = {code for phase, _, _, code, _ in ledger.refusals if phase == "5"}
+    assert "team_rpm_limit_exceeded" in codes, codes
 
 
 # ---- phase 6: requests the gateway answers itself are metered and crowd nobody out
@@ -627,7 +679,7 @@ class Keys:
     flood: str
     victim: str
     witness: str  # a victim key carrying the victim's tag, whose GET /me shows its budget
-    member: str  # the admin token of a member of team t2
+    member: str  # the admin token of a member of teams t2 and t3
 
     def readers(self) -> tuple[str, ...]:
         """Keys whose ``GET /me`` together show every budget."""
@@ -647,6 +699,8 @@ def provision(gateway: GatewayProcess) -> Keys:
     made = admin(gateway, "POST", "/admin/keys", json={"team": "v", "tags": ["grant"]})
     admin(gateway, "POST", "/admin/users", json={"name": "mallory", "org": "test-org"})
     admin(gateway, "POST", "/admin/users/mallory/roles", json={"role": "member", "team": "t2"})
+    admin(gateway, "POST", "/admin/users/mallory/roles", json={"role": "member", "team": "t3"})
+    admin(gateway, "PATCH", "/admin/teams/t3", json=TEAM_LIMITS)
     member = admin(gateway, "POST", "/admin/admin-tokens", json={"user": "mallory"})["secret"]
     keys = Keys(a, a_id, b, c, d, e, f, flood, victim_key, made["secret"], member)
     for scope, name, micro in BUDGETS:
@@ -664,7 +718,8 @@ async def attack(gateway: GatewayProcess, keys: Keys, ledger: Ledger, sim_l: Sim
     Phase 7 goes first, alone on the llama-server engine (its held requests take the
     engine's stall faults, which go to whichever requests arrive next). Then team
     ``t`` spends its key and team budgets (phases 1 and 2) while team ``t2`` spends its
-    budget for ``m`` and tries the tags (phases 3 and 4); then ``t2`` drains what is
+    budget for ``m`` and tries the tags (phases 3 and 4) and team ``t3`` its limits
+    (phase 5); then ``t2`` drains what is
     left of the organisation's, three requests at a time (in this order every budget is
     the one that refuses some request)."""
     done = asyncio.Event()
@@ -686,6 +741,7 @@ async def attack(gateway: GatewayProcess, keys: Keys, ledger: Ledger, sim_l: Sim
                 phase_2_output_bound(await tenant(keys.a, "2"), ledger),
                 phase_3_model_budget_on_an_alias(await tenant(keys.e, "3"), ledger),
                 phase_4_tags(await tenant(keys.f, "4"), ledger, gateway.admin_url, keys.member),
+                phase_5_team_limits(gateway, ledger, keys.member, stack),
             )
             sister = [await tenant(keys.c, "1/t2") for _ in range(3)]
             await asyncio.gather(*(phase_1_llama_native_usage(t, ledger) for t in sister))
