@@ -1,10 +1,11 @@
 """A hostile tenant against a gateway with budgets and limits set, through real processes.
 
 One vLLM simulator, one llama-server simulator, one gateway with its store
-(SQLite, then PostgreSQL), budgets on an organisation, a team and a key, and key
-limits. The hostile organisation (``test-org``: teams ``t`` and ``t2``) attacks
-with several keys at once, each attack a named phase after the item of issue #17
-it tries:
+(SQLite, then PostgreSQL); budgets on an organisation, a team, a key, a team's use
+of one model (set on its alias) and another organisation's tag; key and team
+limits; a per-network connection cap. The hostile organisation (``test-org``:
+teams ``t``, ``t2``, ``t3``) attacks with several keys and a member's admin token,
+each attack a named phase after the item of issue #17 it tries:
 
 - phase 1: llama-server's native routes, plain and streamed (charged zero output once);
 - phase 2: the output bound — no ``max_tokens``, ``ignore_eos``/``min_tokens``,
