@@ -132,9 +132,14 @@ class Store:
                 try:
                     async with conn.begin():
                         yield conn
-                finally:
-                    # The dict belongs to the pooled DBAPI connection: never leave a notice there.
-                    topics = conn.info.pop(_NOTICES, set())
+                        topics = conn.info.pop(_NOTICES, set())
+                except BaseException:
+                    # The dict belongs to the pooled DBAPI connection: never leave a notice
+                    # there. A connection the failure invalidated is discarded with its dict,
+                    # and reading it would reconnect in the middle of the failure.
+                    if not conn.invalidated:
+                        conn.info.pop(_NOTICES, None)
+                    raise
         except IntegrityError as exc:
             raise StoreConflict(_constraint(exc)) from None
         except (TimeoutError, SQLAlchemyError, OSError) as exc:
