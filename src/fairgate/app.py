@@ -631,6 +631,9 @@ def _request_ids() -> Callable[[], str]:
     return next_id
 
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 def run(config: Config, *, workers: int = 1) -> int:
     """Serve until a signal; ``workers`` processes share the listening sockets.
 
@@ -652,6 +655,9 @@ def run(config: Config, *, workers: int = 1) -> int:
         _run_loop(_serve(config, client, admin, announce))
         return 0
     children: list[int] = []
+    # Stop signals wait, blocked, until each process has its handlers: a worker inherits
+    # the mask and unblocks in _serve, the parent once it forwards them.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     for _ in range(workers):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child process
@@ -666,6 +672,8 @@ def run(config: Config, *, workers: int = 1) -> int:
                 status = 1
             os._exit(status)
         children.append(pid)
+    _forward_signals(children)  # before the announcement: a stop may follow it at once
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     # The workers hold the listening sockets now. Were the parent to keep its copies,
     # the port would go on accepting connections nobody serves once the workers
     # close theirs at shutdown, instead of refusing them.
@@ -675,14 +683,17 @@ def run(config: Config, *, workers: int = 1) -> int:
     return _supervise(children)
 
 
-def _supervise(children: list[int]) -> int:
+def _forward_signals(children: list[int]) -> None:
     def forward(signum: int, _frame: object) -> None:
         for pid in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, forward)
+
+
+def _supervise(children: list[int]) -> int:
     status = 0
     for pid in children:
         _, code = os.waitpid(pid, 0)
@@ -693,6 +704,10 @@ def _supervise(children: list[int]) -> int:
 async def _serve(
     config: Config, client: socket.socket, admin: socket.socket, announce: str | None
 ) -> None:
+    stop = asyncio.Event()
+    signals = _StopSignals(stop)
+    signals.install()  # first thing, until serve() takes them over
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked across a fork
     gateway = Gateway(config)
     await gateway.start()
     limits = config.limits
@@ -710,10 +725,45 @@ async def _serve(
 
     try:
         await serve(
-            listeners, grace=config.proxy.shutdown_grace, on_started=started, on_draining=draining
+            listeners,
+            grace=config.proxy.shutdown_grace,
+            on_started=started,
+            on_draining=draining,
+            stop=stop,
         )
     finally:
+        signals.install()  # serve() gave them back to the default action
         await gateway.stop()
+
+
+class _StopSignals:
+    """SIGTERM and SIGINT outside ``serve``'s own handling: while the gateway starts and
+    while it stops.
+
+    The first one sets ``stop`` (a gateway still starting stops once started: nothing
+    is served yet, so nothing is lost); one that comes a second or more after it, as
+    ``serve`` counts a second signal, exits at once. Without this the default action
+    kills a process caught starting or stopping: a worker the parent of ``--workers``
+    announced before it was ready, or one still saving its counters when the parent
+    forwards the stop signal it got too.
+    """
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self._stop = stop
+        self._first: float | None = None
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in _STOP_SIGNALS:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, signum: int) -> None:
+        now = asyncio.get_running_loop().time()
+        if self._first is None:
+            self._first = now
+            self._stop.set()
+        elif now - self._first >= 1.0:
+            os._exit(128 + signum)
 
 
 def _listener(

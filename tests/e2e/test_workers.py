@@ -131,3 +131,15 @@ def test_a_signal_to_every_process_drains_streams_and_refuses_new_connections(
     sock.close()
     assert rest.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") and ended == "eof"
     assert gateway.wait(30) == 0
+
+
+def test_a_signal_while_the_workers_start_stops_them_cleanly(
+    start_sim: StartSim, start_gateway: StartGateway, redis_state: dict[str, Any]
+) -> None:
+    # The parent announces the port once it has forked; its workers may still be
+    # starting (store, sync, restore). A stop then must not kill them mid-way.
+    gateway = start(start_sim, start_gateway, "0", redis_state)
+    for pid in children(gateway.pid or 0):
+        os.kill(pid, signal.SIGTERM)
+    os.kill(gateway.pid or 0, signal.SIGTERM)
+    assert gateway.wait(30) == 0
