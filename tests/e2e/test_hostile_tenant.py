@@ -45,24 +45,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import select
 import socket
 import time
-import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import orjson
 import pytest
 import sqlalchemy as sa
 from tests.e2e.conftest import StartSim, model, write_config
 from tests.e2e.robust_wire import connect, read_to_end, until
+from tests.e2e.test_head_limits import big_body, head_only
 
 from fairgate.config import load_config
 from fairgate.server.process import GatewayProcess
@@ -416,33 +414,13 @@ async def phase_6_unmetered_flood(tenant: Tenant, ledger: Ledger, done: asyncio.
 # ---- phase 7: a key at its limit costs the gateway no body
 
 IN_FLIGHT = 2  # hostile-d's max_in_flight
-BODY_LIMIT = 32 * 1024 * 1024  # limits.max_body_bytes (the default)
 STALL = 15.0  # seconds the held requests wait for their first token (cancelled long before)
-
-
-def head_only(gateway: GatewayProcess, key: str) -> tuple[bytes, str]:
-    """A request head announcing a 32 MiB body, and no body: what came back, and how the
-    connection ended."""
-    sock = connect(gateway.host, gateway.port)
-    try:
-        sock.sendall(
-            (
-                f"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n"
-                f"content-type: application/json\r\nauthorization: Bearer {key}\r\n"
-                f"content-length: {BODY_LIMIT - 64}\r\n\r\n"
-            ).encode()
-        )
-        return read_to_end(sock, timeout=20)
-    finally:
-        sock.close()
 
 
 def whole_body(gateway: GatewayProcess, key: str) -> bytes:
     """A chat request of almost 32 MiB, sent whole (as far as the gateway lets it): the
     answer."""
-    frame = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": ""}]})
-    filler = b"a" * (BODY_LIMIT - len(frame) - 64)
-    body = frame.replace(b'"content":""', b'"content":"' + filler + b'"')
+    body = big_body()
     sock = connect(gateway.host, gateway.port)
     try:
         with contextlib.suppress(OSError):  # closed while the body is on its way: expected
@@ -495,7 +473,7 @@ async def phase_7_head_before_body(
             20,
             "the held requests at the engine",
         )
-        answer, end = await asyncio.to_thread(head_only, gateway, key)
+        answer, end = await asyncio.to_thread(head_only, gateway, key=key)
         assert status_and_code(answer) == (429, "in_flight_limit_exceeded"), answer[:300]
         assert b"connection: close" in answer.lower() and end in ("eof", "reset")
         answer = await asyncio.to_thread(whole_body, gateway, key)
@@ -608,23 +586,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, 
     if request.param == "sqlite":
         yield {"url": "sqlite:///fairgate.db"}
         return
-    pg_url: str = request.getfixturevalue("pg_url")
-    name = f"fairgate_e2e_{secrets.token_hex(6)}"
-
-    async def run(statement: str) -> None:
-        conn = await asyncpg.connect(pg_url, timeout=10)
-        try:
-            await conn.execute(statement)
-        finally:
-            await conn.close()
-
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
-    parts = urllib.parse.urlsplit(pg_url)
-    (tmp_path / "pg.url").write_text(urllib.parse.urlunsplit(parts._replace(path=f"/{name}")))
-    try:
-        yield {"url_file": "pg.url"}
-    finally:
-        asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    url: str = request.getfixturevalue("pg_database")
+    (tmp_path / "pg.url").write_text(url)
+    yield {"url_file": "pg.url"}
 
 
 def generated(sim: SimProcess) -> int:

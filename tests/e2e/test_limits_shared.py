@@ -10,9 +10,6 @@ point at it. The Redis counters live under a random prefix of the test's own
 from __future__ import annotations
 
 import asyncio
-import secrets
-import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,26 +24,6 @@ from fairgate.sim.process import SimProcess
 from fairgate.tenancy.limits import KeyLimits
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def shared_database(pg_url: str) -> Iterator[str]:
-    """The URL of a fresh PostgreSQL database, dropped after the test."""
-    name = f"fairgate_e2e_{secrets.token_hex(6)}"
-
-    async def run(statement: str) -> None:
-        conn = await asyncpg.connect(pg_url, timeout=10)
-        try:
-            await conn.execute(statement)
-        finally:
-            await conn.close()
-
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
-    parts = urllib.parse.urlsplit(pg_url)
-    try:
-        yield urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
-    finally:
-        asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def two_gateways(
@@ -75,12 +52,10 @@ def two_gateways(
 
 
 def test_two_gateways_share_one_rpm_limit(
-    tmp_path: Path, start_sim: StartSim, shared_database: str, redis_state: dict[str, Any]
+    tmp_path: Path, start_sim: StartSim, pg_database: str, redis_state: dict[str, Any]
 ) -> None:
     sim = start_sim("--model", "m", "--speed", "0")
-    first, second = two_gateways(
-        tmp_path, sim, shared_database, redis_state, limits=KeyLimits(rpm=10)
-    )
+    first, second = two_gateways(tmp_path, sim, pg_database, redis_state, limits=KeyLimits(rpm=10))
     with GatewayProcess(first) as a, GatewayProcess(second) as b:
         answers = [chat(a if i % 2 == 0 else b) for i in range(20)]
         statuses = [answer.status_code for answer in answers]
@@ -93,13 +68,11 @@ def test_two_gateways_share_one_rpm_limit(
 
 
 def test_two_gateways_share_one_budget_under_concurrent_load(
-    tmp_path: Path, start_sim: StartSim, shared_database: str, redis_state: dict[str, Any]
+    tmp_path: Path, start_sim: StartSim, pg_database: str, redis_state: dict[str, Any]
 ) -> None:
     sim = start_sim("--model", "m", "--speed", "0")
     # room for five requests of 10 micro GPU-hours, estimated and charged alike
-    first, second = two_gateways(
-        tmp_path, sim, shared_database, redis_state, budgets=[("team:t", 50)]
-    )
+    first, second = two_gateways(tmp_path, sim, pg_database, redis_state, budgets=[("team:t", 50)])
 
     async def load(urls: list[str]) -> list[httpx.Response]:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
@@ -128,7 +101,7 @@ def test_two_gateways_share_one_budget_under_concurrent_load(
             assert refusal(chat(gateway, 1))[1] == "budget_exceeded"
     assert len(sim.requests("/v1/chat/completions")) == 5
     # both gateways recorded into the one store (SIGTERM drained them): 42 records, 5 paid
-    assert asyncio.run(records(shared_database)) == (42, 50)
+    assert asyncio.run(records(pg_database)) == (42, 50)
 
 
 async def records(database: str) -> tuple[int, int]:

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from tests.e2e.conftest import TEST_KEY, StartSim, add_key, model, write_config
 from tests.e2e.test_limits import configure, refusal
-from tests.e2e.test_limits_shared import shared_database, two_gateways
+from tests.e2e.test_limits_shared import two_gateways
 
 from fairgate.config import load_config
 from fairgate.server.process import GatewayProcess
@@ -28,7 +28,6 @@ from fairgate.tenancy.limits import KeyLimits
 
 pytestmark = pytest.mark.slow
 
-__all__ = ["shared_database"]  # a fixture, used by name below
 
 OPERATOR = Actor.operator("tests")
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -81,10 +80,10 @@ def test_five_keys_of_one_team_share_its_total_rpm(
 
 
 def test_two_gateways_share_one_team_total(
-    tmp_path: Path, start_sim: StartSim, shared_database: str, redis_state: dict[str, Any]
+    tmp_path: Path, start_sim: StartSim, pg_database: str, redis_state: dict[str, Any]
 ) -> None:
     sim = start_sim("--model", "m", "--speed", "0")
-    first, second = two_gateways(tmp_path, sim, shared_database, redis_state)
+    first, second = two_gateways(tmp_path, sim, pg_database, redis_state)
     team_totals(first, "t", KeyLimits(rpm=10, max_in_flight=50))
     secrets = keys_of_t(first, 4)
     with GatewayProcess(first) as a, GatewayProcess(second) as b:
