@@ -173,6 +173,7 @@ class Gateway:
         )
         self.budgets = BudgetBook()
         self.fairshare = _fairshare(config)
+        _assign_seats(config, self.registry)
         bands = _bands(config)
         self.admission = self._admission(config, clock, bands, adapters)
         fair_requests = self.metrics.fairshare_requests
@@ -578,6 +579,18 @@ def _fairshare(config: Config) -> FairShare | None:
         {p.name: shares for p in config.pools},
         config.fairshare.half_life,
     )
+
+
+def _assign_seats(config: Config, registry: ReplicaRegistry) -> None:
+    """Each replica of a pool's models gets its part of the pool's capacity C, by weight:
+    the requests it runs without preemption, which fair-share routing fills first."""
+    for pool in config.pools:
+        replicas = [
+            r for m in config.models if m.pool == pool.name for r in registry.replicas(m.name)
+        ]
+        weight = sum(r.weight for r in replicas)
+        for replica in replicas:
+            replica.seats = pool.capacity * replica.weight / weight
 
 
 def _bands(config: Config) -> Bands | None:

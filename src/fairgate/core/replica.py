@@ -19,6 +19,12 @@ class ReplicaSnapshot:
     metrics and are ``None`` when unknown or stale; ``in_flight`` is counted by
     the gateway itself and is always known. ``kv_usage`` is a fraction in [0, 1].
     ``breaker_open`` is true while the circuit breaker refuses traffic.
+
+    Fair share across replicas: ``within_share`` and ``borrowing`` split this
+    gateway's ``in_flight`` by how its requests were admitted (within their
+    organisation's reservation, or borrowing); ``seats`` is the replica's part of
+    its pool's capacity C (requests it runs without preemption), ``None`` for a
+    replica outside any fair-share pool.
     """
 
     name: str
@@ -30,3 +36,6 @@ class ReplicaSnapshot:
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None
+    within_share: int = 0
+    borrowing: int = 0
+    seats: float | None = None

@@ -115,7 +115,14 @@ class Ticket:
     lease: Lease | None = None
     priority: int | None = None
     borrowing: bool = False
+    rank: int | None = None  # the borrower's Fair Tree rank when it was decided
     head_key: str | None = None  # counted in the head gate's in-flight (``leave`` uncounts)
+
+    @property
+    def within_share(self) -> bool | None:
+        """How fair share admitted the request: True within its organisation's
+        reservation, False borrowing, None outside fair share (no pool)."""
+        return None if self.pool is None else not self.borrowing
 
     def dispatched(self) -> None:
         """The request is now counted in a replica's in-flight: no longer pending."""
@@ -338,16 +345,17 @@ class Gate:
         cls = _class(self._classes.get(model))
         if claim is None:
             # the lowest borrowing rank: never ahead of a borrower the state could rank
-            ticket.priority = decide(org, reservation, reservation, MAX_RANK, cls).priority
+            decision = decide(org, reservation, reservation, MAX_RANK, cls)
         elif claim.within_share:
-            ticket.priority = policy.decide(pool, org, cls, claim.in_flight, {}).priority
+            decision = policy.decide(pool, org, cls, claim.in_flight, {})
         else:
             try:
                 usage = await self._pool_usage(pool, now)
             except StateUnavailable as exc:
                 self._note_state(exc)
                 usage = {}
-            ticket.priority = policy.decide(pool, org, cls, claim.in_flight, usage).priority
+            decision = policy.decide(pool, org, cls, claim.in_flight, usage)
+        ticket.priority, ticket.rank = decision.priority, decision.rank
         if self._on_claim is not None:
             self._on_claim(pool, org, ticket.borrowing)
 

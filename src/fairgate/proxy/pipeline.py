@@ -262,7 +262,8 @@ class Pipeline:
         body = candidate.body_for(ex)
         headers = candidate.headers_for(ex, replica)
         target = replica.prefix + candidate.upstream_target(ex.route)
-        with self._registry.lease(replica):
+        share = ticket.within_share if ticket is not None else None
+        with self._registry.lease(replica, share):
             if ticket is not None:
                 ticket.dispatched()
             try:

@@ -158,23 +158,37 @@ class ReplicaRegistry:
             _decisions_log.debug("%s", decision.log_line())
         return chosen
 
-    def acquire(self, replica: Replica) -> None:
+    def acquire(self, replica: Replica, within_share: bool | None = None) -> None:
         replica.in_flight += 1
+        if within_share is not None:
+            if within_share:
+                replica.within_share += 1
+            else:
+                replica.borrowing += 1
 
-    def release(self, replica: Replica) -> None:
+    def release(self, replica: Replica, within_share: bool | None = None) -> None:
         if replica.in_flight <= 0:
             _log.error("in-flight count of %r released below zero", replica)
             return
         replica.in_flight -= 1
+        if within_share is not None:
+            if within_share:
+                replica.within_share = max(0, replica.within_share - 1)
+            else:
+                replica.borrowing = max(0, replica.borrowing - 1)
 
     @contextmanager
-    def lease(self, replica: Replica) -> Iterator[Replica]:
-        """Count one request in flight on ``replica`` for the duration of the block."""
-        self.acquire(replica)
+    def lease(self, replica: Replica, within_share: bool | None = None) -> Iterator[Replica]:
+        """Count one request in flight on ``replica`` for the duration of the block.
+
+        ``within_share`` says how fair share admitted it (True: within its
+        organisation's reservation, False: borrowing; None: no fair share), so
+        the replica's ``within_share``/``borrowing`` counts follow."""
+        self.acquire(replica, within_share)
         try:
             yield replica
         finally:
-            self.release(replica)
+            self.release(replica, within_share)
 
     def ready(self) -> dict[str, bool]:
         """Per model: is at least one replica healthy with a breaker that admits requests?"""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from yarl import URL
 
@@ -29,7 +30,11 @@ class Replica:
       whether any check has answered yet);
     - ``load``/``load_at``: the last scraped engine load and when it was read
       (seconds on ``clock``); ``snapshot()`` exposes it only while fresh;
-    - ``breaker``: fed by real request outcomes only.
+    - ``breaker``: fed by real request outcomes only;
+    - ``within_share``/``borrowing``: the part of ``in_flight`` admitted within
+      its organisation's reservation, and borrowing (``ReplicaRegistry.lease``);
+    - ``seats``: this replica's part of its fair-share pool's capacity, set by
+      the gateway (``None`` outside fair share).
     """
 
     def __init__(
@@ -65,6 +70,9 @@ class Replica:
         self.tls = base.scheme == "https"
         self.prefix = base.raw_path.rstrip("/").encode("ascii")
         self.in_flight = 0
+        self.within_share = 0
+        self.borrowing = 0
+        self.seats: float | None = None
         self.healthy = True
         self.health_known = False
         self.load: EngineLoad | None = None
@@ -72,7 +80,7 @@ class Replica:
         self._load_until = 0.0
         self._clock = clock
         self._snapshot: ReplicaSnapshot | None = None
-        self._snapshot_of: tuple[int, bool, bool, EngineLoad | None] | None = None
+        self._snapshot_of: tuple[Any, ...] | None = None
 
     def url_for(self, path: str) -> str:
         """The absolute URL of ``path`` (which starts with ``/``) on this replica."""
@@ -112,7 +120,15 @@ class Replica:
         dataclass costs about a microsecond to build.
         """
         load = self.fresh_load()
-        state = (self.in_flight, self.healthy, self.breaker.blocked(), load)
+        state = (
+            self.in_flight,
+            self.healthy,
+            self.breaker.blocked(),
+            load,
+            self.within_share,
+            self.borrowing,
+            self.seats,
+        )
         if state == self._snapshot_of and self._snapshot is not None:
             return self._snapshot
         shown = load or _NO_LOAD
@@ -126,6 +142,9 @@ class Replica:
             shown.running,
             shown.waiting,
             shown.kv_usage,
+            self.within_share,
+            self.borrowing,
+            self.seats,
         )
         self._snapshot, self._snapshot_of = snapshot, state
         return snapshot
