@@ -50,6 +50,9 @@ def _register() -> None:
     from fairgate.cli import export as _export
 
     app.command("export", help=_export.HELP)(_export.export)
+    from fairgate.cli import share as _share
+
+    app.command("share", help=_share.HELP)(_share.share)
 
 
 _register()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from fairgate.accounting import Prices, TokenCounts
 from fairgate.admission import AdmissionController, Bands
 from fairgate.admission.lease import Lease
 from fairgate.core.clock import Clock
-from fairgate.core.errors import BadRequest, RateLimited
+from fairgate.core.errors import BadRequest, RateLimited, ServiceUnavailable
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.fairshare import MAX_RANK, FairShare, PriorityClass
@@ -435,6 +436,7 @@ class Gate:
         book = self._budgets()
         budgets = book.for_subject(subject) if len(book) else ()
         usage = await self._limiter.usage(subject, limits, budgets, self._clock.wall(), team_limits)
+        fairshare = await self._share_standing(principal)
         used = {
             "rpm": usage.requests_last_minute,
             "tpm": usage.tokens_last_minute,
@@ -478,7 +480,54 @@ class Gate:
                 }
                 for b in usage.budgets
             ],
+            "fairshare": fairshare,
         }
+
+    async def _share_standing(self, principal: Principal) -> list[dict[str, Any]]:
+        """The organisation's fair-share standing in every pool the key's models use:
+        one in-flight read per pool (the usage is the ranking's own, reused for a
+        second); ``ServiceUnavailable`` when the back end does not answer."""
+        if self._fairshare is None or self._state is None:
+            return []
+        policy, state, org = self._fairshare, self._state, principal.org
+        allowed = principal.models
+        pools = sorted(
+            {
+                pool
+                for model, pool in self._pools.items()
+                if pool in self._fair_pools and (allowed is None or model in allowed)
+            }
+        )
+        now = self._clock.wall()
+
+        async def one(pool: str) -> dict[str, Any]:
+            held = await state.in_flight(pool, now)
+            usage = await self._pool_usage(pool, now)
+            standing = policy.standings(pool, usage).get(org)
+            if standing is None:  # no share, no usage: ranked as decide ranks it
+                standing = policy.standings(pool, {**usage, org: 0.0})[org]
+            here = self.in_flight.get((pool, org), (0, 0))
+            return {
+                "pool": pool,
+                "share": standing.share,
+                "reservation": standing.reservation,
+                "within_share_in_flight": held.get(org, 0),
+                "usage": standing.usage,
+                "level": None if math.isinf(standing.level) else standing.level,
+                "rank": standing.rank,
+                "this_gateway": {
+                    "within_share_in_flight": here[0],
+                    "borrowing_in_flight": here[1],
+                },
+            }
+
+        try:
+            return list(await asyncio.gather(*(one(pool) for pool in pools)))
+        except StateUnavailable as exc:
+            self._note_state(exc)
+            raise ServiceUnavailable(
+                "the fair-share state is unavailable; try again", code="state_unavailable"
+            ) from exc
 
     def fairshare_counts(self) -> Mapping[tuple[str, str], tuple[int, int]]:
         """This process's (within share, borrowing) requests in flight per (pool, org)."""

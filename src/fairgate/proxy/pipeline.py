@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fairgate.core.errors import (
@@ -29,6 +29,7 @@ from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, rea
 from fairgate.proxy.reservation import OutputPolicy, charge
 from fairgate.proxy.routes import ModelEntry, RouteTable
 from fairgate.proxy.settle import Settler
+from fairgate.proxy.share import share_header
 from fairgate.proxy.sse import error_event
 from fairgate.server.protocol import ABORT_EXTENSION, DISCONNECT_EXTENSION
 
@@ -116,7 +117,9 @@ class Pipeline:
             if ex.outcome == Outcome.OK:
                 ex.outcome = Outcome.REFUSED if not ex.attempts else Outcome.UPSTREAM_ERROR
             if not ex.responded:
-                await _send_error(send, error, ex)
+                # after the fair-share claim (the gateway's own 502/503/504) the answer
+                # says how the request stood; a refusal before it has no ticket
+                await _send_error(send, error, ex, _share(ex, ticket))
         except ClientGone:
             ex.outcome, ex.reason = Outcome.CLIENT_ABORT, "client_gone_before_body"
         except SlowReader:
@@ -249,6 +252,7 @@ class Pipeline:
                     (b"content-type", content_type),
                     (b"content-length", str(len(body)).encode()),
                     (b"x-request-id", ex.request_id.encode()),
+                    *_share(ex, ticket),
                 ],
             }
         )
@@ -281,7 +285,7 @@ class Pipeline:
             else:
                 replica.breaker.success()
             ex.model, ex.replica = candidate.name, replica.name
-            extra = [(b"x-request-id", ex.request_id.encode())]
+            extra = [(b"x-request-id", ex.request_id.encode()), *_share(ex, ticket)]
             if opened.streaming:
                 await self._relay.stream(
                     ex,
@@ -348,13 +352,22 @@ async def _end_at_shutdown(send: Any, ex: Exchange) -> None:
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
-async def _send_error(send: Any, error: GatewayError, ex: Exchange) -> None:
+def _share(ex: Exchange, ticket: Ticket | None) -> list[tuple[bytes, bytes]]:
+    """``X-Fairgate-Share`` for the answer, read now (after dispatch), or nothing."""
+    header = share_header(ticket, ex.priority)
+    return [] if header is None else [header]
+
+
+async def _send_error(
+    send: Any, error: GatewayError, ex: Exchange, extra: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
     body = error.body()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
         (b"x-request-id", ex.request_id.encode()),
         *error.headers(),
+        *extra,
     ]
     if ex.body_unread or error.status == 413 or error.code == "body_timeout":
         # The body (or the rest of it) may still be arriving, slowly or a lot of it:
