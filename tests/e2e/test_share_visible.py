@@ -79,13 +79,11 @@ class Seen:
     )
     me: dict[str, dict[str, Any]] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
-    text: str = ""
-    json_cli: dict[str, Any] = field(default_factory=dict)
-    org_admin: dict[str, Any] = field(default_factory=dict)
-    bad_token: subprocess.CompletedProcess[str] | None = None
+    cli: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
     refused: httpx.Response | None = None
     admitted: httpx.Response | None = None
     unprioritised: list[str | None] = field(default_factory=list)
+    engine_errors: dict[int, tuple[int, bool, str | None]] = field(default_factory=dict)
 
 
 def _ask(gateway: str, key: str, *, stream: bool, tokens: int) -> tuple[int, bool, str | None]:
@@ -156,7 +154,9 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
 
             def send(org: str, stream: bool) -> None:
                 def run() -> None:
-                    seen.answers[org].append(_ask(gateway.url, keys[org], stream=stream, tokens=LONG))
+                    seen.answers[org].append(
+                        _ask(gateway.url, keys[org], stream=stream, tokens=LONG)
+                    )
 
                 threads.append(threading.Thread(target=run))
                 threads[-1].start()
@@ -182,24 +182,24 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
                 seen.me[org] = me.json()
             seen.report = _admin(gateway)
             admin = ("--url", gateway.admin_url, "-c", str(config))
-            text = fairgate("share", *admin)
-            assert text.returncode == 0, text.stderr
-            seen.text = text.stdout
-            as_json = fairgate("share", "--json", "--pool", "p", *admin)
-            assert as_json.returncode == 0, as_json.stderr
-            seen.json_cli = json.loads(as_json.stdout)
+            seen.cli["text"] = fairgate("share", *admin)
+            seen.cli["json"] = fairgate("share", "--json", "--pool", "p", *admin)
             for thread in threads:
                 thread.join(60)
-            olga = fairgate("share", "--json", "--token-file", str(directory / "olga.token"), *admin)
-            assert olga.returncode == 0, olga.stderr
-            seen.org_admin = json.loads(olga.stdout)
+            olga = ("--token-file", str(directory / "olga.token"))
+            seen.cli["org_admin"] = fairgate("share", "--json", *olga, *admin)
             bad = ("--token-file", str(directory / "bad.token"))
-            seen.bad_token = fairgate("share", *bad, *admin)
+            seen.cli["bad_token"] = fairgate("share", *bad, *admin)
             limited_auth = {"authorization": f"Bearer {limited}"}
             ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
             chat = gateway.url + "/v1/chat/completions"
             seen.admitted = httpx.post(chat, json=ask, headers=limited_auth, timeout=30)
             seen.refused = httpx.post(chat, json=ask, headers=limited_auth, timeout=30)
+            # the engine's own error answers, relayed: a 400 as it is, a 503 once no
+            # other replica is left to try
+            for status in (400, 503):
+                sim.faults(fail_next=1, fail_status=status)
+                seen.engine_errors[status] = _ask(gateway.url, keys["B"], stream=True, tokens=5)
         # The same pool with no priority sent to the engine: the header has none either.
         plain = tmp_path_factory.mktemp("plain")
         with GatewayProcess(_config(plain, sim, send_priority=False)) as gateway:
@@ -244,6 +244,13 @@ def test_a_refusal_before_the_claim_carries_no_share(seen: Seen) -> None:
     assert "x-fairgate-share" not in seen.refused.headers
 
 
+def test_an_engine_error_answer_says_how_the_request_stood(seen: Seen) -> None:
+    assert seen.engine_errors == {
+        400: (400, True, "within; priority=0"),
+        503: (503, True, "within; priority=0"),
+    }
+
+
 def test_without_priorities_sent_the_header_has_none(seen: Seen) -> None:
     assert sorted(seen.unprioritised, key=str) == ["borrowed; rank=0", "within", "within"]
 
@@ -261,9 +268,16 @@ def test_me_shows_the_organisations_standing_in_the_pool(seen: Seen) -> None:
     assert b["rank"] == 0 and b["usage"] == 0 and b["level"] is None  # LF = +inf
 
 
+def _ran(seen: Seen, name: str) -> str:
+    run = seen.cli[name]
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
 def test_the_cli_prints_the_running_gateways_tree(seen: Seen) -> None:
-    print("\n" + seen.text)
-    lines = seen.text.splitlines()
+    text = _ran(seen, "text")
+    print("\n" + text)
+    lines = text.splitlines()
     assert lines[0].startswith("fair share at ") and "half-life 3600 s" in lines[0]
     assert lines[1] == "└── pool p  capacity 4"
     # B (rank 0) before A (rank 1), each with its live counts
@@ -275,16 +289,16 @@ def test_the_cli_prints_the_running_gateways_tree(seen: Seen) -> None:
         "    └── A  share 0.5  reserved 2  in flight 2  here: 2 within, 4 borrowing  usage "
     )
     assert lines[3].endswith("rank 1")
-    rows = {r["org"]: r for r in seen.json_cli["pools"][0]["orgs"]}
+    rows = {r["org"]: r for r in json.loads(_ran(seen, "json"))["pools"][0]["orgs"]}
     assert rows["A"]["this_gateway"]["borrowing_in_flight"] == 4
     assert rows["B"]["this_gateway"]["borrowing_in_flight"] == 1
     assert rows["A"]["rank"] == 1 and rows["B"]["rank"] == 0
 
 
 def test_an_org_admin_sees_its_org_only_and_a_bad_token_is_one_line(seen: Seen) -> None:
-    assert [r["org"] for p in seen.org_admin["pools"] for r in p["orgs"]] == ["B"]
-    bad = seen.bad_token
-    assert bad is not None
+    org_admin = json.loads(_ran(seen, "org_admin"))
+    assert [r["org"] for p in org_admin["pools"] for r in p["orgs"]] == ["B"]
+    bad = seen.cli["bad_token"]
     print(f"\nbad token: exit {bad.returncode}, stderr {bad.stderr!r}")
     assert bad.returncode == 1
     assert bad.stdout == ""

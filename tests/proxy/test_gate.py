@@ -283,3 +283,45 @@ async def test_the_head_check_stands_aside_while_the_back_end_is_down_and_fails_
     for ticket in tickets:
         await g.leave(ticket, exchange(one))
     await store.aclose()
+
+
+async def test_me_shows_the_orgs_fair_share_standing_in_each_pool_its_key_uses(
+    store: Any,
+) -> None:
+    g = gate(store, pools=True)
+    # a spends (usage ranks it behind b), then holds its 2 reserved seats and borrows one
+    first = await g.enter(exchange(A))
+    await g.leave(first, served(exchange(A), 100, 100))
+    tickets = [await g.enter(exchange(A)) for _ in range(3)]
+    standing = (await g.standing(A))["fairshare"]
+    assert [{k: v for k, v in row.items() if k not in ("usage", "level")} for row in standing] == [
+        {
+            "pool": "p",
+            "share": 0.5,
+            "reservation": 2,
+            "within_share_in_flight": 2,
+            "rank": 1,
+            "this_gateway": {"within_share_in_flight": 2, "borrowing_in_flight": 1},
+        }
+    ]
+    assert standing[0]["usage"] > 0 and standing[0]["level"] > 0
+    other = (await g.standing(B))["fairshare"]
+    assert other[0]["rank"] == 0 and other[0]["level"] is None  # no usage: LF = +inf
+    assert other[0]["within_share_in_flight"] == 0
+    # a key restricted to models outside every pool has no fair-share section
+    assert (await g.standing(Principal("kc", "a", "ta", models=frozenset({"x"}))))[
+        "fairshare"
+    ] == []
+    for ticket in tickets:
+        await g.leave(ticket, exchange(A))
+
+
+async def test_me_answers_503_while_the_fair_share_state_is_down() -> None:
+    down = RedisCounterStore("redis://127.0.0.1:1", timeout=0.2)
+    try:
+        with pytest.raises(ServiceUnavailable, match="fair-share state is unavailable"):
+            await gate(down, pools=True).standing(A)
+        # without fair share /me needs no state read for a key without limits
+        assert (await gate(down).standing(A))["fairshare"] == []
+    finally:
+        await down.aclose()

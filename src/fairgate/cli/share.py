@@ -8,14 +8,15 @@ and ``--token-file`` override them (an admin token ``fga-…`` sees what its
 roles allow: an organisation admin only its organisations).
 
     $ fairgate share -c gateway.yaml --pool p
-    fair share at 2026-12-01T17:20:03Z, usage half-life 20 s
-    └── pool p  capacity 16
-        ├── B  share 0.1875  reserved 3  in flight 3  here: 3 within, 21 borrowing  usage 0.41  level 0.457  rank 0
-        └── A  share 0.8125  reserved 13  in flight 13  here: 13 within, 2 borrowing  usage 2.21  level 0.368  rank 1
+    fair share at 2026-12-01T16:43:06Z, usage half-life 3600 s
+    └── pool p  capacity 4
+        ├── B  share 0.5  reserved 2  in flight 2  here: 2 within, 1 borrowing  usage 0  level inf  rank 0
+        └── A  share 0.5  reserved 2  in flight 2  here: 2 within, 4 borrowing  usage 0.004998  level 0.5  rank 1
 """  # noqa: E501
 
 from __future__ import annotations
 
+import http.client
 import json
 import sys
 import urllib.error
@@ -77,8 +78,10 @@ def share(
     LF = share / usage (inf without usage); rank 0 borrows first.
     """
     base, token = _target(url, token_file, config)
+    if urllib.parse.urlsplit(base).scheme not in ("http", "https"):
+        raise fail(f"--url must be an http:// or https:// address, got {base}")
     query = "" if pool is None else "?" + urllib.parse.urlencode({"pool": pool})
-    body = _get(base.rstrip("/") + "/admin/fairshare" + query, token)
+    body = _get(base, "/admin/fairshare" + query, token)
     if as_json:
         sys.stdout.write(json.dumps(body, indent=2) + "\n")
         return
@@ -107,6 +110,8 @@ def _target(url: str | None, token_file: Path | None, config: Path | None) -> tu
             raise fail(f"cannot read the token file {token_file}: {exc}") from None
         if not token:
             raise fail(f"the token file {token_file} is empty")
+        if not (token.isascii() and token.isprintable()):
+            raise fail(f"the token file {token_file} does not hold a token (one line of ASCII)")
         return url, token
     assert loaded is not None
     if loaded.master_key_file is None:
@@ -117,20 +122,19 @@ def _target(url: str | None, token_file: Path | None, config: Path | None) -> tu
         raise fail(error.diagnostics[0].message) from None
 
 
-def _get(address: str, token: str) -> dict[str, Any]:
-    request = urllib.request.Request(  # noqa: S310 - the scheme is checked just below
-        address, headers={"authorization": f"Bearer {token}", "accept": "application/json"}
+def _get(base: str, path: str, token: str) -> dict[str, Any]:
+    request = urllib.request.Request(  # noqa: S310 - the caller checked the scheme
+        base.rstrip("/") + path,
+        headers={"authorization": f"Bearer {token}", "accept": "application/json"},
     )
-    if urllib.parse.urlsplit(address).scheme not in ("http", "https"):
-        raise fail(f"--url must be an http:// or https:// address, got {address}")
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as answer:  # noqa: S310
             raw = answer.read()
     except urllib.error.HTTPError as error:
         raise fail(f"the gateway answered {error.code}: {_message(error.read())}") from None
-    except (urllib.error.URLError, OSError) as error:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
         reason = getattr(error, "reason", error)
-        raise fail(f"cannot reach the admin listener at {address}: {reason}") from None
+        raise fail(f"cannot reach the admin listener at {base}: {reason}") from None
     try:
         body = json.loads(raw)
     except ValueError:

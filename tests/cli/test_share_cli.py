@@ -1,0 +1,95 @@
+"""``fairgate share`` before it reaches a gateway: where it reads and why it cannot.
+
+The command against a running gateway (the tree, ``--json``, tokens) is tested
+end to end in tests/e2e/test_share_visible.py.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+MINIMAL = """
+models:
+  - name: m
+    upstreams: [{name: u, url: "http://127.0.0.1:9"}]
+"""
+
+
+def share(*args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FAIRGATE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "fairgate", "share", *args],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def config(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(textwrap.dedent(MINIMAL).lstrip("\n") + extra, encoding="utf-8")
+    return path
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def one_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    return line
+
+
+def test_without_a_configuration_or_flags_it_says_what_to_pass() -> None:
+    assert (
+        one_line(share()) == "fairgate: no configuration file: pass -c FILE or set FAIRGATE_CONFIG"
+    )
+
+
+def test_without_a_master_key_or_a_token_file_it_says_so(tmp_path: Path) -> None:
+    line = one_line(share("-c", str(config(tmp_path))))
+    assert line == (
+        "fairgate: no admin token: pass --token-file or set master_key_file in the configuration"
+    )
+
+
+def test_the_admin_address_comes_from_the_configuration(tmp_path: Path) -> None:
+    (tmp_path / "master.key").write_text("fgm-some-master-key\n")
+    port = closed_port()
+    path = config(
+        tmp_path, f"master_key_file: master.key\nadmin_listen: {{host: 0.0.0.0, port: {port}}}\n"
+    )
+    line = one_line(share("-c", str(path)))
+    # 0.0.0.0 is reached on loopback
+    assert line.startswith(
+        f"fairgate: cannot reach the admin listener at http://127.0.0.1:{port}: "
+    )
+    path = config(tmp_path, "master_key_file: master.key\nadmin_listen: {port: 0}\n")
+    assert one_line(share("-c", str(path))) == (
+        "fairgate: admin_listen.port is 0 (any free port): pass the address with --url"
+    )
+
+
+def test_flags_need_no_configuration_and_are_checked(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("")
+    line = one_line(share("--url", "http://127.0.0.1:1", "--token-file", str(token)))
+    assert line == f"fairgate: the token file {token} is empty"
+    token.write_text("fga-x\n")
+    line = one_line(share("--url", "ftp://127.0.0.1:1", "--token-file", str(token)))
+    assert line == "fairgate: --url must be an http:// or https:// address, got ftp://127.0.0.1:1"
+    token.write_text("fga-x\nsecond line\n")
+    line = one_line(share("--url", "http://127.0.0.1:1", "--token-file", str(token)))
+    assert line == f"fairgate: the token file {token} does not hold a token (one line of ASCII)"
