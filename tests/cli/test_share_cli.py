@@ -93,3 +93,49 @@ def test_flags_need_no_configuration_and_are_checked(tmp_path: Path) -> None:
     token.write_text("fga-x\nsecond line\n")
     line = one_line(share("--url", "http://127.0.0.1:1", "--token-file", str(token)))
     assert line == f"fairgate: the token file {token} does not hold a token (one line of ASCII)"
+
+
+def test_team_rows_hang_under_their_org_and_a_learned_capacity_says_so() -> None:
+    from rich.console import Console
+
+    from fairgate.cli.share import render_tree
+
+    team = {"share": 0.7, "reservation": 3, "within_share_in_flight": 1, "usage": 2.5}
+    report = {
+        "at": 0,
+        "half_life_seconds": 60.0,
+        "pools": [
+            {
+                "pool": "p",
+                "capacity": 8,
+                "capacity_source": "learned",
+                "capacity_learned": 8,
+                "orgs": [
+                    {
+                        "org": "A",
+                        "share": 0.5,
+                        "reservation": 4,
+                        "within_share_in_flight": 2,
+                        "usage": 3.0,
+                        "level": 1.0,
+                        "rank": 0,
+                        "this_gateway": {"within_share_in_flight": 2, "borrowing_in_flight": 1},
+                        "teams": [
+                            {"team": "t1", **team, "level": 1.2, "rank": 0},
+                            {"team": "t2", **{**team, "share": 0.3}, "level": None, "rank": 1},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    console = Console(width=200, color_system=None, record=True)
+    console.print(render_tree(report))
+    assert console.export_text().splitlines() == [
+        "fair share at 1970-01-01T00:00:00Z, usage half-life 60 s",
+        "└── pool p  capacity 8 (source: learned, learned: 8)",
+        "    └── A  share 0.5  reserved 4  in flight 2  here: 2 within, 1 borrowing  usage 3  "
+        "level 1  rank 0",
+        "        ├── t1  share 0.7  reserved 3  in flight 1  usage 2.5  level 1.2  rank 0",
+        "        └── t2  share 0.3  reserved 3  in flight 1  usage 2.5  level inf  rank 1",
+    ]

@@ -176,9 +176,9 @@ def render_tree(body: dict[str, Any]) -> Tree:
         capacity = f"capacity {_num(pool.get('capacity'))}"
         source = pool.get("capacity_source")
         if source is not None:
-            capacity += f" ({escape(str(source))}"
+            capacity += f" (source: {escape(str(source))}"
             learned = pool.get("capacity_learned")
-            capacity += f", learned {_num(learned)})" if learned is not None else ")"
+            capacity += f", learned: {_num(learned)})" if learned is not None else ")"
         branch = root.add(f"pool {escape(str(pool.get('pool')))}  {capacity}")
         for org in pool.get("orgs", []):
             node = branch.add(_row(org, "org"))
