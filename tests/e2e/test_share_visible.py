@@ -13,7 +13,9 @@ and B 3 (2 within, 1 borrowing), each 12 s long at the simulator's speed:
   gateway's borrowers and rank;
 - ``fairgate share`` reads the running gateway: a tree, ``--json``, an
   organisation admin's token sees its organisation only, a bad token is one
-  line on stderr and exit status 1.
+  line on stderr and exit status 1;
+- two gateways on one Redis: the second's ``GET /me`` counts the first's
+  within-share requests, none of them its own, and A borrows there.
 """
 
 from __future__ import annotations
@@ -30,7 +32,14 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.e2e.conftest import TEST_KEY, add_key, model, write_config
+from tests.e2e.conftest import (
+    TEST_KEY,
+    StartGateway,
+    StartSim,
+    add_key,
+    model,
+    write_config,
+)
 
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
@@ -304,3 +313,54 @@ def test_an_org_admin_sees_its_org_only_and_a_bad_token_is_one_line(seen: Seen) 
     assert bad.stdout == ""
     assert len(bad.stderr.strip().splitlines()) == 1
     assert bad.stderr.startswith("fairgate: the gateway answered 401: ")
+
+
+def test_two_gateways_on_redis_share_the_reservation_and_each_counts_its_own(
+    start_sim: StartSim, start_gateway: StartGateway, redis_state: dict[str, Any]
+) -> None:
+    """A's requests through gateway 1 hold its reservation: gateway 2's /me sees them
+    in flight (the state back end), none of them its own, and A's next request there
+    borrows, as its header says."""
+    sim = start_sim(*SIM_ARGS)
+    sections: dict[str, Any] = {
+        "pools": [{"name": "p", "capacity": 4}],
+        "orgs": ORGS,
+        "fairshare": {"half_life": "1h"},
+        "state": redis_state,
+        "logging": {"level": "warning"},
+    }
+    models = [model("m", sim, pool="p", cost={"output_per_mtok": 1000.0})]
+    first, second = start_gateway(models, **sections), start_gateway(models, **sections)
+    answers: list[tuple[int, bool, str | None]] = []
+    workers = [
+        threading.Thread(
+            target=lambda: answers.append(_ask(first.url, TEST_KEY, stream=True, tokens=60))
+        )
+        for _ in range(3)
+    ]
+    for worker in workers:
+        worker.start()
+    auth = {"authorization": f"Bearer {TEST_KEY}"}
+
+    def standing(gateway: GatewayProcess) -> dict[str, Any]:
+        me = httpx.get(gateway.url + "/me", headers=auth, timeout=10)
+        assert me.status_code == 200, me.text
+        (row,) = me.json()["fairshare"]
+        return dict(row)
+
+    _until(lambda: standing(first)["this_gateway"]["borrowing_in_flight"] == 1, "a borrower")
+    here, there = standing(first), standing(second)
+    elsewhere = _ask(second.url, TEST_KEY, stream=False, tokens=5)
+    for worker in workers:
+        worker.join(60)
+    print(f"\n/me on gateway 1: {here}\n/me on gateway 2: {there}\nvia gateway 2: {elsewhere}")
+    assert here["within_share_in_flight"] == there["within_share_in_flight"] == 2
+    assert here["this_gateway"] == {"within_share_in_flight": 2, "borrowing_in_flight": 1}
+    assert there["this_gateway"] == {"within_share_in_flight": 0, "borrowing_in_flight": 0}
+    # A's reservation is full on gateway 1: on gateway 2 A borrows, at rank 0 (no usage yet)
+    assert elsewhere == (200, False, "borrowed; rank=0; priority=10")
+    assert sorted(h for _, _, h in answers) == [
+        "borrowed; rank=0; priority=10",
+        "within; priority=0",
+        "within; priority=0",
+    ]
