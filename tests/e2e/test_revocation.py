@@ -14,6 +14,7 @@ none that *started* more than a second after the withdrawal returned may be serv
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -26,10 +27,13 @@ import httpx
 import pytest
 from tests.e2e.conftest import model, write_config
 from tests.e2e.test_admin import metric
-from tests.e2e.test_tenancy_flow import cli, new_key
+from tests.e2e.test_tenancy_flow import cli
 
+from fairgate.config import load_config
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
+from fairgate.tenancy import open_tenancy
+from fairgate.tenancy.actor import Actor
 
 pytestmark = pytest.mark.slow
 
@@ -98,6 +102,18 @@ def settle(loop: Loop, withdrawn: float) -> None:
     assert refused, "the loop sent nothing after the withdrawal"
 
 
+def new_key(config: Path) -> tuple[str, str]:
+    """(id, secret) of a new key in team t, made in this process: what is tested is how
+    it is withdrawn (an operator CLI process starts in seconds on a busy machine)."""
+
+    async def create() -> tuple[str, str]:
+        async with open_tenancy(load_config(config)) as tenancy:
+            created = await tenancy.keys.create(Actor.operator("tests"), team="t")
+            return created.key.id, created.secret
+
+    return asyncio.run(create())
+
+
 def admin(gateway: GatewayProcess, method: str, path: str, **body: Any) -> Any:
     answer = httpx.request(
         method,
@@ -123,57 +139,67 @@ def config(directory: Path, sim: SimProcess, **sections: Any) -> Path:
     )
 
 
-def test_a_key_revoked_through_the_cli_is_refused_within_a_second(
-    tmp_path: Path, sim: SimProcess
-) -> None:
-    gateway_config = config(tmp_path, sim)
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """One gateway on SQLite for the tests that withdraw access on a single process: each
+    makes keys and teams of its own, so none sees another's withdrawal."""
+
+    config: Path
+    gateway: GatewayProcess
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory, sim: SimProcess) -> Iterator[Shared]:
+    gateway_config = config(tmp_path_factory.mktemp("single"), sim)
+    with GatewayProcess(gateway_config) as gateway:
+        yield Shared(gateway_config, gateway)
+
+
+def test_a_key_revoked_through_the_cli_is_refused_within_a_second(single: Shared) -> None:
+    gateway_config, gateway = single.config, single.gateway
     key_id, secret = new_key(gateway_config)
-    with GatewayProcess(gateway_config) as gateway, Loop(gateway, secret) as loop:
+    changes = "fairgate_auth_access_changes_total"
+    applied = metric(gateway, changes, outcome="applied")
+    with Loop(gateway, secret) as loop:
         cli(gateway_config, "keys", "revoke", key_id)
         revoked = time.monotonic()
         settle(loop, revoked)
-        changes = "fairgate_auth_access_changes_total"
-        assert metric(gateway, changes, outcome="applied") >= 1
+        assert metric(gateway, changes, outcome="applied") >= applied + 1
     assert loop.statuses() <= {200, 401, 429}
 
 
-def test_rotating_with_no_grace_stops_the_old_secret_within_a_second(
-    tmp_path: Path, sim: SimProcess
-) -> None:
-    gateway_config = config(tmp_path, sim)
+def test_rotating_with_no_grace_stops_the_old_secret_within_a_second(single: Shared) -> None:
+    gateway_config, gateway = single.config, single.gateway
     key_id, old = new_key(gateway_config)
-    with GatewayProcess(gateway_config) as gateway:
-        with Loop(gateway, old) as loop:
-            (rotated,) = json.loads(
-                cli(gateway_config, "keys", "rotate", key_id, "--grace", "0s", "--json")
-            )
-            done = time.monotonic()
-            settle(loop, done)
-        with Loop(gateway, rotated["secret"]) as fresh:
-            pass
-        assert fresh.statuses() == {200}
+    with Loop(gateway, old) as loop:
+        (rotated,) = json.loads(
+            cli(gateway_config, "keys", "rotate", key_id, "--grace", "0s", "--json")
+        )
+        done = time.monotonic()
+        settle(loop, done)
+    with Loop(gateway, rotated["secret"]) as fresh:
+        pass
+    assert fresh.statuses() == {200}
 
 
 def test_a_team_disabled_through_the_admin_api_loses_its_keys_within_a_second(
-    tmp_path: Path, sim: SimProcess
+    single: Shared,
 ) -> None:
-    gateway_config = config(tmp_path, sim)
-    with GatewayProcess(gateway_config) as gateway:
-        admin(gateway, "POST", "/admin/teams", org="test-org", name="borrowers")
-        key = admin(gateway, "POST", "/admin/keys", team="borrowers")
-        with Loop(gateway, key["secret"]) as loop:
-            admin(gateway, "DELETE", "/admin/teams/borrowers")
-            settle(loop, time.monotonic())
+    gateway = single.gateway
+    admin(gateway, "POST", "/admin/teams", org="test-org", name="borrowers")
+    key = admin(gateway, "POST", "/admin/keys", team="borrowers")
+    with Loop(gateway, key["secret"]) as loop:
+        admin(gateway, "DELETE", "/admin/teams/borrowers")
+        settle(loop, time.monotonic())
 
 
-def test_a_narrowed_team_allowlist_applies_within_a_second(tmp_path: Path, sim: SimProcess) -> None:
-    gateway_config = config(tmp_path, sim)
-    with GatewayProcess(gateway_config) as gateway:
-        admin(gateway, "POST", "/admin/teams", org="test-org", name="narrowed")
-        key = admin(gateway, "POST", "/admin/keys", team="narrowed")
-        with Loop(gateway, key["secret"]) as loop:
-            admin(gateway, "PATCH", "/admin/teams/narrowed", models=[])
-            settle(loop, time.monotonic())
+def test_a_narrowed_team_allowlist_applies_within_a_second(single: Shared) -> None:
+    gateway = single.gateway
+    admin(gateway, "POST", "/admin/teams", org="test-org", name="narrowed")
+    key = admin(gateway, "POST", "/admin/keys", team="narrowed")
+    with Loop(gateway, key["secret"]) as loop:
+        admin(gateway, "PATCH", "/admin/teams/narrowed", models=[])
+        settle(loop, time.monotonic())
     assert {s.status for s in loop.refused_after(0)} == {404}  # as for an unknown model
 
 
