@@ -135,6 +135,7 @@ class Gateway:
             strategies={m.name: strategy_for(m.routing) for m in config.models},
             on_decision=self.routing_metrics.observe,
             log_decisions=config.routing.log_decisions,
+            fair_share=config.routing.fair_share,
         )
         # Health checks and metric scrapes use aiohttp; requests use the lean pool.
         self.sessions = UpstreamSessions(connect_timeout=limits.connect_timeout)

@@ -61,3 +61,27 @@ def test_a_bad_strategy_is_a_configuration_error_at_its_line(
 ) -> None:
     [found] = _load(tmp_path, routing)
     assert found.startswith(message)
+
+
+def _load_section(tmp_path: Path, section: str) -> tuple[bool | None, list[str]]:
+    path = tmp_path / "gateway.yaml"
+    text = f"""\
+        models:
+          - name: m
+            upstreams: [{{name: u, url: "http://127.0.0.1:8000"}}]
+        {section}
+        """
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    try:
+        config = load_config(path, env={})
+    except ConfigError as error:
+        return None, [str(d).removeprefix(f"{path}:") for d in error.diagnostics]
+    return config.routing.fair_share, []
+
+
+def test_share_aware_routing_is_on_unless_turned_off(tmp_path: Path) -> None:
+    assert _load_section(tmp_path, "") == (True, [])
+    assert _load_section(tmp_path, "routing: {fair_share: false}") == (False, [])
+    value, errors = _load_section(tmp_path, 'routing: {fair_share: "no"}')
+    assert value is None
+    assert len(errors) == 1 and errors[0].startswith("4:23: routing.fair_share: expected true")

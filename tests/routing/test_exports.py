@@ -31,6 +31,7 @@ def test_exported_members() -> None:
         "preset",
         "route",
         "strategy_for",
+        "with_fair_share",
     }
     for name in routing.__all__:
         assert hasattr(routing, name)

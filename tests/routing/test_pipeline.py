@@ -38,6 +38,7 @@ def test_each_filter_records_what_it_removed() -> None:
         FilterDrop("breaker-closed", ("tripped",)),
         FilterDrop("serves-model", ("elsewhere",)),
         FilterDrop("kv-ceiling", ("full",)),
+        FilterDrop("fair-share", ()),  # the request is outside fair share
     )
 
 

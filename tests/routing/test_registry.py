@@ -27,7 +27,13 @@ DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "routing.md"
 
 
 def test_the_stable_names() -> None:
-    assert list(FILTERS) == ["healthy", "breaker-closed", "serves-model", "kv-ceiling"]
+    assert list(FILTERS) == [
+        "healthy",
+        "breaker-closed",
+        "serves-model",
+        "kv-ceiling",
+        "fair-share",
+    ]
     assert list(SCORERS) == [
         "queue-depth",
         "kv-usage",

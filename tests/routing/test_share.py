@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.routing.share import (
+    borrower_load,
     borrower_room,
     fits,
     fits_borrower,
@@ -36,6 +37,11 @@ def test_the_worked_example_of_the_module() -> None:
     # A's within-share request: e1's seats are all promised, e2 has room.
     assert not fits_within_share(e1) and fits_within_share(e2)
     assert not fits_borrower(e1) and fits_borrower(e2)
+    # e2 full too (5 within-share, 5 borrowers): a borrower queues where there are fewer
+    # borrowers per seat.
+    e2 = replica("e2", in_flight=10, within_share=5, borrowing=5, seats=8.0)
+    assert not fits_borrower(e2)
+    assert (borrower_load(e1), borrower_load(e2)) == (0.25, 0.625)
 
 
 def test_occupancy_sees_other_gateways_only_through_the_engine() -> None:
@@ -76,6 +82,7 @@ def test_outside_fair_share_every_replica_fits() -> None:
     assert within_room(plain) == math.inf and borrower_room(plain) == math.inf
     assert fits(plain, True) and fits(plain, False) and fits(plain, None)
     assert free_seats([plain]) == 0.0  # not a fair-share replica: no seats to count
+    assert borrower_load(plain) == 0.0
     # A request outside fair share fits anywhere, even on a full fair-share replica.
     assert fits(replica("b", in_flight=20, within_share=20, seats=8.0), None)
 

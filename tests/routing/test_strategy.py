@@ -29,7 +29,13 @@ def test_a_plugin_appears_once() -> None:
 def test_names_and_shares_are_derived_once() -> None:
     strategy = build_strategy("s", {"scorers": {"queue-depth": 3, "kv-usage": 1, "weight": 0}})
     assert strategy.scorer_names == ("queue-depth", "kv-usage", "weight")
-    assert strategy.filter_names == ("healthy", "breaker-closed", "serves-model", "kv-ceiling")
+    assert strategy.filter_names == (
+        "healthy",
+        "breaker-closed",
+        "serves-model",
+        "kv-ceiling",
+        "fair-share",
+    )
     assert strategy.shares == (0.75, 0.25, 0.0)
     silent = build_strategy("z", {"scorers": {"kv-usage": 0}})
     assert silent.shares == (0.0,)

@@ -264,3 +264,30 @@ def test_ready_needs_one_healthy_replica_with_a_closed_breaker() -> None:
     a.set_health(False)
     b.breaker.failure()
     assert registry.ready() == {"x": False, "y": False}
+
+
+def _seated(registry: ReplicaRegistry, seats: float) -> None:
+    for replica in registry.all():
+        replica.seats = seats
+
+
+@pytest.mark.parametrize("fair_share", [True, False])
+def test_within_share_requests_leave_a_home_whose_seats_are_promised(fair_share: bool) -> None:
+    a, b = _replica("a"), _replica("b")
+    registry = _registry([a, b], strategies={"m": HEAVIEST}, fair_share=fair_share)
+    _seated(registry, 8.0)
+    a.weight = 2  # HEAVIEST always prefers a: the affine replica of this test
+    for _ in range(12):
+        chosen = registry.pick("m", within_share=True)
+        assert chosen is not None
+        registry.acquire(chosen, True)
+    if fair_share:
+        assert (a.within_share, b.within_share) == (8, 4)
+        # a borrower goes where a seat is free, and the strategy is told why
+        assert registry.pick("m", within_share=False) is b
+        assert registry.strategy("m").filter_names[-1] == "fair-share"  # type: ignore[union-attr]
+    else:
+        assert (a.within_share, b.within_share) == (12, 0)
+        assert registry.pick("m", within_share=False) is a
+    # A request outside fair share is never steered.
+    assert registry.pick("m") is a

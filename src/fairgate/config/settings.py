@@ -299,10 +299,14 @@ class CacheIsolation(Section):
 class Routing(Section):
     """Request features routing reads: ``session_header`` names the client header whose
     value keeps a conversation on one replica (the key id when absent);
-    ``log_decisions`` writes one debug line per request with the routing rationale."""
+    ``log_decisions`` writes one debug line per request with the routing rationale;
+    ``fair_share`` sends a pool's within-share requests where their seats are free and
+    its borrowers where they displace nothing (the ``fair-share`` filter), false: affinity
+    and load alone choose."""
 
     session_header: Name = "x-session-id"
     log_decisions: StrictBool = False
+    fair_share: StrictBool = True
 
     @field_validator("session_header")
     @classmethod

@@ -203,11 +203,16 @@ class Pipeline:
         last: AttemptFailed | None = None
         hashed = any(self._registry.uses_prefix(c.name) for c in entry.chain)
         session, prefix = routing_inputs(ex, prefix=hashed)
+        share = ticket.within_share if ticket is not None else None
         for position, candidate in enumerate(entry.chain):
             tried: set[str] = set()
             while budget > 0:
                 replica = self._registry.pick(
-                    candidate.name, exclude=tried, session=session, prefix=prefix
+                    candidate.name,
+                    exclude=tried,
+                    session=session,
+                    prefix=prefix,
+                    within_share=share,
                 )
                 if replica is None:
                     break

@@ -13,7 +13,8 @@ filter dropped, what each scorer gave each replica).
     decision.replica, decision.drops, decision.scores, decision.log_line()
 
 Plugin names: filters ``healthy``, ``breaker-closed``, ``serves-model``,
-``kv-ceiling``; scorers ``queue-depth``, ``kv-usage``, ``in-flight``, ``weight``,
+``kv-ceiling``, ``fair-share`` (its arithmetic in :mod:`fairgate.routing.share`);
+scorers ``queue-depth``, ``kv-usage``, ``in-flight``, ``weight``,
 ``session-affinity``, ``prefix-affinity``; pickers ``max-score``,
 ``power-of-two``, ``softmax``, ``round-robin``.
 """
@@ -36,6 +37,7 @@ from fairgate.routing.registry import (
     build_strategy,
     preset,
     strategy_for,
+    with_fair_share,
 )
 from fairgate.routing.ring import HashRing
 from fairgate.routing.state import RoutingState
@@ -66,4 +68,5 @@ __all__ = [
     "preset",
     "route",
     "strategy_for",
+    "with_fair_share",
 ]

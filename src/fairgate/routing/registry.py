@@ -7,7 +7,7 @@ The one place where names map to factories; nothing registers itself on import.
 
 A strategy specification (the configuration's shape):
 
-    filters: [healthy, breaker-closed, {name: kv-ceiling, ceiling: 0.9}]   # default: all four
+    filters: [healthy, breaker-closed, {name: kv-ceiling, ceiling: 0.9}]   # default: all five
     scorers: {queue-depth: 2, prefix-affinity: {weight: 3}}                # name → weight or
                                                                            #   {weight, params…}
     picker:  max-score            # or {name: softmax, temperature: 0.2}; default max-score
@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from fairgate.routing.filters import (
     BreakerClosedFilter,
+    FairShareFilter,
     HealthyFilter,
     KvCeilingFilter,
     ServesModelFilter,
@@ -57,12 +58,19 @@ __all__ = [
     "build_strategy",
     "preset",
     "strategy_for",
+    "with_fair_share",
 ]
 
 FILTERS: Mapping[str, type[Filter]] = MappingProxyType(
     {
         cls.name: cls
-        for cls in (HealthyFilter, BreakerClosedFilter, ServesModelFilter, KvCeilingFilter)
+        for cls in (
+            HealthyFilter,
+            BreakerClosedFilter,
+            ServesModelFilter,
+            KvCeilingFilter,
+            FairShareFilter,
+        )
     }
 )
 SCORERS: Mapping[str, type[Scorer]] = MappingProxyType(
@@ -142,6 +150,16 @@ def strategy_for(spec: str | Mapping[str, object]) -> Strategy:
     if isinstance(spec, Mapping):
         return build_strategy("custom", spec)
     raise ValueError(f"expected a preset name or a strategy mapping, got {type(spec).__name__}")
+
+
+def with_fair_share(strategy: Strategy) -> Strategy:
+    """``strategy`` with the ``fair-share`` filter last among its filters if it lists its
+    filters without it (a strategy that tunes ``kv-ceiling`` keeps fair share across
+    replicas); ``strategy`` itself when it has the filter already."""
+    if "fair-share" in strategy.filter_names:
+        return strategy
+    filters = (*strategy.filters, FairShareFilter())
+    return Strategy(strategy.name, filters, strategy.scorers, strategy.picker)
 
 
 def _build(kind: str, table: Mapping[str, type[_T]], name: str, params: Mapping[str, object]) -> _T:

@@ -6,7 +6,15 @@ request already tried, and keeps the routing state between requests: the
 round-robin cursor and the prefix index of each model.
 
     registry = ReplicaRegistry(replicas, strategies={"llama": preset("chat")})
-    replica = registry.pick("llama", exclude=tried, session="conv-42", prefix=hashes)
+    replica = registry.pick("llama", exclude=tried, session="conv-42", prefix=hashes,
+                            within_share=ticket.within_share)
+
+With ``fair_share`` (the default; ``routing.fair_share`` in the configuration)
+every strategy ends with the ``fair-share`` filter and ``pick`` hands it how fair
+share admitted the request: a within-share request goes where this gateway's
+within-share requests leave a seat, a borrower where a seat is free, and
+affinity chooses among those (:mod:`fairgate.routing.share`). Without it the
+filter sees no request as fair share's and keeps every replica.
 
 The breaker is asked with ``allow()`` only for the replica routing chose,
 because admitting a half-open probe takes its one slot; should it refuse
@@ -31,6 +39,7 @@ from fairgate.routing import (
     Strategy,
     preset,
     route,
+    with_fair_share,
 )
 from fairgate.upstream.replica import Replica
 
@@ -62,7 +71,8 @@ class ReplicaRegistry:
     called with every decision ``pick`` makes (also those that found no
     replica), e.g. to count them in metrics; ``log_decisions`` writes each
     decision's rationale as one DEBUG line on the ``fairgate.routing`` logger;
-    ``prefix_blocks`` bounds each replica's entry in a model's prefix index.
+    ``prefix_blocks`` bounds each replica's entry in a model's prefix index;
+    ``fair_share`` turns share-aware routing on (see the module docstring).
     Methods are synchronous and meant for one event loop; ``lease`` is the way
     the proxy counts a request in flight.
     """
@@ -76,6 +86,7 @@ class ReplicaRegistry:
         on_decision: Callable[[Decision], None] | None = None,
         log_decisions: bool = False,
         prefix_blocks: int = 4096,
+        fair_share: bool = True,
     ) -> None:
         by_model: dict[str, list[Replica]] = {}
         for replica in replicas:
@@ -85,8 +96,15 @@ class ReplicaRegistry:
             group.append(replica)
         strategies = strategies or {}
         chat = preset("chat")
+        self._fair_share = fair_share
         self._routing = {
-            model: _ModelRouting(tuple(group), strategies.get(model, chat), prefix_blocks)
+            model: _ModelRouting(
+                tuple(group),
+                with_fair_share(strategies.get(model, chat))
+                if fair_share
+                else strategies.get(model, chat),
+                prefix_blocks,
+            )
             for model, group in by_model.items()
         }
         self._all = tuple(replicas)
@@ -124,13 +142,16 @@ class ReplicaRegistry:
         exclude: Collection[str] = (),
         session: str | None = None,
         prefix: tuple[int, ...] = (),
+        within_share: bool | None = None,
     ) -> Replica | None:
         """The replica for the next request of ``model``, or ``None`` if none may take it.
 
         ``exclude`` holds replica names already tried for this request;
         ``session`` is the key session affinity hashes (a session header or
         the key id; ``None``: no affinity); ``prefix`` the prompt's prefix
-        hashes (:func:`fairgate.routing.prefix_hashes`).
+        hashes (:func:`fairgate.routing.prefix_hashes`); ``within_share`` how fair
+        share admitted the request (``Ticket.within_share``: True, False, or None
+        outside fair share), read only with ``fair_share`` on.
         """
         routing = self._routing.get(model)
         if routing is None:
@@ -139,7 +160,9 @@ class ReplicaRegistry:
         if exclude:
             replicas = tuple(r for r in replicas if r.name not in exclude)
         snapshots = [r.snapshot() for r in replicas]
-        features = RequestFeatures(model, session, prefix)
+        features = RequestFeatures(
+            model, session, prefix, within_share if self._fair_share else None
+        )
         while True:
             decision = route(routing.strategy, snapshots, features, self._rng, routing.state)
             if decision.cursor != routing.state.cursor:

@@ -17,6 +17,7 @@ SHOULD_KEEP: dict[str, Callable[[ReplicaSnapshot], bool]] = {
     "breaker-closed": lambda r: not r.breaker_open,
     "serves-model": lambda r: r.model == MODEL,
     "kv-ceiling": lambda r: r.kv_usage is None or r.kv_usage < 0.95,
+    "fair-share": lambda r: True,  # a request outside fair share fits everywhere
 }
 
 
