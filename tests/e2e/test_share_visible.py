@@ -56,11 +56,16 @@ ORGS = [
 ]
 
 
-def _config(directory: Path, sim: SimProcess, *, send_priority: bool = True) -> Path:
+def _config(
+    directory: Path, sim: SimProcess, *, send_priority: bool = True, llama: SimProcess | None = None
+) -> Path:
     (directory / "master.key").write_text(MASTER + "\n")
+    models = [model("m", sim, pool="p", cost={"output_per_mtok": 1000.0})]
+    if llama is not None:  # an engine without a priority scheduler, in the same pool
+        models.append(model("l", llama, pool="p", engine="llama-server"))
     return write_config(
         directory,
-        [model("m", sim, pool="p", cost={"output_per_mtok": 1000.0})],
+        models,
         pools=[{"name": "p", "capacity": 4}],
         orgs=ORGS,
         fairshare={"half_life": "1h", "send_priority": send_priority},
@@ -93,11 +98,14 @@ class Seen:
     admitted: httpx.Response | None = None
     unprioritised: list[str | None] = field(default_factory=list)
     engine_errors: dict[int, tuple[int, bool, str | None]] = field(default_factory=dict)
+    no_scheduler: tuple[int, bool, str | None] | None = None
 
 
-def _ask(gateway: str, key: str, *, stream: bool, tokens: int) -> tuple[int, bool, str | None]:
+def _ask(
+    gateway: str, key: str, *, stream: bool, tokens: int, name: str = "m"
+) -> tuple[int, bool, str | None]:
     body = {
-        "model": "m",
+        "model": name,
         "messages": [{"role": "user", "content": "tell me about fair share"}],
         "max_tokens": tokens,
         "stream": stream,
@@ -144,8 +152,9 @@ def _in_flight(gateway: GatewayProcess, org: str, within: int, borrowing: int) -
 def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
     seen = Seen()
     directory = tmp_path_factory.mktemp("share")
-    with SimProcess(*SIM_ARGS) as sim:
-        config = _config(directory, sim)
+    llama_args = ("--speed", "0", "--model", "l", "--personality", "llama-server")
+    with SimProcess(*SIM_ARGS) as sim, SimProcess(*llama_args) as llama:
+        config = _config(directory, sim, llama=llama)
         keys = {"A": TEST_KEY, "B": add_key(config, "tb")}
         limited = add_key(config, "t", limits=KeyLimits(rpm=1))
         assert fairgate("users", "create", "olga", "--org", "B", "-c", str(config)).returncode == 0
@@ -209,6 +218,7 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
             for status in (400, 503):
                 sim.faults(fail_next=1, fail_status=status)
                 seen.engine_errors[status] = _ask(gateway.url, keys["B"], stream=True, tokens=5)
+            seen.no_scheduler = _ask(gateway.url, keys["B"], stream=False, tokens=5, name="l")
         # The same pool with no priority sent to the engine: the header has none either.
         plain = tmp_path_factory.mktemp("plain")
         with GatewayProcess(_config(plain, sim, send_priority=False)) as gateway:
@@ -262,6 +272,8 @@ def test_an_engine_error_answer_says_how_the_request_stood(seen: Seen) -> None:
 
 def test_without_priorities_sent_the_header_has_none(seen: Seen) -> None:
     assert sorted(seen.unprioritised, key=str) == ["borrowed; rank=0", "within", "within"]
+    # an engine without a priority scheduler is sent none, whatever the configuration
+    assert seen.no_scheduler == (200, False, "within")
 
 
 def test_me_shows_the_organisations_standing_in_the_pool(seen: Seen) -> None:

@@ -271,6 +271,8 @@ class Pipeline:
         body = candidate.body_for(ex)
         headers = candidate.headers_for(ex, replica)
         target = replica.prefix + candidate.upstream_target(ex.route)
+        # what the engine is told: an engine without a priority scheduler gets none
+        ex.extra["sent_priority"] = ex.priority if adapter.sends_priority else None
         share = ticket.within_share if ticket is not None else None
         with self._registry.lease(replica, share):
             if ticket is not None:
@@ -358,8 +360,9 @@ async def _end_at_shutdown(send: Any, ex: Exchange) -> None:
 
 
 def _share(ex: Exchange, ticket: Ticket | None) -> list[tuple[bytes, bytes]]:
-    """``X-Fairgate-Share`` for the answer, read now (after dispatch), or nothing."""
-    header = share_header(ticket, ex.priority)
+    """``X-Fairgate-Share`` for the answer, read now (after dispatch), or nothing; the
+    priority is the one the last attempt sent (none before any attempt)."""
+    header = share_header(ticket, ex.extra.get("sent_priority"))
     return [] if header is None else [header]
 
 

@@ -4,9 +4,11 @@
     borrowed; rank=2; priority=30       past it, borrowing at Fair Tree rank 2
 
 ``priority`` is the one the engine was sent (vLLM's ``X-Vllm-Priority``); with
-``fairshare.send_priority: false`` none is sent and the header carries only
-``within`` or ``borrowed; rank=N`` (the rank the gateway ordered by). A request
-outside fair share (its model in no pool with shares) gets no header.
+``fairshare.send_priority: false``, to an engine without a priority scheduler
+(llama-server, a generic OpenAI engine) or before any engine was tried, none is
+sent and the header carries only ``within`` or ``borrowed; rank=N`` (the rank
+the gateway ordered by). A request outside fair share (its model in no pool
+with shares) gets no header.
 
 The value is read from the ticket when the answer is sent, after the request
 was dispatched: whatever decided the request's standing last (a queue that
