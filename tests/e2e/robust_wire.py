@@ -73,10 +73,10 @@ def connect(
     return sock
 
 
-def post(sock: socket.socket, path: str, body: bytes) -> None:
+def post(sock: socket.socket, path: str, body: bytes, key: str = TEST_KEY) -> None:
     head = (
         f"POST {path} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
-        f"authorization: Bearer {TEST_KEY}\r\n"
+        f"authorization: Bearer {key}\r\n"
         f"content-length: {len(body)}\r\n\r\n"
     ).encode()
     sock.sendall(head + body)

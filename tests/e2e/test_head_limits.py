@@ -9,16 +9,18 @@ grow by them).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
-from tests.e2e.conftest import TEST_KEY, StartSim, model, write_config
+from tests.e2e.conftest import TEST_KEY, add_key, model, write_config
 from tests.e2e.robust_wire import chat_body, connect, post, read_to_end, read_until, until
-from tests.e2e.test_limits import _apply, chat, passed, refusal
+from tests.e2e.test_limits import passed, refusal
 
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
@@ -29,14 +31,6 @@ pytestmark = pytest.mark.slow
 BODY_LIMIT = 32 * 1024 * 1024
 # Long enough that a gateway waiting for the body could not answer in the read below.
 BODY_TIMEOUT = "60s"
-
-
-def configure(directory: Path, sim: SimProcess, limits: KeyLimits) -> Path:
-    """A gateway on ``sim`` whose TEST_KEY has ``limits``; bodies may take a minute."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = write_config(directory, [model("m", sim)], limits={"client_body_timeout": BODY_TIMEOUT})
-    asyncio.run(_apply(path, limits, ()))
-    return path
 
 
 def big_body() -> bytes:
@@ -79,11 +73,13 @@ def peak_rss_kib(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-def send_whole(gateway: GatewayProcess, body: bytes, answers: list[bytes]) -> None:
+def send_whole(
+    gateway: GatewayProcess, body: bytes, answers: list[bytes], key: str = TEST_KEY
+) -> None:
     sock = connect(gateway.host, gateway.port)
     try:
         with contextlib.suppress(OSError):  # closed while the body is on its way: expected
-            post(sock, "/v1/chat/completions", body)
+            post(sock, "/v1/chat/completions", body, key=key)
         try:
             answers.append(read_to_end(sock, timeout=30)[0])
         except OSError:
@@ -92,87 +88,113 @@ def send_whole(gateway: GatewayProcess, body: bytes, answers: list[bytes]) -> No
         sock.close()
 
 
-def test_a_key_at_its_in_flight_limit_is_refused_before_its_body_is_read(
-    tmp_path: Path, start_sim: StartSim
-) -> None:
-    sim = start_sim("--model", "m", "--speed", "10", "--ttft", "0")
-    config = configure(tmp_path / "gw", sim, KeyLimits(max_in_flight=1))
-    with GatewayProcess(config) as gateway:
-        holder = connect(gateway.host, gateway.port)
-        try:
-            post(holder, "/v1/chat/completions", chat_body(stream=True, max_tokens=2000))
-            read_until(holder, lambda got: got.count(b"data: {") >= 2, timeout=30)
+@dataclass(frozen=True, slots=True)
+class Env:
+    """One gateway for the module: model ``m`` answers at once, ``slow`` streams ten tokens
+    a second (a request held open); each test has a key of its own with its limits."""
 
-            # The head alone is answered: 429 naming the limit, and the connection closed
-            # (a gateway reading the body would still be waiting for it).
-            answer, end = head_only(gateway)
-            assert status_and_code(answer) == (429, "in_flight_limit_exceeded"), answer[:300]
-            assert b"connection: close" in answer.lower() and end in ("eof", "reset")
-
-            # Twenty clients send their whole 32 MiB bodies at once: the gateway's peak
-            # memory does not grow by them (reading them would take 640 MiB).
-            body = big_body()
-            pid = gateway.pid
-            assert pid is not None
-            before = peak_rss_kib(pid)
-            answers: list[bytes] = []
-            threads = [
-                threading.Thread(target=send_whole, args=(gateway, body, answers))
-                for _ in range(20)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(60)
-            grown_mib = (peak_rss_kib(pid) - before) / 1024
-            assert grown_mib < 96, f"peak memory grew by {grown_mib:.0f} MiB"
-            refused = [status_and_code(a) for a in answers if a]
-            assert refused and set(refused) == {(429, "in_flight_limit_exceeded")}
-        finally:
-            holder.close()  # the held request ends: the key's slot comes back
-        served = until(lambda: passed(chat(gateway)), 20, "served once the slot is free", 0.2)
-        assert served is not None
+    gateway: GatewayProcess
+    held: str  # max_in_flight=1
+    rpm: str  # rpm=2
+    under: str  # max_in_flight=1, rpm=100
 
 
-def test_a_key_refused_for_requests_per_minute_is_refused_from_the_head(
-    tmp_path: Path, start_sim: StartSim
-) -> None:
-    sim = start_sim("--model", "m", "--speed", "0")
-    config = configure(tmp_path / "gw", sim, KeyLimits(rpm=2))
-    with GatewayProcess(config) as gateway:
-        assert [chat(gateway).status_code for _ in range(2)] == [200, 200]
-        status, code, _ = refusal(chat(gateway))  # the limiter refuses, with a Retry-After
-        assert (status, code) == (429, "rpm_limit_exceeded")
-        answer, _ = head_only(gateway)
-        assert status_and_code(answer) == (429, "rpm_limit_exceeded"), answer[:300]
-        assert b"retry-after:" in answer.lower()
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with (
+        SimProcess("--model", "m", "--speed", "0") as sim,
+        SimProcess("--model", "slow", "--speed", "10", "--ttft", "0") as slow,
+    ):
+        directory = tmp_path_factory.mktemp("gw")
+        path = write_config(
+            directory,
+            [model("m", sim), model("slow", slow)],
+            limits={"client_body_timeout": BODY_TIMEOUT},
+        )
+        held = add_key(path, "t", limits=KeyLimits(max_in_flight=1))
+        rpm = add_key(path, "t", limits=KeyLimits(rpm=2))
+        under = add_key(path, "t", limits=KeyLimits(max_in_flight=1, rpm=100))
+        with GatewayProcess(path) as gateway:
+            yield Env(gateway, held, rpm, under)
 
 
-def test_an_unknown_key_is_refused_from_its_head_and_its_body_never_read(
-    tmp_path: Path, start_sim: StartSim
-) -> None:
-    sim = start_sim("--model", "m", "--speed", "0")
-    config = configure(tmp_path / "gw", sim, KeyLimits())
-    with GatewayProcess(config) as gateway:
-        answer, end = head_only(gateway, key="fg-" + "x" * 43)
-        assert status_and_code(answer) == (401, "invalid_api_key"), answer[:300]
-        # closed after the answer: the announced body is not waited for, nor drained
+def chat_as(gateway: GatewayProcess, key: str) -> httpx.Response:
+    """One non-streamed chat completion of four tokens on ``m`` as ``key``."""
+    return httpx.post(
+        gateway.url + "/v1/chat/completions",
+        content=chat_body(stream=False, max_tokens=4),
+        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+        timeout=30,
+    )
+
+
+def test_a_key_at_its_in_flight_limit_is_refused_before_its_body_is_read(env: Env) -> None:
+    gateway, key = env.gateway, env.held
+    holder = connect(gateway.host, gateway.port)
+    try:
+        body = chat_body(stream=True, max_tokens=2000, model="slow")
+        post(holder, "/v1/chat/completions", body, key=key)
+        read_until(holder, lambda got: got.count(b"data: {") >= 2, timeout=30)
+
+        # The head alone is answered: 429 naming the limit, and the connection closed
+        # (a gateway reading the body would still be waiting for it).
+        answer, end = head_only(gateway, key=key)
+        assert status_and_code(answer) == (429, "in_flight_limit_exceeded"), answer[:300]
         assert b"connection: close" in answer.lower() and end in ("eof", "reset")
 
+        # Twenty clients send their whole 32 MiB bodies at once: the gateway's peak
+        # memory does not grow by them (reading them would take 640 MiB).
+        whole = big_body()
+        pid = gateway.pid
+        assert pid is not None
+        before = peak_rss_kib(pid)
+        answers: list[bytes] = []
+        threads = [
+            threading.Thread(target=send_whole, args=(gateway, whole, answers, key))
+            for _ in range(20)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        grown_mib = (peak_rss_kib(pid) - before) / 1024
+        assert grown_mib < 96, f"peak memory grew by {grown_mib:.0f} MiB"
+        refused = [status_and_code(a) for a in answers if a]
+        assert refused and set(refused) == {(429, "in_flight_limit_exceeded")}
+    finally:
+        holder.close()  # the held request ends: the key's slot comes back
+    served = until(lambda: passed(chat_as(gateway, key)), 20, "served once the slot is free", 0.2)
+    assert served is not None
 
-def test_a_key_under_its_limits_still_sends_its_body(tmp_path: Path, start_sim: StartSim) -> None:
-    sim = start_sim("--model", "m", "--speed", "0")
-    config = configure(tmp_path / "gw", sim, KeyLimits(max_in_flight=1, rpm=100))
-    with GatewayProcess(config) as gateway:
-        for _ in range(3):  # one at a time: each finds the slot free again
-            answer = chat(gateway)
-            assert answer.status_code == 200, answer.text
-        sock = connect(gateway.host, gateway.port)
-        try:  # a body sent after its head is read and served on a kept-alive connection
-            body = chat_body(stream=False, max_tokens=3)
-            for _ in range(2):
-                post(sock, "/v1/chat/completions", body)
-                got = read_until(sock, lambda b: b'"completion_tokens":3' in b, timeout=20)
-                assert got.startswith(b"HTTP/1.1 200"), got[:300]
-        finally:
-            sock.close()
+
+def test_a_key_refused_for_requests_per_minute_is_refused_from_the_head(env: Env) -> None:
+    gateway, key = env.gateway, env.rpm
+    assert [chat_as(gateway, key).status_code for _ in range(2)] == [200, 200]
+    status, code, _ = refusal(chat_as(gateway, key))  # the limiter refuses, with a Retry-After
+    assert (status, code) == (429, "rpm_limit_exceeded")
+    answer, _ = head_only(gateway, key=key)
+    assert status_and_code(answer) == (429, "rpm_limit_exceeded"), answer[:300]
+    assert b"retry-after:" in answer.lower()
+
+
+def test_an_unknown_key_is_refused_from_its_head_and_its_body_never_read(env: Env) -> None:
+    answer, end = head_only(env.gateway, key="fg-" + "x" * 43)
+    assert status_and_code(answer) == (401, "invalid_api_key"), answer[:300]
+    # closed after the answer: the announced body is not waited for, nor drained
+    assert b"connection: close" in answer.lower() and end in ("eof", "reset")
+
+
+def test_a_key_under_its_limits_still_sends_its_body(env: Env) -> None:
+    gateway, key = env.gateway, env.under
+    for _ in range(3):  # one at a time: each finds the slot free again
+        answer = chat_as(gateway, key)
+        assert answer.status_code == 200, answer.text
+    sock = connect(gateway.host, gateway.port)
+    try:  # a body sent after its head is read and served on a kept-alive connection
+        body = chat_body(stream=False, max_tokens=3)
+        for _ in range(2):
+            post(sock, "/v1/chat/completions", body, key=key)
+            got = read_until(sock, lambda b: b'"completion_tokens":3' in b, timeout=20)
+            assert got.startswith(b"HTTP/1.1 200"), got[:300]
+    finally:
+        sock.close()
