@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -76,53 +77,72 @@ def sims() -> Iterator[tuple[SimProcess, SimProcess]]:
         yield a, b
 
 
-def test_cli_key_works_and_is_refused_within_the_ttl_after_revoke(
-    tmp_path: Path, sims: tuple[SimProcess, SimProcess]
-) -> None:
-    config = write_config(tmp_path, [model("a", sims[0])], auth={"key_cache_ttl": "1s"})
-    key_id, secret = new_key(config)
-    with GatewayProcess(config) as gateway:
-        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=secret, max_retries=0)
-        answer = client.chat.completions.create(
-            model="a", messages=[{"role": "user", "content": "hi"}], max_tokens=3
-        )
-        assert answer.usage is not None and answer.usage.completion_tokens == 3
-
-        unknown = chat(gateway, "fg-" + secrets.token_urlsafe(32)[:43])
-        assert unknown.status_code == 401
-
-        cli(config, "keys", "revoke", key_id)
-        revoked_at = time.monotonic()
-        while (answer := chat(gateway, secret)).status_code == 200:
-            assert time.monotonic() - revoked_at < 10, "still served long after the cache TTL"
-            time.sleep(0.2)
-        assert answer.status_code == 401
-        # Revoked and unknown are indistinguishable to the caller.
-        assert answer.content == unknown.content
-        with pytest.raises(openai.AuthenticationError):
-            client.models.list()
+MASTER = "a-master-key-for-this-test-only"
 
 
-def test_a_keys_model_list_hides_every_other_model(
-    tmp_path: Path, sims: tuple[SimProcess, SimProcess]
-) -> None:
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """One gateway for the cases that leave nothing behind for the others: models a
+    (alias alpha) and b (alias beta), a key cache TTL of a second, the master key's file."""
+
+    config: Path
+    gateway: GatewayProcess
+
+
+@pytest.fixture(scope="module")
+def shared(
+    tmp_path_factory: pytest.TempPathFactory, sims: tuple[SimProcess, SimProcess]
+) -> Iterator[Shared]:
+    directory = tmp_path_factory.mktemp("shared")
+    (directory / "master.key").write_text(MASTER + "\n")
     models = [model("a", sims[0], aliases=["alpha"]), model("b", sims[1], aliases=["beta"])]
-    config = write_config(tmp_path, models)
+    config = write_config(
+        directory, models, auth={"key_cache_ttl": "1s"}, master_key_file="master.key"
+    )
+    with GatewayProcess(config) as gateway:
+        yield Shared(config, gateway)
+
+
+def test_cli_key_works_and_is_refused_within_the_ttl_after_revoke(shared: Shared) -> None:
+    config, gateway = shared.config, shared.gateway
+    key_id, secret = new_key(config)
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=secret, max_retries=0)
+    answer = client.chat.completions.create(
+        model="a", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+    )
+    assert answer.usage is not None and answer.usage.completion_tokens == 3
+
+    unknown = chat(gateway, "fg-" + secrets.token_urlsafe(32)[:43])
+    assert unknown.status_code == 401
+
+    cli(config, "keys", "revoke", key_id)
+    revoked_at = time.monotonic()
+    while (answer := chat(gateway, secret)).status_code == 200:
+        assert time.monotonic() - revoked_at < 10, "still served long after the cache TTL"
+        time.sleep(0.2)
+    assert answer.status_code == 401
+    # Revoked and unknown are indistinguishable to the caller.
+    assert answer.content == unknown.content
+    with pytest.raises(openai.AuthenticationError):
+        client.models.list()
+
+
+def test_a_keys_model_list_hides_every_other_model(shared: Shared) -> None:
+    config, gateway = shared.config, shared.gateway
     _, only_a = new_key(config, "--models", "alpha")  # named by its alias: means model a
     _, both = new_key(config)
-    with GatewayProcess(config) as gateway:
-        listed = httpx.get(
-            gateway.url + "/v1/models", timeout=30, headers={"authorization": f"Bearer {only_a}"}
-        ).json()
-        assert {m["id"] for m in listed["data"]} == {"a", "alpha"}
-        assert chat(gateway, only_a, "a").status_code == 200
-        assert chat(gateway, only_a, "alpha").status_code == 200
-        hidden = chat(gateway, only_a, "b")
-        unknown = chat(gateway, only_a, "zzz")
-        assert hidden.status_code == unknown.status_code == 404
-        assert hidden.json()["error"]["code"] == unknown.json()["error"]["code"]
-        assert chat(gateway, only_a, "beta").status_code == 404
-        assert chat(gateway, both, "beta").status_code == 200
+    listed = httpx.get(
+        gateway.url + "/v1/models", timeout=30, headers={"authorization": f"Bearer {only_a}"}
+    ).json()
+    assert {m["id"] for m in listed["data"]} == {"a", "alpha"}
+    assert chat(gateway, only_a, "a").status_code == 200
+    assert chat(gateway, only_a, "alpha").status_code == 200
+    hidden = chat(gateway, only_a, "b")
+    unknown = chat(gateway, only_a, "zzz")
+    assert hidden.status_code == unknown.status_code == 404
+    assert hidden.json()["error"]["code"] == unknown.json()["error"]["code"]
+    assert chat(gateway, only_a, "beta").status_code == 404
+    assert chat(gateway, both, "beta").status_code == 200
 
 
 def test_a_key_spray_is_stopped_before_the_store_and_spares_a_cached_key(
@@ -189,24 +209,20 @@ def test_a_store_outage_is_503_never_401_and_cached_keys_keep_working(
         assert answer.status_code == 200
 
 
-def test_the_admin_api_takes_the_master_key_from_its_file(
-    tmp_path: Path, sims: tuple[SimProcess, SimProcess]
-) -> None:
-    (tmp_path / "master.key").write_text("a-master-key-for-this-test-only\n")
-    config = write_config(tmp_path, [model("a", sims[0])], master_key_file="master.key")
-    with GatewayProcess(config) as gateway:
-        me = httpx.get(
-            gateway.admin_url + "/admin/whoami",
-            timeout=30,
-            headers={"authorization": "Bearer a-master-key-for-this-test-only"},
-        )
-        assert me.status_code == 200
-        wrong = httpx.get(
-            gateway.admin_url + "/admin/whoami",
-            timeout=30,
-            headers={"authorization": "Bearer not-the-master-key"},
-        )
-        assert wrong.status_code == 401
-        assert "not-the-master-key" not in wrong.text
-        spec = httpx.get(gateway.admin_url + "/admin/openapi.json", timeout=30)
-        assert spec.status_code == 200 and "/admin/keys" in str(spec.json()["paths"])
+def test_the_admin_api_takes_the_master_key_from_its_file(shared: Shared) -> None:
+    gateway = shared.gateway
+    me = httpx.get(
+        gateway.admin_url + "/admin/whoami",
+        timeout=30,
+        headers={"authorization": f"Bearer {MASTER}"},
+    )
+    assert me.status_code == 200
+    wrong = httpx.get(
+        gateway.admin_url + "/admin/whoami",
+        timeout=30,
+        headers={"authorization": "Bearer not-the-master-key"},
+    )
+    assert wrong.status_code == 401
+    assert "not-the-master-key" not in wrong.text
+    spec = httpx.get(gateway.admin_url + "/admin/openapi.json", timeout=30)
+    assert spec.status_code == 200 and "/admin/keys" in str(spec.json()["paths"])
