@@ -215,3 +215,39 @@ def test_rules_still_run_when_an_entry_has_a_type_error(problems: Problems) -> N
         "3:12: duplicate model name 'm'",
         "4:5: models[2]: expected a mapping, got 'just-a-string'",
     ]
+
+
+def test_teams_may_carry_a_share_of_their_organisation(load: Load) -> None:
+    cfg = load(
+        f"""
+        orgs:
+          - name: a
+            share: 0.6
+            teams: [{{name: research, share: 0.7}}, {{name: ops, share: 0.3}}, misc]
+          - {{name: b, share: 0.4, teams: [solo]}}
+        models: [{{name: m, upstreams: {UPSTREAM}}}]
+        """
+    )
+    a, b = cfg.orgs
+    assert a.teams == ("research", "ops", "misc")
+    assert a.team_shares == {"research": 0.7, "ops": 0.3}
+    assert b.teams == ("solo",) and b.team_shares == {}
+
+
+def test_team_shares_of_one_org_sum_to_at_most_one(problems: Problems) -> None:
+    found = problems(
+        f"""
+        orgs:
+          - name: a
+            share: 0.5
+            teams: [{{name: x, share: 0.7}}, {{name: y, share: 0.4}}, {{name: x}}]
+          - {{name: b, share: 0.5, teams: [{{name: z, share: 1.5}}, {{name: y, share: 0.2}}]}}
+        models: [{{name: m, upstreams: {UPSTREAM}}}]
+        """
+    )
+    assert found == [
+        "4:53: team shares of org 'a' sum to 1.1, more than 1",
+        "4:66: team 'x' is listed twice in org 'a'",
+        "5:52: orgs[1].teams[0].share: must be at most 1, got 1.5",
+        "5:65: team 'y' is already in org 'a'",
+    ]

@@ -11,6 +11,7 @@ import pytest
 
 from fairgate.fairshare import DecayedUsage, FairShare, PriorityClass
 from fairgate.limits import Claim, FairShareState
+from fairgate.limits.fairshare_state import Split
 from fairgate.state import MemoryCounterStore, RedisCounterStore
 from redis_keys import delete_prefix
 
@@ -214,3 +215,113 @@ async def test_an_infinite_half_life_never_decays(state: FairShareState) -> None
     await state.charge("p", "a", 2.0, T0, math.inf)
     await state.charge("p", "a", 3.0, T0 + 10 * WEEK, math.inf)
     assert (await state.usage("p", T0 + 100 * WEEK, math.inf))["a"] == pytest.approx(5.0)
+
+
+# Team sub-shares: an organisation of reservation 10 split research 7 / ops 3 (shares
+# 0.7 / 0.3); a team without a share claims in the rest (here 0 seats of its own).
+SPLIT_R = Split("research", 7, ("research", "ops"))
+SPLIT_O = Split("ops", 3, ("research", "ops"))
+SPLIT_REST = Split("", 0, ("research", "ops"))
+
+
+async def test_concurrent_team_claims_never_exceed_any_reservation(state: FairShareState) -> None:
+    claims = await asyncio.gather(
+        *(state.claim("p", "A", 10, T0, SPLIT_R, "research") for _ in range(60)),
+        *(state.claim("p", "A", 10, T0, SPLIT_O, "ops") for _ in range(60)),
+    )
+    own = {
+        team: [c for c in claims if c.within_share and not c.in_org and c.group == team]
+        for team in ("research", "ops")
+    }
+    in_org = [c for c in claims if c.in_org]
+    # each team holds exactly its sub-reservation of its own, whatever the interleaving
+    assert len(own["research"]) == 7 and len(own["ops"]) == 3
+    # an in-org seat is taken only while the organisation holds fewer than 10 in all
+    assert len(in_org) <= 7
+    assert all(c.in_flight < 10 for c in in_org)
+    assert len({c.in_flight for c in in_org}) == len(in_org)  # each saw the ones before
+    assert all(c.lease is not None for c in in_org)
+    assert all(c.lease is None and c.in_flight >= 10 for c in claims if not c.within_share)
+    held = await state.in_flight("p", T0, {"A": ("research", "ops")})
+    assert held == {"A": 10 + len(in_org)}
+
+
+async def test_a_lone_team_borrows_its_siblings_idle_seats_then_the_pool(
+    state: FairShareState,
+) -> None:
+    claims = [await state.claim("p", "A", 10, T0, SPLIT_R, "research") for _ in range(12)]
+    assert [(c.within_share, c.in_org) for c in claims] == (
+        [(True, False)] * 7 + [(True, True)] * 3 + [(False, False)] * 2
+    )
+    assert [c.in_flight for c in claims[7:10]] == [7, 8, 9]  # the organisation's total before
+
+
+async def test_a_returning_sibling_is_within_its_sub_reservation_while_seats_are_lent(
+    state: FairShareState,
+) -> None:
+    lent = [await state.claim("p", "A", 10, T0, SPLIT_R, "research") for _ in range(10)]
+    assert sum(c.in_org for c in lent) == 3
+    back = [await state.claim("p", "A", 10, T0, SPLIT_O, "ops") for _ in range(4)]
+    # the organisation's seats are all held, yet ops' three are its own
+    assert [(c.within_share, c.in_org) for c in back] == [(True, False)] * 3 + [(False, False)]
+    # a borrower's seat given back goes to whoever claims next in the organisation
+    await state.release(next(c for c in lent if c.in_org))
+    assert (await state.claim("p", "A", 10, T0, SPLIT_O, "ops")).within_share is False
+    for claim in back[:3]:
+        await state.release(claim)
+    again = await state.claim("p", "A", 10, T0, SPLIT_O, "ops")
+    assert again.within_share and not again.in_org
+
+
+async def test_team_release_is_idempotent(state: FairShareState) -> None:
+    first = [await state.claim("p", "A", 10, T0, SPLIT_O, "ops") for _ in range(10)]
+    assert [c.in_org for c in first] == [False] * 3 + [True] * 7
+    await state.release(first[0])
+    await state.release(first[0])  # must not free another slot
+    await state.release(first[5])
+    await state.release(first[5])
+    assert await state.in_flight("p", T0, {"A": ("research", "ops")}) == {"A": 8}
+    taken = [await state.claim("p", "A", 10, T0, SPLIT_O, "ops") for _ in range(3)]
+    assert [(c.within_share, c.in_org) for c in taken] == [
+        (True, False), (True, True), (False, False)
+    ]
+
+
+async def test_teams_without_a_share_claim_in_the_rest(state: FairShareState) -> None:
+    half = Split("", 5, ("research",))
+    claims = [await state.claim("p", "B", 10, T0, half, t) for t in ["x", "y"] * 4]
+    assert [c.within_share and not c.in_org for c in claims] == [True] * 5 + [False] * 3
+    assert all(c.in_org for c in claims[5:])  # research's idle seats
+    assert await state.team_in_flight("p", T0, {"B": ("research",)}) == {"B": {"x": 4, "y": 4}}
+
+
+async def test_team_in_flight_counts_each_teams_slots(state: FairShareState) -> None:
+    groups = {"A": ("research", "ops")}
+    for _ in range(9):
+        await state.claim("p", "A", 10, T0, SPLIT_R, "research")
+    for _ in range(2):
+        await state.claim("p", "A", 10, T0, SPLIT_O, "ops")
+    await state.claim("p", "C", 3, T0, None, "c1")  # no team shares: named all the same
+    await state.claim("p", "C", 3, T0, None, "c2")
+    counts = await state.team_in_flight("p", T0, groups)
+    assert counts == {"A": {"research": 9, "ops": 2}, "C": {"c1": 1, "c2": 1}}
+    assert await state.in_flight("p", T0, groups) == {"A": 11, "C": 2}
+
+
+async def test_a_team_reservation_of_zero_in_a_pool_borrows(state: FairShareState) -> None:
+    claim = await state.claim("p", "A", 0, T0, Split("ops", 0, ("ops",)), "ops")
+    assert not claim.within_share and claim.lease is None
+
+
+async def test_charging_a_team_charges_its_organisation_too(state: FairShareState) -> None:
+    await state.charge("p", "A", 3.0, T0, WEEK, team="research")
+    await state.charge("p", "A", 1.0, T0, WEEK, team="ops")
+    await state.charge("p", "A", 0.5, T0, WEEK)  # no team known: the organisation alone
+    await state.charge("p", "x:y", 2.0, T0, WEEK, team="50%:off")
+    assert (await state.usage("p", T0, WEEK)) == pytest.approx({"A": 4.5, "x:y": 2.0})
+    teams = await state.team_usage("p", T0 + WEEK, WEEK)
+    assert teams == {
+        "A": pytest.approx({"research": 1.5, "ops": 0.5}),
+        "x:y": pytest.approx({"50%:off": 1.0}),
+    }
+    assert await state.team_usage("q", T0, WEEK) == {}

@@ -15,7 +15,17 @@ from fairgate.config.fields import Count, Name, NonEmpty, Section, describe, nor
 from fairgate.config.secrets import SecretRef
 from fairgate.routing import strategy_for
 
-__all__ = ["MAX_CAPACITY", "Cost", "EngineKind", "Model", "ModelClass", "Org", "Pool", "Upstream"]
+__all__ = [
+    "MAX_CAPACITY",
+    "Cost",
+    "EngineKind",
+    "Model",
+    "ModelClass",
+    "Org",
+    "Pool",
+    "TeamShare",
+    "Upstream",
+]
 
 MAX_CAPACITY = 100_000
 """Upper bound of a pool's capacity (concurrent requests)."""
@@ -31,14 +41,39 @@ class Pool(Section):
     capacity: StrictInt = Field(ge=1, le=MAX_CAPACITY)
 
 
+class TeamShare(Section):
+    """A team of an organisation: a bare name, or ``{name, share}`` for a team with a
+    sub-share: ``share`` in (0, 1] is a fraction of its organisation's share (the teams of
+    one organisation sum to at most 1)."""
+
+    name: Name
+    share: StrictFloat | None = Field(default=None, gt=0, le=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+
 class Org(Section):
-    """An organisation: its ``share`` of every pool, in (0, 1], the names of its teams, and
-    the ``tags`` its keys may add to a request in the tag header (besides ``tags.allowed``)."""
+    """An organisation: its ``share`` of every pool, in (0, 1], its teams (a name, or
+    ``{name, share}`` for a team with a sub-share of the organisation's), and the ``tags``
+    its keys may add to a request in the tag header (besides ``tags.allowed``)."""
 
     name: Name
     share: StrictFloat = Field(gt=0, le=1)
-    teams: tuple[Name, ...] = ()
+    team_entries: tuple[TeamShare, ...] = Field(default=(), alias="teams")
     tags: tuple[Name, ...] = ()
+
+    @property
+    def teams(self) -> tuple[str, ...]:
+        """The names of the organisation's teams, with a sub-share or not."""
+        return tuple(t.name for t in self.team_entries)
+
+    @property
+    def team_shares(self) -> dict[str, float]:
+        """The sub-share of each team that has one."""
+        return {t.name: t.share for t in self.team_entries if t.share is not None}
 
 
 class Cost(Section):

@@ -10,7 +10,8 @@ position the diagnostic takes) and a message.
 - within a model: upstream names and URLs unique;
 - a model's ``pool`` names a declared pool (and is required once pools exist);
 - ``fallbacks`` name known models, never the model itself, and form no cycle;
-- org shares sum to at most 1; a team belongs to one org.
+- org shares sum to at most 1; a team belongs to one org; the sub-shares of one
+  org's teams sum to at most 1.
 """
 
 from __future__ import annotations
@@ -201,22 +202,43 @@ def _orgs(tree: dict[str, Any]) -> list[Finding]:
             shares.append(((*loc, "share"), float(share)))
         name = str(org.get("name"))
         listed: set[str] = set()
-        for team_loc, team in _strings(org, loc, "teams"):
+        team_shares: list[tuple[Loc, float]] = []
+        for team_loc, team, team_share in _teams(org, loc):
             owner = owners.setdefault(team, name)
             if team in listed:
                 findings.append((team_loc, f"team '{team}' is listed twice in org '{name}'"))
             elif owner != name:
                 findings.append((team_loc, f"team '{team}' is already in org '{owner}'"))
             listed.add(team)
+            if team_share is not None:
+                team_shares.append(team_share)
+        findings += _share_sum(team_shares, f"team shares of org '{name}'")
     return findings + _share_sum(shares)
 
 
-def _share_sum(shares: list[tuple[Loc, float]]) -> list[Finding]:
+def _teams(
+    org: dict[str, Any], loc: Loc
+) -> Iterator[tuple[Loc, str, tuple[Loc, float] | None]]:
+    """Each team of ``org``: where its name is, the name, and its valid share if any."""
+    values = org.get("teams")
+    if not isinstance(values, list):
+        return
+    for index, value in enumerate(values):
+        if isinstance(value, str):
+            yield (*loc, "teams", index), value, None
+        elif isinstance(value, dict) and isinstance(value.get("name"), str):
+            at = (*loc, "teams", index)
+            share = value.get("share")
+            valid = isinstance(share, float) and 0 < share <= 1
+            yield (*at, "name"), value["name"], ((*at, "share"), share) if valid else None
+
+
+def _share_sum(shares: list[tuple[Loc, float]], what: str = "org shares") -> list[Finding]:
     """At the share where the running sum passes 1, if it does."""
     total = sum(share for _, share in shares)
     running = 0.0
     for loc, share in shares:
         running += share
         if running > 1 + _SUM_TOLERANCE:
-            return [(loc, f"org shares sum to {total:g}, more than 1")]
+            return [(loc, f"{what} sum to {total:g}, more than 1")]
     return []

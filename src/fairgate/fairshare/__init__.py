@@ -10,6 +10,7 @@ Per pool of capacity C (concurrent requests it sustains without preemption):
     otherwise it borrows:
         priority = 10 + 10 · rank + class        (rank 0..9)                   priority.py
     rank = dense rank of LF = S / U, largest first (Slurm Fair Tree)           tree.py
+    team sub-shares: R split over teams, in-org borrowing at 2/3, two-level rank  teams.py
     U from usage(t) = Σ cost · exp(−ln 2 · (t − t_finish) / half_life)        decay.py
 
 Worked example: C = 10, shares A 0.8125 / B 0.1875 → reservations 8 / 2.
@@ -24,31 +25,41 @@ from __future__ import annotations
 
 from fairgate.fairshare.apportion import apportion
 from fairgate.fairshare.decay import DEFAULT_HALF_LIFE, DecayedUsage, decay
-from fairgate.fairshare.policy import FairShare, Standing
+from fairgate.fairshare.policy import FairShare, Standing, TeamStanding
 from fairgate.fairshare.priority import (
     BORROW_BASE,
+    IN_ORG_BASE,
     RANK_STEP,
     Decision,
     PriorityClass,
     borrowing_priority,
     decide,
+    decide_in_org,
 )
+from fairgate.fairshare.teams import REST, fair_tree_ranks, group_levels, split
 from fairgate.fairshare.tree import MAX_RANK, dense_ranks, level_fairshare
 
 __all__ = [
     "BORROW_BASE",
     "DEFAULT_HALF_LIFE",
+    "IN_ORG_BASE",
     "MAX_RANK",
     "RANK_STEP",
+    "REST",
     "DecayedUsage",
     "Decision",
     "FairShare",
     "PriorityClass",
     "Standing",
+    "TeamStanding",
     "apportion",
     "borrowing_priority",
     "decay",
     "decide",
+    "decide_in_org",
     "dense_ranks",
+    "fair_tree_ranks",
+    "group_levels",
     "level_fairshare",
+    "split",
 ]

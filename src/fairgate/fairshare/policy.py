@@ -15,10 +15,14 @@ from types import MappingProxyType
 
 from fairgate.fairshare.apportion import apportion
 from fairgate.fairshare.decay import DEFAULT_HALF_LIFE, DecayedUsage
-from fairgate.fairshare.priority import Decision, PriorityClass, decide
+from fairgate.fairshare.priority import Decision, PriorityClass, decide, decide_in_org
+from fairgate.fairshare.teams import REST, fair_tree_ranks, group_levels, split
 from fairgate.fairshare.tree import dense_ranks, level_fairshare
 
-__all__ = ["FairShare", "Standing"]
+__all__ = ["FairShare", "Standing", "TeamStanding"]
+
+TeamUsage = Mapping[str, Mapping[str, float]]
+"""Decayed usage per organisation and team: org → team → usage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,25 @@ class Standing:
     rank: int
 
 
+@dataclass(frozen=True, slots=True)
+class TeamStanding:
+    """One team's standing inside its organisation in one pool.
+
+    ``share`` is the team's fraction of its organisation's share (None: the team
+    has none and shares the rest); ``reservation`` its sub-reservation (for a
+    team without a share, the rest's, shared with the others); ``level`` the LF
+    of its group among the organisation's groups and ``rank`` that group's dense
+    rank there (0..9).
+    """
+
+    team: str
+    share: float | None
+    reservation: int
+    usage: float
+    level: float
+    rank: int
+
+
 class FairShare:
     """Reservation with borrowing over several pools.
 
@@ -47,6 +70,10 @@ class FairShare:
     configuration, ``KeyError`` when asked about a pool it does not know.
     An organisation without a share in a pool has a reservation of 0 and
     always borrows there.
+
+    ``team_shares`` maps an organisation to its teams' shares (fractions of the
+    organisation's, summing to at most 1; ``fairgate.fairshare.teams``), the
+    same in every pool. Without any, every decision is the one-level one.
     """
 
     def __init__(
@@ -54,6 +81,7 @@ class FairShare:
         capacities: Mapping[str, int],
         shares: Mapping[str, Mapping[str, float]],
         half_life: float = DEFAULT_HALF_LIFE,
+        team_shares: Mapping[str, Mapping[str, float]] | None = None,
     ) -> None:
         unknown = sorted(set(shares) - set(capacities))
         if unknown:
@@ -66,6 +94,14 @@ class FairShare:
         self._reservations = {
             pool: MappingProxyType(apportion(capacity, self._shares[pool]))
             for pool, capacity in capacities.items()
+        }
+        self._team_shares = {
+            org: MappingProxyType(dict(teams)) for org, teams in (team_shares or {}).items() if teams
+        }
+        self._splits = {
+            (pool, org): MappingProxyType(split(reservations.get(org, 0), teams))
+            for pool, reservations in self._reservations.items()
+            for org, teams in self._team_shares.items()
         }
 
     @property
@@ -81,6 +117,96 @@ class FairShare:
     def reservations(self, pool: str) -> Mapping[str, int]:
         """Reservation per organisation in ``pool`` (Hamilton apportionment, read-only)."""
         return self._reservations[pool]
+
+    def team_shares(self, org: str) -> Mapping[str, float]:
+        """The shares of ``org``'s teams that have one (empty: no team shares)."""
+        return self._team_shares.get(org, MappingProxyType({}))
+
+    @property
+    def has_team_shares(self) -> bool:
+        return bool(self._team_shares)
+
+    def group(self, org: str, team: str | None) -> str | None:
+        """The group a request of ``team`` claims in: the team when it has a share, else
+        ``REST``; None when ``org`` has no team shares (the organisation is one group)."""
+        teams = self._team_shares.get(org)
+        if teams is None:
+            return None
+        return team if team is not None and team in teams else REST
+
+    def team_reservations(self, pool: str, org: str) -> Mapping[str, int]:
+        """``org``'s reservation in ``pool`` split over its teams with a share and ``REST``;
+        empty when it has no team shares."""
+        return self._splits.get((pool, org), MappingProxyType({}))
+
+    def within(self, org: str, cls: PriorityClass, *, in_org: bool = False) -> Decision:
+        """The decision for a claim that took a slot: within its (sub-)reservation (0/1),
+        or, ``in_org``, a team on its organisation's unused seats (2/3)."""
+        return decide_in_org(org, cls) if in_org else decide(org, 0, 1, 0, cls)
+
+    def borrow(
+        self,
+        pool: str,
+        org: str,
+        cls: PriorityClass,
+        usage_by_org: Mapping[str, float],
+        *,
+        team: str | None = None,
+        usage_by_team: TeamUsage | None = None,
+    ) -> Decision:
+        """A pool borrower of ``org`` (and ``team``): ``10 + 10 · rank + class``, ranked
+        level by level (``rank``)."""
+        rank = self.rank(pool, org, usage_by_org, team=team, usage_by_team=usage_by_team)
+        reservation = self._reservations[pool].get(org, 0)
+        return decide(org, reservation, reservation, rank, cls)
+
+    def rank(
+        self,
+        pool: str,
+        org: str,
+        usage_by_org: Mapping[str, float],
+        *,
+        team: str | None = None,
+        usage_by_team: TeamUsage | None = None,
+    ) -> int:
+        """The Fair Tree rank a borrower of ``org``'s ``team`` gets now: organisations by
+        their LF, then inside an organisation with team shares its groups by theirs."""
+        if not self._team_shares:
+            return self._rank(pool, org, usage_by_org)
+        usage = usage_by_org if org in usage_by_org else {**usage_by_org, org: 0.0}
+        org_levels = level_fairshare(self._shares[pool], usage)
+        group = self.group(org, team)
+        by_team = usage_by_team or {}
+        groups = {
+            o: group_levels(teams, by_team.get(o, {}), also=group if o == org else None)
+            for o, teams in self._team_shares.items()
+            if o in org_levels
+        }
+        return fair_tree_ranks(org_levels, groups)[(org, group)]
+
+    def team_standings(
+        self, pool: str, org: str, usage_by_team: Mapping[str, float]
+    ) -> dict[str, TeamStanding]:
+        """Every team of ``org`` with a share or with usage in ``usage_by_team`` (this
+        organisation's, per team): share, sub-reservation, usage, LF and rank in the org."""
+        teams: Mapping[str, float] = self._team_shares.get(org, {})
+        seats = self.team_reservations(pool, org)
+        names = dict.fromkeys([*teams, *(t for t in usage_by_team if t)])
+        also = REST if any(t not in teams for t in names) else None
+        levels = group_levels(teams, usage_by_team, also=also)
+        ranks = dense_ranks(levels)
+        result: dict[str, TeamStanding] = {}
+        for team in names:
+            group = team if team in teams else REST
+            result[team] = TeamStanding(
+                team=team,
+                share=teams.get(team),
+                reservation=seats.get(group, self._reservations[pool].get(org, 0)),
+                usage=usage_by_team.get(team, 0.0),
+                level=levels[group],
+                rank=ranks[group],
+            )
+        return result
 
     def decide(
         self,

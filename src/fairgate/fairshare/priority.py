@@ -2,11 +2,15 @@
 
     within share (fewer within-share requests in flight than the reservation):
         priority = class                              0 interactive, 1 batch
+    borrowing inside its organisation (a team past its sub-reservation, on
+    seats of its organisation's reservation no sibling holds; ``teams.py``):
+        priority = 2 + class                          2, 3
     borrowing:
         priority = 10 + 10 · rank + class             rank 0..9  →  10..101
 
-Invariant: every within-share priority (0 or 1) is smaller than every borrowing
-priority (10 or more). vLLM admits its waiting heap in (priority, arrival) order
+Invariant: every within-share priority (0 or 1) is smaller than every
+within-organisation one (2 or 3), which is smaller than every borrowing priority
+(10 or more). vLLM admits its waiting heap in (priority, arrival) order
 and, when KV blocks run out, preempts the running request with the largest
 (priority, arrival); so a within-share request is admitted before any borrower
 and is never the victim while a borrower runs. Among borrowers the most
@@ -26,15 +30,19 @@ from fairgate.fairshare.tree import MAX_RANK
 
 __all__ = [
     "BORROW_BASE",
+    "IN_ORG_BASE",
     "RANK_STEP",
     "Decision",
     "PriorityClass",
     "borrowing_priority",
     "decide",
+    "decide_in_org",
 ]
 
 BORROW_BASE = 10
 """The smallest borrowing priority (rank 0, interactive)."""
+IN_ORG_BASE = 2
+"""The priority of a team borrowing its organisation's unused seats (plus the class)."""
 RANK_STEP = 10
 """Distance between two consecutive ranks, so a class never crosses into the next rank."""
 
@@ -53,13 +61,16 @@ class Decision:
     ``priority`` is the engine priority (0..101, lower first). ``within_share``
     says the request counts against its organisation's reservation until it
     finishes (the caller increments the within-share in-flight count); ``rank``
-    is the borrower's rank, ``None`` within share.
+    is the borrower's rank, ``None`` within share. ``in_org`` marks a team
+    borrowing its organisation's unused reservation (within share for the pool,
+    at priority 2/3).
     """
 
     org: str
     priority: int
     within_share: bool
     rank: int | None
+    in_org: bool = False
 
 
 def borrowing_priority(rank: int, cls: PriorityClass) -> int:
@@ -83,3 +94,9 @@ def decide(
     if within_share_in_flight < reservation:
         return Decision(org, int(cls), True, None)
     return Decision(org, borrowing_priority(rank, cls), False, rank)
+
+
+def decide_in_org(org: str, cls: PriorityClass) -> Decision:
+    """A team past its sub-reservation on a seat of its organisation's reservation:
+    ``2 + class``, within share for the pool (it holds a slot of the reservation)."""
+    return Decision(org, IN_ORG_BASE + int(cls), True, None, in_org=True)

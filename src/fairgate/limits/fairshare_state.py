@@ -15,16 +15,46 @@ nothing is counted. Whatever happens next, ``release`` gives the slot back and
 counted: counting borrowers too would let an organisation's own borrowed
 requests push its next request out of its reservation.
 
+With team sub-shares (``fairgate.fairshare.teams``) the claim is team-aware:
+it names the requester's group (a team with a share, or the rest) and that
+group's sub-reservation, and in the same atomic step takes a slot of the
+group's sub-reservation, else one of the organisation's unused seats (a slot
+counted against the organisation's reservation: its groups' slots plus what
+its teams borrowed inside it), else nothing. The slot is released the same way.
+Usage is charged to the team as well as to the organisation, in the same step.
+
 ``fairgate.state`` implements it (``MemoryCounterStore``, ``RedisCounterStore``);
 ``tests/state/test_fairshare_state.py`` is the conformance suite both pass.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Claim", "FairShareState"]
+__all__ = ["Claim", "FairShareState", "Split", "lease_team"]
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """The requester's place in an organisation with team sub-shares, for a team-aware claim.
+
+    ``group`` is the team with a share the request belongs to, or ``REST`` (``""``)
+    for a team without one; ``reservation`` is that group's sub-reservation;
+    ``groups`` every team of the organisation with a share (the rest is implied),
+    whose slots count against the organisation's reservation.
+    """
+
+    group: str
+    reservation: int
+    groups: tuple[str, ...]
+
+
+def lease_team(lease: str) -> str | None:
+    """The team a within-share lease was claimed for (``"<id>/<team>"``), None if unnamed."""
+    _, slash, team = lease.partition("/")
+    return team if slash else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +65,11 @@ class Claim:
     ``pool`` just before this claim: pass it to ``FairShare.decide`` as
     ``within_share_in_flight`` and the decision agrees with ``within_share``.
     ``lease`` is None exactly when ``within_share`` is False (nothing to release).
+
+    A team-aware claim (with a ``Split``) sets ``group``; ``in_org`` says its
+    slot is one of the organisation's unused seats, not the group's own
+    (priority 2/3); ``in_flight`` is then the group's own slots before the claim
+    when it took one of those, else the organisation's total.
     """
 
     pool: str
@@ -43,6 +78,8 @@ class Claim:
     in_flight: int
     lease: str | None
     claimed_at: float
+    group: str | None = None
+    in_org: bool = False
 
 
 class FairShareState(Protocol):
@@ -65,13 +102,29 @@ class FairShareState(Protocol):
     accounted elsewhere in integer micro-units.
     """
 
-    async def claim(self, pool: str, org: str, reservation: int, now: float) -> Claim:
+    async def claim(
+        self,
+        pool: str,
+        org: str,
+        reservation: int,
+        now: float,
+        split: Split | None = None,
+        team: str | None = None,
+    ) -> Claim:
         """Take one within-share slot of ``org`` in ``pool`` if fewer than ``reservation``
         (>= 0) are held, in one atomic step; otherwise take nothing (borrowing).
 
         Concurrent claims, from this process or another gateway on the same back
         end, never hold more than ``reservation`` slots together. A reservation
         of 0 always borrows and costs no round trip.
+
+        With ``split``: a slot of the group's sub-reservation if fewer than
+        ``split.reservation`` are held, else (``in_org``) one of the organisation's
+        seats if its groups and in-org borrowers hold fewer than ``reservation``
+        together, else nothing; still one atomic step and one round trip.
+        Concurrent claims never hold more than a group's sub-reservation of its
+        own slots, nor take an in-org seat past ``reservation``. ``team`` is
+        written into the lease (``lease_team``) for ``team_in_flight``.
         """
         ...
 
@@ -80,14 +133,31 @@ class FairShareState(Protocol):
         releasing twice, or after the lease expired, frees nothing else."""
         ...
 
-    async def in_flight(self, pool: str, now: float) -> dict[str, int]:
+    async def in_flight(
+        self, pool: str, now: float, groups: Mapping[str, Sequence[str]] | None = None
+    ) -> dict[str, int]:
         """Within-share slots held in ``pool`` per organisation, by every gateway on the
         back end: live leases only (unexpired at ``now``), organisations holding none left out.
+        ``groups`` names, per organisation with team shares, its teams with a share:
+        their slots and the in-org seats count too.
 
         A read for monitoring (``GET /admin/fairshare``, metrics), never for a
         decision: ``claim`` alone counts atomically. In Redis one round trip,
         O(organisations that claimed in the pool recently).
         """
+        ...
+
+    async def team_in_flight(
+        self, pool: str, now: float, groups: Mapping[str, Sequence[str]] | None = None
+    ) -> dict[str, dict[str, int]]:
+        """Slots of each organisation's reservation held per team (own and in-org), from
+        the team written in each live lease; unnamed leases are left out. A read for
+        monitoring, like ``in_flight``; one round trip in Redis."""
+        ...
+
+    async def team_usage(self, pool: str, now: float, half_life: float) -> dict[str, dict[str, float]]:
+        """Decayed usage per organisation and team in ``pool`` (org → team → usage), all
+        at ``now``; one round trip in Redis, like ``usage``."""
         ...
 
     async def usage(self, pool: str, now: float, half_life: float) -> dict[str, float]:
@@ -101,9 +171,16 @@ class FairShareState(Protocol):
         ...
 
     async def charge(
-        self, pool: str, org: str, cost_units: float, now: float, half_life: float
+        self,
+        pool: str,
+        org: str,
+        cost_units: float,
+        now: float,
+        half_life: float,
+        team: str | None = None,
     ) -> None:
         """Decay ``org``'s usage in ``pool`` to ``now`` and add ``cost_units`` (finite,
-        >= 0; ``ValueError`` otherwise), atomically. A ``now`` earlier than the
-        stored time (gateway clocks slightly apart) is read as the stored time."""
+        >= 0; ``ValueError`` otherwise), atomically; with ``team``, the team's usage
+        too, in the same step. A ``now`` earlier than the stored time (gateway
+        clocks slightly apart) is read as the stored time."""
         ...

@@ -36,7 +36,7 @@ from fairgate.limits.charges import (
     WindowCharge,
     check_distinct,
 )
-from fairgate.limits.fairshare_state import Claim
+from fairgate.limits.fairshare_state import Claim, Split, lease_team
 from fairgate.limits.snapshot import SavedCounter
 from fairgate.limits.window import SlidingWindow, bucket_of
 
@@ -62,8 +62,10 @@ class MemoryCounterStore:
         self._windows: dict[str, SlidingWindow] = {}
         self._periods: dict[str, _Period] = {}
         self._in_flight: dict[str, set[str]] = {}
-        self._claims: dict[tuple[str, str], set[str]] = {}  # (pool, org) → lease ids
+        # (pool, org, group, in_org) → lease ids; group "" is the organisation's own set
+        self._claims: dict[tuple[str, str, str, bool], set[str]] = {}
         self._records: dict[str, dict[str, DecayedUsage]] = {}  # pool → org → record
+        self._team_records: dict[str, dict[tuple[str, str], DecayedUsage]] = {}
         self._ids = itertools.count(1)
         self._next_sweep = float("-inf")
 
@@ -119,25 +121,80 @@ class MemoryCounterStore:
     async def refresh(self, now: float) -> None:
         return None
 
-    async def claim(self, pool: str, org: str, reservation: int, now: float) -> Claim:
-        held = self._claims.get((pool, org))
-        count = 0 if held is None else len(held)
-        if count >= reservation:
-            return Claim(pool, org, within_share=False, in_flight=count, lease=None, claimed_at=now)
-        lease = f"m{next(self._ids)}"
-        self._claims.setdefault((pool, org), set()).add(lease)
-        return Claim(pool, org, within_share=True, in_flight=count, lease=lease, claimed_at=now)
+    async def claim(
+        self,
+        pool: str,
+        org: str,
+        reservation: int,
+        now: float,
+        split: Split | None = None,
+        team: str | None = None,
+    ) -> Claim:
+        if split is None:
+            held = self._claims.get((pool, org, "", False))
+            count = 0 if held is None else len(held)
+            if count >= reservation:
+                return Claim(pool, org, False, count, None, now)
+            lease = self._lease(team)
+            self._claims.setdefault((pool, org, "", False), set()).add(lease)
+            return Claim(pool, org, True, count, lease, now)
+        own = len(self._claims.get((pool, org, split.group, False), ()))
+        if own < split.reservation:
+            lease = self._lease(team)
+            self._claims.setdefault((pool, org, split.group, False), set()).add(lease)
+            return Claim(pool, org, True, own, lease, now, group=split.group)
+        total = sum(
+            len(self._claims.get((pool, org, group, in_org), ()))
+            for group in ("", *split.groups)
+            for in_org in (False, True)
+        )
+        if total >= reservation:
+            return Claim(pool, org, False, total, None, now, group=split.group)
+        lease = self._lease(team)
+        self._claims.setdefault((pool, org, split.group, True), set()).add(lease)
+        return Claim(pool, org, True, total, lease, now, group=split.group, in_org=True)
 
     async def release(self, claim: Claim) -> None:
-        held = self._claims.get((claim.pool, claim.org))
+        key = (claim.pool, claim.org, claim.group or "", claim.in_org)
+        held = self._claims.get(key)
         if held is None or claim.lease is None:
             return
         held.discard(claim.lease)
         if not held:
-            del self._claims[(claim.pool, claim.org)]
+            del self._claims[key]
 
-    async def in_flight(self, pool: str, now: float) -> dict[str, int]:
-        return {org: len(held) for (p, org), held in self._claims.items() if p == pool and held}
+    async def in_flight(
+        self, pool: str, now: float, groups: Mapping[str, Sequence[str]] | None = None
+    ) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for (p, org, group, in_org), held in self._claims.items():
+            counted = (group == "" and not in_org) or org in (groups or {})
+            if p == pool and held and counted:
+                counts[org] = counts.get(org, 0) + len(held)
+        return counts
+
+    async def team_in_flight(
+        self, pool: str, now: float, groups: Mapping[str, Sequence[str]] | None = None
+    ) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for (p, org, group, in_org), held in self._claims.items():
+            if p != pool or not ((group == "" and not in_org) or org in (groups or {})):
+                continue
+            for lease in held:
+                team = lease_team(lease)
+                if team is not None:
+                    teams = counts.setdefault(org, {})
+                    teams[team] = teams.get(team, 0) + 1
+        return counts
+
+    async def team_usage(
+        self, pool: str, now: float, half_life: float
+    ) -> dict[str, dict[str, float]]:
+        usage: dict[str, dict[str, float]] = {}
+        for (org, team), r in self._team_records.get(pool, {}).items():
+            value = DecayedUsage(r.value, r.at, half_life).value_at(now)
+            usage.setdefault(org, {})[team] = value
+        return usage
 
     async def usage(self, pool: str, now: float, half_life: float) -> dict[str, float]:
         records = self._records.get(pool, {})
@@ -146,12 +203,23 @@ class MemoryCounterStore:
         }
 
     async def charge(
-        self, pool: str, org: str, cost_units: float, now: float, half_life: float
+        self,
+        pool: str,
+        org: str,
+        cost_units: float,
+        now: float,
+        half_life: float,
+        team: str | None = None,
     ) -> None:
         records = self._records.setdefault(pool, {})
-        stored = records.get(org)
-        record = DecayedUsage(0.0, now, half_life) if stored is None else stored
-        records[org] = DecayedUsage(record.value, record.at, half_life).charged(cost_units, now)
+        records[org] = _charged(records.get(org), cost_units, now, half_life)
+        if team is not None:
+            teams = self._team_records.setdefault(pool, {})
+            teams[(org, team)] = _charged(teams.get((org, team)), cost_units, now, half_life)
+
+    def _lease(self, team: str | None) -> str:
+        lease = f"m{next(self._ids)}"
+        return lease if team is None else f"{lease}/{team}"
 
     async def aclose(self) -> None:
         return None
@@ -176,6 +244,10 @@ class MemoryCounterStore:
         for pool, records in self._records.items():
             for org, record in records.items():
                 data = {"org": org, "value": record.value, "at": record.at}
+                saved.append(SavedCounter(pool, "usage", {**data, "half_life": record.half_life}))
+        for pool, team_records in self._team_records.items():
+            for (org, team), record in team_records.items():
+                data = {"org": org, "team": team, "value": record.value, "at": record.at}
                 saved.append(SavedCounter(pool, "usage", {**data, "half_life": record.half_life}))
         return saved
 
@@ -219,6 +291,13 @@ class MemoryCounterStore:
     def _restore_usage(self, pool: str, data: Mapping[str, Any], now: float) -> bool:
         org = str(data["org"])
         saved = DecayedUsage(float(data["value"]), float(data["at"]), float(data["half_life"]))
+        if "team" in data:
+            teams = self._team_records.setdefault(pool, {})
+            key = (org, str(data["team"]))
+            kept = teams.get(key)
+            if kept is None or saved.value_at(now) > kept.value_at(now):
+                teams[key] = saved
+            return True
         records = self._records.setdefault(pool, {})
         held = records.get(org)
         if held is None or saved.value_at(now) > held.value_at(now):
@@ -306,6 +385,13 @@ class MemoryCounterStore:
         for window in self._windows.values():
             window.prune(now)
         self._windows = {k: w for k, w in self._windows.items() if w.buckets}
+
+
+def _charged(
+    stored: DecayedUsage | None, cost_units: float, now: float, half_life: float
+) -> DecayedUsage:
+    record = DecayedUsage(0.0, now, half_life) if stored is None else stored
+    return DecayedUsage(record.value, record.at, half_life).charged(cost_units, now)
 
 
 def _fits(charge: Charge, used: int) -> bool:

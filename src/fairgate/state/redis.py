@@ -14,8 +14,12 @@ Key layout (``prefix`` default ``fairgate:``), each with an expiry:
     <prefix>budget:<kind>:<scope>:<model|*>:<period>:<label>  string micro-units  keep-until
     <prefix>inflight:<key>                 zset   lease id → expiry (s)      2 × lease_ttl
     <prefix>fairshare:inflight:<pool>:<org>  zset lease id → expiry (s)      2 × lease_ttl
+    <prefix>fairshare:inflight:<pool>:<org>:t:<team>   the same, a team's sub-reservation
+    <prefix>fairshare:inflight:<pool>:<org>:b:<team>   the same, a team's in-org seats
+    <prefix>fairshare:inflight:<pool>:<org>:b:         the same, the rest's in-org seats
     <prefix>fairshare:orgs:<pool>          zset   org → latest expiry (s)    2 × lease_ttl
     <prefix>fairshare:usage:<pool>         hash   org → "value at"           20 half-lives
+    <prefix>fairshare:teamusage:<pool>     hash   <org>:<team> → "value at"  20 half-lives
 
 (``%`` and ``:`` in pool and organisation names are escaped, so keys never collide.)
 
@@ -32,6 +36,10 @@ within-share slots are leases like in-flight slots (kept alive by the same
 one HGETALL. Each pool also keeps an index of the organisations that claimed
 there (``fairshare:orgs:<pool>``, written by the claim, refreshed with the
 slots), so ``in_flight`` reads the whole pool in one script without scanning.
+A claim for an organisation without team sub-shares is today's one script on
+one slot set; with them (``team_claim.lua``) it reads every slot set of the
+organisation in the same single script. A lease id is ``<hex>/<team>`` when
+the team is known, which ``team_in_flight`` counts by.
 """
 
 from __future__ import annotations
@@ -60,7 +68,7 @@ from fairgate.limits.charges import (
     WindowCharge,
     check_distinct,
 )
-from fairgate.limits.fairshare_state import Claim
+from fairgate.limits.fairshare_state import Claim, Split
 from fairgate.limits.store import StateUnavailable
 from fairgate.limits.window import bucket_of
 from fairgate.state.breaker import Breaker
@@ -127,6 +135,7 @@ class RedisCounterStore:
         self._seed = self._redis.register_script(_lua("seed"))
         self._refresh = self._redis.register_script(_lua("refresh"))
         self._claim = self._redis.register_script(_lua("claim"))
+        self._team_claim = self._redis.register_script(_lua("team_claim"))
         self._in_flight = self._redis.register_script(_lua("in_flight"))
         self._charge = self._redis.register_script(_lua("charge"))
         # lease id → the (sorted set, member) pairs its refresh extends
@@ -210,32 +219,56 @@ class RedisCounterStore:
             args: list[str | int | float] = [expiry, keep_ms, *(member for _, member in batch)]
             await self._call(self._refresh, [key for key, _ in batch], args)
 
-    async def claim(self, pool: str, org: str, reservation: int, now: float) -> Claim:
+    async def claim(
+        self,
+        pool: str,
+        org: str,
+        reservation: int,
+        now: float,
+        split: Split | None = None,
+        team: str | None = None,
+    ) -> Claim:
         if reservation <= 0:  # nothing to reserve: always borrows, no round trip
-            return Claim(pool, org, within_share=False, in_flight=0, lease=None, claimed_at=now)
-        lease = secrets.token_hex(8)
-        key, index = self._claims_key(pool, org), self._index_key(pool)
-        args: list[str | int | float] = [repr(now), lease, repr(self.lease_ttl), reservation, org]
-        call = asyncio.ensure_future(self._call(self._claim, [key, index], args))
+            group = None if split is None else split.group
+            return Claim(pool, org, False, 0, None, now, group=group)
+        lease = secrets.token_hex(8) if team is None else f"{secrets.token_hex(8)}/{team}"
+        index = self._index_key(pool)
+        if split is None:
+            key = self._claims_key(pool, org)
+            args: list[str | int | float] = [repr(now), lease, repr(self.lease_ttl)]
+            call = asyncio.ensure_future(
+                self._call(self._claim, [key, index], [*args, reservation, org])
+            )
+        else:
+            own = self._group_key(pool, org, split.group, False)
+            in_org = self._group_key(pool, org, split.group, True)
+            every = [
+                self._group_key(pool, org, g, b) for g in ("", *split.groups) for b in (False, True)
+            ]
+            args = [repr(now), lease, repr(self.lease_ttl), split.reservation, reservation, org]
+            call = asyncio.ensure_future(
+                self._call(self._team_claim, [own, in_org, index, *every], args)
+            )
+        group = None if split is None else split.group
         try:
             reply = await asyncio.shield(call)
         except asyncio.CancelledError:
             # the caller is gone, but the slot may still be taken: give it straight back
-            orphan = Claim(pool, org, within_share=True, in_flight=0, lease=lease, claimed_at=now)
             self._pending.add(call)
-            call.add_done_callback(lambda done: self._unclaim(done, orphan))
+            call.add_done_callback(lambda done: self._unclaim(done, pool, org, lease, group, now))
             raise
-        taken, held = int(reply[0]) == 1, int(reply[1])
-        if not taken:
-            return Claim(pool, org, within_share=False, in_flight=held, lease=None, claimed_at=now)
-        self._held[lease] = ((key, lease), (index, org))
-        return Claim(pool, org, within_share=True, in_flight=held, lease=lease, claimed_at=now)
+        outcome, held = int(reply[0]), int(reply[1])
+        if outcome == 0:
+            return Claim(pool, org, False, held, None, now, group=group)
+        taken = Claim(pool, org, True, held, lease, now, group=group, in_org=outcome == 2)
+        self._held[lease] = ((self._slot_key(taken), lease), (index, org))
+        return taken
 
     async def release(self, claim: Claim) -> None:
         if claim.lease is None:
             return
         self._held.pop(claim.lease, None)  # no longer refreshed, even if Redis is down now
-        key, lease = self._claims_key(claim.pool, claim.org), claim.lease
+        key, lease = self._slot_key(claim), claim.lease
         call = asyncio.ensure_future(self._guarded(lambda: self._redis.zrem(key, lease)))
         try:
             await asyncio.shield(call)
@@ -244,10 +277,41 @@ class RedisCounterStore:
             call.add_done_callback(self._finished)
             raise
 
-    async def in_flight(self, pool: str, now: float) -> dict[str, int]:
-        args: list[str | int | float] = [repr(now), self._slots_prefix(pool)]
-        reply = await self._call(self._in_flight, [self._index_key(pool)], args)
+    async def in_flight(
+        self, pool: str, now: float, groups: Mapping[str, Sequence[str]] | None = None
+    ) -> dict[str, int]:
+        reply = await self._in_flight_call(pool, now, groups, per_team=False)
         return {reply[i].decode(): int(reply[i + 1]) for i in range(0, len(reply), 2)}
+
+    async def team_in_flight(
+        self, pool: str, now: float, groups: Mapping[str, Sequence[str]] | None = None
+    ) -> dict[str, dict[str, int]]:
+        reply = await self._in_flight_call(pool, now, groups, per_team=True)
+        counts: dict[str, dict[str, int]] = {}
+        for i in range(0, len(reply), 3):
+            counts.setdefault(reply[i].decode(), {})[reply[i + 1].decode()] = int(reply[i + 2])
+        return counts
+
+    async def _in_flight_call(
+        self, pool: str, now: float, groups: Mapping[str, Sequence[str]] | None, per_team: bool
+    ) -> Any:
+        args: list[str | int | float] = [repr(now), self._slots_prefix(pool), int(per_team)]
+        for org, teams in (groups or {}).items():
+            args.extend((org, len(teams), *teams))
+        return await self._call(self._in_flight, [self._index_key(pool)], args)
+
+    async def team_usage(
+        self, pool: str, now: float, half_life: float
+    ) -> dict[str, dict[str, float]]:
+        key = self._team_usage_key(pool)
+        stored: dict[bytes, bytes] = await self._guarded(lambda: self._redis.hgetall(key))
+        usage: dict[str, dict[str, float]] = {}
+        for field, record in stored.items():
+            org, _, team = field.decode().partition(":")
+            value, at = (float(part) for part in record.split())
+            teams = usage.setdefault(_unescape(org), {})
+            teams[_unescape(team)] = decay(value, max(0.0, now - at), half_life)
+        return usage
 
     async def usage(self, pool: str, now: float, half_life: float) -> dict[str, float]:
         key = self._usage_key(pool)
@@ -259,7 +323,13 @@ class RedisCounterStore:
         return usage
 
     async def charge(
-        self, pool: str, org: str, cost_units: float, now: float, half_life: float
+        self,
+        pool: str,
+        org: str,
+        cost_units: float,
+        now: float,
+        half_life: float,
+        team: str | None = None,
     ) -> None:
         if not cost_units >= 0 or not math.isfinite(cost_units):
             raise ValueError(f"a charge must be finite and non-negative, got {cost_units!r}")
@@ -268,7 +338,11 @@ class RedisCounterStore:
         keep_ms = math.ceil(min(_USAGE_KEEP_HALF_LIVES * half_life, _USAGE_KEEP_MAX) * 1000)
         args: list[str | int | float] = [org, repr(float(cost_units)), repr(now)]
         args.extend((repr(float(half_life)), keep_ms))
-        await self._call(self._charge, [self._usage_key(pool)], args)
+        keys = [self._usage_key(pool)]
+        if team is not None:
+            keys.append(self._team_usage_key(pool))
+            args.append(f"{_escape(org)}:{_escape(team)}")
+        await self._call(self._charge, keys, args)
 
     async def aclose(self) -> None:
         while self._pending:
@@ -286,11 +360,21 @@ class RedisCounterStore:
         self._pending.add(undo := asyncio.ensure_future(self.settle(orphan, {}, now)))
         undo.add_done_callback(self._finished)
 
-    def _unclaim(self, call: asyncio.Future[Any], orphan: Claim) -> None:
+    def _unclaim(
+        self,
+        call: asyncio.Future[Any],
+        pool: str,
+        org: str,
+        lease: str,
+        group: str | None,
+        now: float,
+    ) -> None:
         """Release the slot of a claim whose caller was cancelled before the reply."""
         self._finished(call)
-        if call.cancelled() or call.exception() is not None or int(call.result()[0]) != 1:
+        if call.cancelled() or call.exception() is not None or int(call.result()[0]) == 0:
             return
+        in_org = int(call.result()[0]) == 2
+        orphan = Claim(pool, org, True, 0, lease, now, group=group, in_org=in_org)
         self._pending.add(undo := asyncio.ensure_future(self.release(orphan)))
         undo.add_done_callback(self._finished)
 
@@ -310,6 +394,21 @@ class RedisCounterStore:
 
     def _claims_key(self, pool: str, org: str) -> str:
         return self._slots_prefix(pool) + _escape(org)
+
+    def _group_key(self, pool: str, org: str, group: str, in_org: bool) -> str:
+        """A group's slot set: the organisation's own (group ``""``, not in-org: today's
+        key), a team's sub-reservation (``:t:``), or in-org seats (``:b:``).
+        in_flight.lua builds the same names: keep them in step."""
+        base = self._claims_key(pool, org)
+        if in_org:
+            return f"{base}:b:{_escape(group)}"
+        return base if group == "" else f"{base}:t:{_escape(group)}"
+
+    def _slot_key(self, claim: Claim) -> str:
+        return self._group_key(claim.pool, claim.org, claim.group or "", claim.in_org)
+
+    def _team_usage_key(self, pool: str) -> str:
+        return f"{self.prefix}fairshare:teamusage:{_escape(pool)}"
 
     def _index_key(self, pool: str) -> str:
         return f"{self.prefix}fairshare:orgs:{_escape(pool)}"
@@ -338,6 +437,10 @@ class RedisCounterStore:
 
 def _escape(name: str) -> str:  # in_flight.lua has a copy: keep them in step
     return name.replace("%", "%25").replace(":", "%3A")
+
+
+def _unescape(name: str) -> str:
+    return name.replace("%3A", ":").replace("%25", "%")
 
 
 def _acquire_fields(charge: Charge) -> tuple[str | int, ...]:
