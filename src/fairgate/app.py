@@ -579,6 +579,7 @@ def _fairshare(config: Config) -> FairShare | None:
         {p.name: p.capacity for p in config.pools},
         {p.name: shares for p in config.pools},
         config.fairshare.half_life,
+        {o.name: o.team_shares for o in config.orgs if o.team_shares},
     )
 
 

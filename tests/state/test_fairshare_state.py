@@ -283,7 +283,9 @@ async def test_team_release_is_idempotent(state: FairShareState) -> None:
     assert await state.in_flight("p", T0, {"A": ("research", "ops")}) == {"A": 8}
     taken = [await state.claim("p", "A", 10, T0, SPLIT_O, "ops") for _ in range(3)]
     assert [(c.within_share, c.in_org) for c in taken] == [
-        (True, False), (True, True), (False, False)
+        (True, False),
+        (True, True),
+        (False, False),
     ]
 
 

@@ -216,9 +216,7 @@ def _orgs(tree: dict[str, Any]) -> list[Finding]:
     return findings + _share_sum(shares)
 
 
-def _teams(
-    org: dict[str, Any], loc: Loc
-) -> Iterator[tuple[Loc, str, tuple[Loc, float] | None]]:
+def _teams(org: dict[str, Any], loc: Loc) -> Iterator[tuple[Loc, str, tuple[Loc, float] | None]]:
     """Each team of ``org``: where its name is, the name, and its valid share if any."""
     values = org.get("teams")
     if not isinstance(values, list):
@@ -229,8 +227,11 @@ def _teams(
         elif isinstance(value, dict) and isinstance(value.get("name"), str):
             at = (*loc, "teams", index)
             share = value.get("share")
-            valid = isinstance(share, float) and 0 < share <= 1
-            yield (*at, "name"), value["name"], ((*at, "share"), share) if valid else None
+            name: str = value["name"]
+            if isinstance(share, float) and 0 < share <= 1:
+                yield (*at, "name"), name, ((*at, "share"), share)
+            else:
+                yield (*at, "name"), name, None
 
 
 def _share_sum(shares: list[tuple[Loc, float]], what: str = "org shares") -> list[Finding]:

@@ -96,7 +96,9 @@ class FairShare:
             for pool, capacity in capacities.items()
         }
         self._team_shares = {
-            org: MappingProxyType(dict(teams)) for org, teams in (team_shares or {}).items() if teams
+            org: MappingProxyType(dict(teams))
+            for org, teams in (team_shares or {}).items()
+            if teams
         }
         self._splits = {
             (pool, org): MappingProxyType(split(reservations.get(org, 0), teams))

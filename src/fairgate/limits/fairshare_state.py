@@ -155,7 +155,9 @@ class FairShareState(Protocol):
         monitoring, like ``in_flight``; one round trip in Redis."""
         ...
 
-    async def team_usage(self, pool: str, now: float, half_life: float) -> dict[str, dict[str, float]]:
+    async def team_usage(
+        self, pool: str, now: float, half_life: float
+    ) -> dict[str, dict[str, float]]:
         """Decayed usage per organisation and team in ``pool`` (org → team → usage), all
         at ``now``; one round trip in Redis, like ``usage``."""
         ...

@@ -17,8 +17,9 @@
    that orders by fair-share priority gets a provisional one from this
    gateway's own counts (no slot is held while waiting);
 3. fair share: one atomic claim of a within-share slot of the organisation in
-   the model's pool, then the priority (``fairgate.fairshare``), which goes to
-   the engine (vLLM's ``X-Vllm-Priority``).
+   the model's pool (with team sub-shares: of the team's sub-reservation, else
+   of the organisation's unused seats), then the priority
+   (``fairgate.fairshare``), which goes to the engine (vLLM's ``X-Vllm-Priority``).
 
 ``leave`` gives everything back and corrects the charges with the real usage:
 the admission lease, the fair-share slot (and the request's cost is charged to
@@ -31,10 +32,10 @@ import asyncio
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from fairgate.accounting import Prices, TokenCounts
 from fairgate.admission import AdmissionController, Bands
@@ -47,13 +48,15 @@ from fairgate.fairshare import MAX_RANK, FairShare, PriorityClass
 from fairgate.fairshare.priority import decide
 from fairgate.limits import Budget, BudgetBook, Demand, Limiter, Limits, StateUnavailable, Subject
 from fairgate.limits.demand import Admission
-from fairgate.limits.fairshare_state import Claim, FairShareState
+from fairgate.limits.fairshare_state import Claim, FairShareState, Split
 from fairgate.limits.head import HeadGate
 from fairgate.proxy.exchange import Exchange
 
 __all__ = ["Gate", "TagPolicy", "Ticket"]
 
 log = logging.getLogger("fairgate.proxy")
+
+T = TypeVar("T")
 
 USAGE_TTL = 1.0
 """Seconds a pool's decayed usage is reused between reads (a ranking a second old is as
@@ -112,6 +115,7 @@ class Ticket:
     limits: Admission | None = None
     pool: str | None = None
     org: str = ""
+    team: str | None = None  # charged with the organisation when fair share applies
     claim: Claim | None = None
     lease: Lease | None = None
     priority: int | None = None
@@ -131,15 +135,16 @@ class Ticket:
             self.lease.dispatched()
 
 
-class _PoolUsage:
-    """A pool's decayed usage per organisation, re-read at most every ``USAGE_TTL``."""
+class _PoolUsage(Generic[T]):
+    """A pool's decayed usage (per organisation, or per team), re-read at most every
+    ``USAGE_TTL``."""
 
     __slots__ = ("at", "reading", "value")
 
-    def __init__(self) -> None:
-        self.value: dict[str, float] = {}
+    def __init__(self, empty: T) -> None:
+        self.value: T = empty
         self.at = -USAGE_TTL
-        self.reading: asyncio.Future[dict[str, float]] | None = None
+        self.reading: asyncio.Future[T] | None = None
 
 
 class Gate:
@@ -185,7 +190,8 @@ class Gate:
         self._on_soft_limit = on_soft_limit
         self._send_priority = send_priority
         self._on_claim = on_claim  # (pool, org, borrowing), for a metric
-        self._usage: dict[str, _PoolUsage] = {}
+        self._usage: dict[str, _PoolUsage[dict[str, float]]] = {}
+        self._team_usage: dict[str, _PoolUsage[dict[str, dict[str, float]]]] = {}
         self.in_flight: dict[tuple[str, str], list[int]] = {}  # (pool, org) → [within, borrowing]
         self._state_down = False
         self._head = HeadGate()
@@ -245,6 +251,7 @@ class Gate:
                 )
             if fair:
                 assert pool is not None
+                ticket.team = principal.team
                 await self._claim(ticket, pool, principal.org, model, self._clock.wall())
         except BaseException:
             await self.leave(ticket, ex)
@@ -276,7 +283,7 @@ class Gate:
             if counts is not None:
                 counts[1 if ticket.borrowing else 0] -= 1
             claim, ticket.claim, ticket.pool = ticket.claim, None, None
-            await self._settle_fairshare(pool, org, claim, cost)
+            await self._settle_fairshare(pool, org, claim, cost, ticket.team)
         if ticket.limits is not None:
             served = ex.model if ex.usage is not None else None
             await self._limiter.settle(
@@ -328,9 +335,10 @@ class Gate:
         assert self._fairshare is not None and self._state is not None
         policy = self._fairshare
         reservation = policy.reservations(pool).get(org, 0)
+        split = _split(policy, pool, org, ticket.team)
         claim: Claim | None = None
         try:
-            claim = await self._state.claim(pool, org, reservation, now)
+            claim = await self._state.claim(pool, org, reservation, now, split, ticket.team)
         except StateUnavailable as exc:
             # Without the shared count no reservation can be proven: borrow, at the
             # lowest rank (the safe answer), and serve the request.
@@ -348,14 +356,17 @@ class Gate:
             # the lowest borrowing rank: never ahead of a borrower the state could rank
             decision = decide(org, reservation, reservation, MAX_RANK, cls)
         elif claim.within_share:
-            decision = policy.decide(pool, org, cls, claim.in_flight, {})
+            decision = policy.within(org, cls, in_org=claim.in_org)
         else:
+            by_team: dict[str, dict[str, float]] | None = None
             try:
                 usage = await self._pool_usage(pool, now)
+                if policy.has_team_shares:
+                    by_team = await self._pool_team_usage(pool, now)
             except StateUnavailable as exc:
                 self._note_state(exc)
                 usage = {}
-            decision = policy.decide(pool, org, cls, claim.in_flight, usage)
+            decision = policy.borrow(pool, org, cls, usage, team=ticket.team, usage_by_team=by_team)
         ticket.priority, ticket.rank = decision.priority, decision.rank
         if self._on_claim is not None:
             self._on_claim(pool, org, ticket.borrowing)
@@ -376,36 +387,30 @@ class Gate:
 
     async def _pool_usage(self, pool: str, now: float) -> dict[str, float]:
         assert self._state is not None and self._fairshare is not None
+        state, half_life = self._state, self._fairshare.half_life
         entry = self._usage.get(pool)
         if entry is None:
-            entry = self._usage[pool] = _PoolUsage()
-        if now - entry.at < USAGE_TTL:
-            return entry.value
-        if entry.reading is not None:
-            if entry.at >= 0:
-                return entry.value  # someone is reading; the last value will do
-            return await asyncio.shield(entry.reading)
-        entry.reading = asyncio.ensure_future(
-            self._state.usage(pool, now, self._fairshare.half_life)
-        )
-        try:
-            entry.value = await asyncio.shield(entry.reading)
-            entry.at = now
-        finally:
-            entry.reading = None
-        return entry.value
+            entry = self._usage[pool] = _PoolUsage({})
+        return await _cached(entry, now, lambda: state.usage(pool, now, half_life))
+
+    async def _pool_team_usage(self, pool: str, now: float) -> dict[str, dict[str, float]]:
+        assert self._state is not None and self._fairshare is not None
+        state, half_life = self._state, self._fairshare.half_life
+        entry = self._team_usage.get(pool)
+        if entry is None:
+            entry = self._team_usage[pool] = _PoolUsage({})
+        return await _cached(entry, now, lambda: state.team_usage(pool, now, half_life))
 
     async def _settle_fairshare(
-        self, pool: str, org: str, claim: Claim | None, cost: Money | None
+        self, pool: str, org: str, claim: Claim | None, cost: Money | None, team: str | None
     ) -> None:
         assert self._state is not None and self._fairshare is not None
         try:
             if claim is not None:
                 await self._state.release(claim)
             if cost is not None and cost.micro > 0:
-                await self._state.charge(
-                    pool, org, cost.micro / 1_000_000, self._now(), self._fairshare.half_life
-                )
+                units, half_life = cost.micro / 1_000_000, self._fairshare.half_life
+                await self._state.charge(pool, org, units, self._now(), half_life, team=team)
         except StateUnavailable as exc:
             # The slot expires by itself (lease TTL); the usage charge is lost.
             self._note_state(exc)
@@ -544,6 +549,33 @@ def _limits(p: Principal) -> tuple[Limits, Limits]:
         Limits(p.rpm, p.tpm, p.rpd, p.max_in_flight),
         Limits(p.total_rpm, p.total_tpm, p.total_rpd, p.total_max_in_flight),
     )
+
+
+async def _cached(entry: _PoolUsage[T], now: float, read: Callable[[], Awaitable[T]]) -> T:
+    """``entry``'s value, re-read with ``read`` when older than ``USAGE_TTL``; one read at
+    a time (the others take the last value, or wait for the first one)."""
+    if now - entry.at < USAGE_TTL:
+        return entry.value
+    if entry.reading is not None:
+        if entry.at >= 0:
+            return entry.value  # someone is reading; the last value will do
+        return await asyncio.shield(entry.reading)
+    entry.reading = asyncio.ensure_future(read())
+    try:
+        entry.value = await asyncio.shield(entry.reading)
+        entry.at = now
+    finally:
+        entry.reading = None
+    return entry.value
+
+
+def _split(policy: FairShare, pool: str, org: str, team: str | None) -> Split | None:
+    """Where a request of ``team`` claims when ``org`` has team sub-shares; else None."""
+    group = policy.group(org, team)
+    if group is None:
+        return None
+    seats = policy.team_reservations(pool, org)
+    return Split(group, seats.get(group, 0), tuple(policy.team_shares(org)))
 
 
 def _class(name: str | None) -> PriorityClass:
