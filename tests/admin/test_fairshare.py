@@ -24,6 +24,7 @@ from fairgate.admin.fairshare import FairShareMonitor
 from fairgate.auth.secrets import sha256
 from fairgate.fairshare import FairShare, PriorityClass
 from fairgate.limits import Claim, FairShareState
+from fairgate.limits.fairshare_state import Split
 from fairgate.state import MemoryCounterStore, RedisCounterStore
 from fairgate.store import Store
 from fairgate.tenancy import Tenancy
@@ -63,7 +64,9 @@ class FairShareApi:
 
 
 @asynccontextmanager
-async def open_api(store: Store, state: FairShareState) -> AsyncIterator[FairShareApi]:
+async def open_api(
+    store: Store, state: FairShareState, policy: FairShare = POLICY
+) -> AsyncIterator[FairShareApi]:
     clock = FakeClock()
     tenancy = Tenancy(store, clock=clock, models=MODELS)
     world = await build_world(tenancy)
@@ -75,7 +78,7 @@ async def open_api(store: Store, state: FairShareState) -> AsyncIterator[FairSha
         registry=CollectorRegistry(),
         models_ready=lambda: {"llama-70b": True},
         draining=lambda: False,
-        fairshare=FairShareMonitor(POLICY, state, clock, lambda: local),
+        fairshare=FairShareMonitor(policy, state, clock, lambda: local),
     )
     async with make_client(app) as client:
         yield FairShareApi(client, world, clock, state, local)
@@ -116,6 +119,83 @@ async def state_api(store: Store, request: pytest.FixtureRequest) -> AsyncIterat
         open_api(store, make()) as opened,
     ):
         yield opened
+
+
+TEAM_POLICY = FairShare(
+    {"b300": 10},
+    {"b300": {"A": 0.6, "B": 0.4}},
+    half_life=HALF_LIFE,
+    team_shares={"A": {"research": 0.7, "ops": 0.3}},
+)
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+async def team_api(store: Store, request: pytest.FixtureRequest) -> AsyncIterator[FairShareApi]:
+    if request.param == "memory":
+        async with open_api(store, MemoryCounterStore(), TEAM_POLICY) as opened:
+            yield opened
+        return
+    async with (
+        redis_state(request.getfixturevalue("redis_url")) as make,
+        open_api(store, make(), TEAM_POLICY) as opened,
+    ):
+        yield opened
+
+
+async def test_each_organisation_row_shows_its_teams(team_api: FairShareApi) -> None:
+    api, now = team_api, team_api.clock.now
+    # A's reservation 6 splits research 4 (4.2) / ops 2 (1.8); research holds 5: 4 + 1 of
+    # ops' idle seats
+    groups = ("research", "ops")
+    for _ in range(5):
+        await api.state.claim("b300", "A", 6, now, Split("research", 4, groups), "research")
+    await api.state.claim("b300", "B", 4, now, None, "bees")
+    await api.state.charge("b300", "A", 3.0, now, HALF_LIFE, team="research")
+    await api.state.charge("b300", "A", 1.0, now, HALF_LIFE, team="misc")  # no share
+
+    b300 = rows(await api.get(api.master), "b300")
+    assert b300["A"]["within_share_in_flight"] == 5
+    assert b300["A"]["teams"] == [
+        {
+            "team": "ops",
+            "share": 0.3,
+            "reservation": 2,
+            "within_share_in_flight": 0,
+            "usage": 0.0,
+            "level": None,
+            "rank": 0,
+        },
+        {
+            "team": "research",
+            "share": 0.7,
+            "reservation": 4,
+            "within_share_in_flight": 5,
+            "usage": pytest.approx(3.0),
+            "level": pytest.approx(0.7 / 0.75),
+            "rank": 1,
+        },
+        {
+            "team": "misc",
+            "share": None,
+            "reservation": 0,  # the rest of A's 6 seats: none
+            "within_share_in_flight": 0,
+            "usage": pytest.approx(1.0),
+            "level": 0.0,  # the rest has no share of A
+            "rank": 2,
+        },
+    ]
+    # an organisation without team shares lists its teams with usage or slots in flight
+    assert b300["B"]["teams"] == [
+        {
+            "team": "bees",
+            "share": None,
+            "reservation": 4,
+            "within_share_in_flight": 1,
+            "usage": 0.0,
+            "level": None,
+            "rank": 0,
+        }
+    ]
 
 
 def rows(body: Any, pool: str) -> dict[str, dict[str, Any]]:
@@ -167,6 +247,7 @@ async def test_the_numbers_follow_claims_charges_and_time(state_api: FairShareAp
                 "borrowing_in_flight": 3,
                 "borrowed_fraction": 1.0,
             },
+            "teams": [],
         }
     }
 

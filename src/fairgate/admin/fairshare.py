@@ -19,6 +19,14 @@ Where each number comes from:
 JSON cannot carry: it is ``null`` there (every such organisation has rank 0).
 ``rank`` is what a borrowing request of the organisation would
 get now, the rank ``FairShare.decide`` computes.
+
+Each organisation row has ``teams``: one row per team with a sub-share, or with
+usage or a slot in flight (``team``, ``share`` (None: no share of its own, it
+shares the rest), ``reservation`` (its sub-reservation; the rest's for a team
+without a share), ``within_share_in_flight`` (slots of the organisation's
+reservation it holds: its own and the organisation's idle seats it borrowed),
+``usage``, ``level`` (its group's LF among the organisation's groups) and
+``rank`` (that group's rank within the organisation)).
 """
 
 import asyncio
@@ -33,6 +41,7 @@ from fairgate.admin.routes.context import Caller
 from fairgate.core.clock import Clock
 from fairgate.core.errors import Forbidden, NotFound, ServiceUnavailable
 from fairgate.fairshare import FairShare, Standing
+from fairgate.fairshare.policy import TeamUsage
 from fairgate.limits import FairShareState, StateUnavailable
 from fairgate.tenancy import Actor, Tenancy
 
@@ -87,14 +96,13 @@ class FairShareMonitor:
         body: list[dict[str, Any]] = []
         for name, read in zip(pools, reads, strict=True):
             assert not isinstance(read, BaseException)
-            held, usage = read
-            body.append(
-                {
-                    "pool": name,
-                    "capacity": self._policy.capacity(name),
-                    "orgs": self._rows(name, held, usage, local, orgs),
-                }
-            )
+            held, usage, team_held, team_usage = read
+            rows = self._rows(name, held, usage, local, orgs)
+            for row in rows:
+                row["teams"] = self._team_rows(
+                    name, row["org"], team_held.get(row["org"], {}), team_usage.get(row["org"], {})
+                )
+            body.append({"pool": name, "capacity": self._policy.capacity(name), "orgs": rows})
         return {
             "object": "fairshare",
             "at": now,
@@ -102,10 +110,38 @@ class FairShareMonitor:
             "pools": body,
         }
 
-    async def _read(self, pool: str, now: float) -> tuple[dict[str, int], dict[str, float]]:
-        held = await self._state.in_flight(pool, now)
+    async def _read(
+        self, pool: str, now: float
+    ) -> tuple[dict[str, int], dict[str, float], dict[str, dict[str, int]], TeamUsage]:
+        groups = {
+            org: tuple(self._policy.team_shares(org))
+            for org in self._policy.shares(pool)
+            if self._policy.team_shares(org)
+        }
+        held = await self._state.in_flight(pool, now, groups)
         usage = await self._state.usage(pool, now, self._policy.half_life)
-        return held, usage
+        team_held = await self._state.team_in_flight(pool, now, groups)
+        team_usage = await self._state.team_usage(pool, now, self._policy.half_life)
+        return held, usage, team_held, team_usage
+
+    def _team_rows(
+        self, pool: str, org: str, held: Mapping[str, int], usage: Mapping[str, float]
+    ) -> list[dict[str, Any]]:
+        standings = self._policy.team_standings(pool, org, {**dict.fromkeys(held, 0.0), **usage})
+        rows = [
+            {
+                "team": s.team,
+                "share": s.share,
+                "reservation": s.reservation,
+                "within_share_in_flight": held.get(s.team, 0),
+                "usage": s.usage,
+                "level": None if math.isinf(s.level) else s.level,
+                "rank": s.rank,
+            }
+            for s in standings.values()
+        ]
+        rows.sort(key=lambda row: (row["rank"], row["team"]))
+        return rows
 
     def _rows(
         self,
@@ -164,7 +200,11 @@ Per pool: `capacity`, and per organisation its `share`, `reservation`,
 `within_share_in_flight` (requests holding a reserved slot, counted by every
 gateway sharing the state back end), decayed `usage` (cost units), `level`
 (LF = S / U; `null` means +infinity: no usage), and `rank` (what a borrowing
-request of the organisation gets now; 0 is served first). `this_gateway` holds
+request of the organisation gets now; 0 is served first). `teams` lists the
+organisation's teams with a sub-share, usage or a slot in flight: `team`,
+`share` (`null`: none of its own, it shares the rest), `reservation`,
+`within_share_in_flight` (slots of the organisation's reservation it holds),
+`usage`, `level` and `rank` among the organisation's teams. `this_gateway` holds
 the counts only this gateway has: its own requests in flight within share and
 borrowing, and `borrowed_fraction` = borrowing / all of them (`null` when it
 has none in flight). Proxy admins and viewers see every organisation with a

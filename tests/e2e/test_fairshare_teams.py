@@ -1,0 +1,206 @@
+"""Team sub-shares with real processes: one simulated vLLM engine, an organisation with teams.
+
+Pool ``p`` of capacity C = 16 on one simulated engine (the engine of
+``test_fairshare.py``: its KV cache holds about 33 requests of the mix sent).
+Organisation A has share 0.625 (reservation 10), split over its teams ``t``
+0.7 (7 seats) and ``y`` 0.3 (3 seats); organisation B has 0.375 (6 seats).
+Each team has 40 closed-loop clients. Every figure is read from the
+simulator's running batch (``GET /sim/batch`` every 0.2 s), each sequence
+traced to its team by the gateway's ``X-Request-Id``.
+
+- all three saturating: each of A's teams runs its fraction of A's share
+  (0.7 × 0.625 = 0.4375 and 0.3 × 0.625 = 0.1875, ± 0.03), B its 0.375;
+- then ``y`` stops: ``t`` borrows its sibling's idle seats inside A at the
+  within-organisation priority (2/3, never a pool borrower's 10 or more), and
+  runs A's whole share (0.625 ± 0.03).
+
+docs/fairshare.md (*Team sub-shares*) lists the figures these tests print (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from tests.e2e.conftest import TEST_KEY, model, write_config
+from tests.e2e.test_fairshare import SIM_ARGS, _body, _key_in
+
+from fairgate.server.process import GatewayProcess
+from fairgate.sim.process import SimProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+CAPACITY = 16
+ORG_SHARES = {"A": 0.625, "B": 0.375}
+TEAM_SHARES = {"t": 0.7, "y": 0.3}  # of A's share; "t" is TEST_KEY's team
+EXPECTED = {"t": 0.4375, "y": 0.1875, "tb": 0.375}
+CLIENTS = 40
+SAMPLE_EVERY = 0.2
+IN_ORG = (2, 3)
+BORROWING = 10
+
+
+@dataclass
+class Run:
+    samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    team_of: dict[str, str] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    together: tuple[float, float] = (0.0, 0.0)
+    lone: tuple[float, float] = (0.0, 0.0)
+
+    def window(self, span: tuple[float, float]) -> list[dict[str, Any]]:
+        return [batch for at, batch in self.samples if span[0] <= at < span[1]]
+
+    def fraction(self, team: str, span: tuple[float, float]) -> float:
+        """The team's part of the running batch over every sample of ``span``."""
+        mine = known = 0
+        for batch in self.window(span):
+            for seq in batch["running"]:
+                owner = self.team_of.get(seq["request_id"])
+                if owner is not None:
+                    known += 1
+                    mine += owner == team
+        assert known, "no running request was traced to a team"
+        return mine / known
+
+    def running_at(
+        self, team: str, span: tuple[float, float], priorities: tuple[int, ...]
+    ) -> float:
+        """Mean number of the team's running requests at one of ``priorities``."""
+        batches = self.window(span)
+        assert len(batches) >= 10, f"only {len(batches)} samples in the window"
+        count = sum(
+            1
+            for b in batches
+            for s in b["running"]
+            if s["priority"] in priorities and self.team_of.get(s["request_id"]) == team
+        )
+        return count / len(batches)
+
+    def mean_running(self, span: tuple[float, float]) -> float:
+        batches = self.window(span)
+        return sum(len(b["running"]) for b in batches) / len(batches)
+
+    def traced(self, span: tuple[float, float]) -> float:
+        seqs = [s for batch in self.window(span) for s in batch["running"]]
+        return sum(s["request_id"] in self.team_of for s in seqs) / len(seqs)
+
+
+async def _run(sim: str, gateway: str, keys: dict[str, str]) -> Run:
+    run = Run()
+    stop = {team: asyncio.Event() for team in keys}
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=timeout
+    ) as http:
+
+        async def client(team: str, seed: int) -> None:
+            rng = random.Random(seed)
+            auth = {"authorization": f"Bearer {keys[team]}"}
+            while not stop[team].is_set():
+                url = gateway + "/v1/chat/completions"
+                async with http.post(url, json=_body(rng), headers=auth) as answer:
+                    await answer.read()
+                    if answer.status != 200:
+                        run.failures.append(f"{team}: {answer.status} {await answer.text()}")
+                        await asyncio.sleep(0.1)
+                        continue
+                    run.team_of[answer.headers["x-request-id"]] = team
+
+        async def sampler() -> None:
+            while True:
+                async with http.get(sim + "/sim/batch") as answer:
+                    run.samples.append((time.monotonic(), await answer.json()))
+                await asyncio.sleep(SAMPLE_EVERY)
+
+        sampling = asyncio.create_task(sampler())
+        clients = {
+            team: [asyncio.create_task(client(team, 1000 * n + i)) for i in range(CLIENTS)]
+            for n, team in enumerate(keys)
+        }
+        await asyncio.sleep(20)  # warm: the decayed usage (half-life 20 s) settles
+        started = time.monotonic()
+        await asyncio.sleep(40)
+        run.together = (started, time.monotonic())
+        stop["y"].set()
+        await asyncio.wait_for(asyncio.gather(*clients["y"]), 120)
+        await asyncio.sleep(3)
+        started = time.monotonic()
+        await asyncio.sleep(20)
+        run.lone = (started, time.monotonic())
+        for event in stop.values():
+            event.set()
+        await asyncio.wait_for(asyncio.gather(*(c for cs in clients.values() for c in cs)), 120)
+        sampling.cancel()
+        await asyncio.gather(sampling, return_exceptions=True)
+    return run
+
+
+@pytest.fixture(scope="module")
+def teams(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    directory = tmp_path_factory.mktemp("teams")
+    with SimProcess(*SIM_ARGS) as sim:
+        config = write_config(
+            directory,
+            [model("m", sim, pool="p", cost={"output_per_mtok": 1000.0})],
+            pools=[{"name": "p", "capacity": CAPACITY}],
+            orgs=[
+                {
+                    "name": "A",
+                    "share": ORG_SHARES["A"],
+                    "teams": [{"name": t, "share": s} for t, s in TEAM_SHARES.items()],
+                },
+                {"name": "B", "share": ORG_SHARES["B"], "teams": ["tb"]},
+            ],
+            fairshare={"half_life": "20s"},
+            cache_isolation={"scope": "none"},
+            logging={"level": "warning"},
+        )
+        keys = {
+            "t": TEST_KEY,
+            "y": asyncio.run(_key_in(config, "y")),
+            "tb": asyncio.run(_key_in(config, "tb")),
+        }
+        with GatewayProcess(config) as gateway:
+            run = asyncio.run(_run(sim.url, gateway.url, keys))
+    assert not run.failures, run.failures[:5]
+    return run
+
+
+def test_each_team_runs_its_fraction_of_its_organisations_share(teams: Run) -> None:
+    span = teams.together
+    got = {team: teams.fraction(team, span) for team in EXPECTED}
+    print(
+        f"\nall saturating over {span[1] - span[0]:.0f} s: running fractions "
+        + ", ".join(f"{t} {got[t]:.3f} (expected {EXPECTED[t]})" for t in EXPECTED)
+        + f"; {teams.mean_running(span):.1f} running; within-share running "
+        + ", ".join(f"{t} {teams.running_at(t, span, (0, 1)):.1f}" for t in EXPECTED)
+    )
+    assert teams.mean_running(span) >= 2 * CAPACITY - 4  # saturated: far past C
+    assert teams.traced(span) >= 0.98
+    for team, expected in EXPECTED.items():
+        assert abs(got[team] - expected) <= 0.03, (team, got[team], expected)
+
+
+def test_a_lone_team_borrows_its_idle_siblings_seats_inside_its_organisation(
+    teams: Run,
+) -> None:
+    span = teams.lone
+    lone = teams.fraction("t", span)
+    in_org = teams.running_at("t", span, IN_ORG)
+    own = teams.running_at("t", span, (0, 1))
+    print(
+        f"\n'y' idle, over {span[1] - span[0]:.0f} s: 't' runs {lone:.3f} of the batch "
+        f"(A's share {ORG_SHARES['A']}); 't' running within its 7 seats {own:.1f}, "
+        f"on A's idle seats at priority 2/3 {in_org:.1f}, B {teams.fraction('tb', span):.3f}"
+    )
+    assert abs(lone - ORG_SHARES["A"]) <= 0.03
+    assert teams.fraction("y", span) == 0.0
+    # the sibling's three seats are used by 't' at the within-organisation priority
+    assert in_org >= 2.5
+    assert own >= 6.5
