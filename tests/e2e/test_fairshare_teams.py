@@ -8,11 +8,14 @@ Each team has 40 closed-loop clients. Every figure is read from the
 simulator's running batch (``GET /sim/batch`` every 0.2 s), each sequence
 traced to its team by the gateway's ``X-Request-Id``.
 
-- all three saturating: each of A's teams runs its fraction of A's share
-  (0.7 × 0.625 = 0.4375 and 0.3 × 0.625 = 0.1875, ± 0.03), B its 0.375;
-- then ``y`` stops: ``t`` borrows its sibling's idle seats inside A at the
-  within-organisation priority (2/3, never a pool borrower's 10 or more), and
-  runs A's whole share (0.625 ± 0.03).
+- all three saturating: A's part of the batch splits over its teams by their
+  sub-shares (0.7 / 0.3 ± 0.03 of A's part: 0.4375 and 0.1875 of the batch),
+  while A and B, balanced by the one-level Fair Tree on decayed usage, hold
+  their shares within ± 0.06 (the organisation level swings by several
+  hundredths from one 50-second run to the next, with team shares or without);
+- then ``y`` stops: ``t`` borrows its sibling's three idle seats inside A at the
+  within-organisation priority (2/3, never a pool borrower's 10 or more) and
+  runs A's whole part (A's share ± 0.06, by the same organisation-level swing).
 
 docs/fairshare.md (*Team sub-shares*) lists the figures these tests print (``pytest -s``).
 """
@@ -39,6 +42,7 @@ CAPACITY = 16
 ORG_SHARES = {"A": 0.625, "B": 0.375}
 TEAM_SHARES = {"t": 0.7, "y": 0.3}  # of A's share; "t" is TEST_KEY's team
 EXPECTED = {"t": 0.4375, "y": 0.1875, "tb": 0.375}
+ORG_LEVEL = 0.06  # the organisation-level balance of one 50-second run (see above)
 CLIENTS = 40
 SAMPLE_EVERY = 0.2
 IN_ORG = (2, 3)
@@ -125,7 +129,7 @@ async def _run(sim: str, gateway: str, keys: dict[str, str]) -> Run:
         }
         await asyncio.sleep(20)  # warm: the decayed usage (half-life 20 s) settles
         started = time.monotonic()
-        await asyncio.sleep(40)
+        await asyncio.sleep(50)
         run.together = (started, time.monotonic())
         stop["y"].set()
         await asyncio.wait_for(asyncio.gather(*clients["y"]), 120)
@@ -183,8 +187,16 @@ def test_each_team_runs_its_fraction_of_its_organisations_share(teams: Run) -> N
     )
     assert teams.mean_running(span) >= 2 * CAPACITY - 4  # saturated: far past C
     assert teams.traced(span) >= 0.98
+    a = got["t"] + got["y"]
+    print(f"A runs {a:.3f} of the batch, split t {got['t'] / a:.3f} / y {got['y'] / a:.3f}")
+    # inside A: each team its sub-share of what A runs
+    assert abs(got["t"] / a - TEAM_SHARES["t"]) <= 0.03
+    assert abs(got["y"] / a - TEAM_SHARES["y"]) <= 0.03
+    # both teams hold their sub-reservations (7 and 3 seats) at priority 0/1
+    assert teams.running_at("t", span, (0, 1)) >= 6
+    assert teams.running_at("y", span, (0, 1)) >= 2.5
     for team, expected in EXPECTED.items():
-        assert abs(got[team] - expected) <= 0.03, (team, got[team], expected)
+        assert abs(got[team] - expected) <= ORG_LEVEL, (team, got[team], expected)
 
 
 def test_a_lone_team_borrows_its_idle_siblings_seats_inside_its_organisation(
@@ -199,7 +211,7 @@ def test_a_lone_team_borrows_its_idle_siblings_seats_inside_its_organisation(
         f"(A's share {ORG_SHARES['A']}); 't' running within its 7 seats {own:.1f}, "
         f"on A's idle seats at priority 2/3 {in_org:.1f}, B {teams.fraction('tb', span):.3f}"
     )
-    assert abs(lone - ORG_SHARES["A"]) <= 0.03
+    assert abs(lone - ORG_SHARES["A"]) <= ORG_LEVEL
     assert teams.fraction("y", span) == 0.0
     # the sibling's three seats are used by 't' at the within-organisation priority
     assert in_org >= 2.5

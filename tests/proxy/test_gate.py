@@ -114,6 +114,40 @@ async def test_usage_is_charged_when_a_request_ends_and_ranks_the_borrower(store
         await g.leave(t, exchange(A))
 
 
+async def test_a_team_uses_its_sub_reservation_then_its_orgs_idle_seats_then_the_pool(
+    store: Any,
+) -> None:
+    # a: reservation 4 of 8, split ta 2 / tx 2
+    policy = FairShare(
+        {"p": 8}, {"p": {"a": 0.5, "b": 0.5}}, team_shares={"a": {"ta": 0.5, "tx": 0.5}}
+    )
+    g = Gate(
+        limiter=Limiter(store),
+        budgets=lambda: BudgetBook(()),
+        prices=PRICES,
+        pools={"m": "p"},
+        classes={"m": "interactive"},
+        clock=SystemClock(),
+        fairshare=policy,
+        fairshare_state=store,
+    )
+    tickets = [await g.enter(exchange(A)) for _ in range(5)]
+    assert [t.priority for t in tickets] == [0, 0, 2, 2, 10]  # own, tx's idle seats, pool
+    assert [t.within_share for t in tickets] == [True] * 4 + [False]
+    # tx comes back: within its own sub-reservation although a's four seats are held
+    sibling = Principal("kx", "a", "tx")
+    back = [await g.enter(exchange(sibling)) for _ in range(3)]
+    assert [t.priority for t in back] == [0, 0, 10]
+    # the request is charged to its team as well as to its organisation
+    await g.leave(tickets[0], served(exchange(A), 1_000_000, 0))
+    now = SystemClock().wall()
+    assert (await store.usage("p", now, 3600.0))["a"] == pytest.approx(1.0, rel=1e-3)
+    assert (await store.team_usage("p", now, 3600.0))["a"] == {"ta": pytest.approx(1.0, rel=1e-3)}
+    for t in [*tickets[1:], *back]:
+        await g.leave(t, exchange(A))
+    assert g.fairshare_counts()[("p", "a")] == (0, 0)
+
+
 async def test_in_flight_limit_is_given_back_when_the_request_leaves(store: Any) -> None:
     g = gate(store)
     limited = Principal("k1", "a", "ta", max_in_flight=1)
