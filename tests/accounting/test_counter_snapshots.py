@@ -118,3 +118,19 @@ async def test_fair_share_usage_survives_a_restart_decayed_as_if_nothing_happene
     assert usage == pytest.approx(
         {"A": (await before.usage("gpu", clock.wall(), half_life))["A"], "B": 5.0}
     )
+
+
+async def test_team_usage_survives_a_restart_apart_from_its_organisations(store: Store) -> None:
+    """A team's decayed usage ranks it inside its organisation: a restart keeps it."""
+    clock, half_life = FakeClock(), 3_600.0
+    before = MemoryCounterStore()
+    await before.charge("gpu", "A", 6.0, clock.wall(), half_life, team="research")
+    await before.charge("gpu", "A", 2.0, clock.wall(), half_life, team="ops")
+    await CounterSnapshots(store, before, clock).save()
+    clock.advance(half_life)
+
+    after = MemoryCounterStore()
+    assert await CounterSnapshots(store, after, clock).restore() == 3
+    assert await after.usage("gpu", clock.wall(), half_life) == pytest.approx({"A": 4.0})
+    teams = await after.team_usage("gpu", clock.wall(), half_life)
+    assert teams == {"A": pytest.approx({"research": 3.0, "ops": 1.0})}

@@ -327,3 +327,23 @@ async def test_charging_a_team_charges_its_organisation_too(state: FairShareStat
         "x:y": pytest.approx({"50%:off": 1.0}),
     }
     assert await state.team_usage("q", T0, WEEK) == {}
+
+
+async def test_team_claimers_cancelled_mid_way_hold_nothing(state: FairShareState) -> None:
+    tasks = [asyncio.create_task(state.claim("p", "A", 10, T0, SPLIT_O, "ops")) for _ in range(10)]
+    await asyncio.sleep(0)  # every claim has started (in Redis: its script is on its way)
+    for task in tasks:
+        task.cancel()
+    for done in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(done, Claim):  # answered before the cancel: its caller gives it back
+            await state.release(done)
+    expected = [(True, False)] * 3 + [(True, True)] * 7 + [(False, False)]
+    freed: list[Claim] = []
+    for _ in range(200):  # bounded: a shielded give-back finishes on its own
+        freed = [await state.claim("p", "A", 10, T0, SPLIT_O, "ops") for _ in range(11)]
+        if [(c.within_share, c.in_org) for c in freed] == expected:
+            break
+        for claim in freed:
+            await state.release(claim)
+        await asyncio.sleep(0.05)
+    assert [(c.within_share, c.in_org) for c in freed] == expected
