@@ -16,15 +16,17 @@ sequences (one token each per engine step, at the same step rate everywhere),
 each traced to its organisation by the ``X-Request-Id`` the gateway returns to
 the client and sends to the engine.
 
-- homes apart, rule on: B gets 0.25 ± 0.03 of the tokens, and 0.25 ± 0.05 of
-  the within-share tokens (priority < 10); rule off (the control): each engine
-  becomes one organisation's, B gets far more than its share (> 0.35) and A's
-  within-share requests queue on their home while B's run;
-- homes together, rule on: the same two bounds;
-- four engines (C = 32), homes apart, rule on: the same two bounds;
-- the engines' prefix-cache hit rate (``vllm:prefix_cache_hits_total`` /
-  ``vllm:prefix_cache_queries_total``) with the rule on is within 20 % of the
-  rule off: affinity still chooses among the replicas the rule lets through.
+Routing's part is where the within-share requests run: B's part of the
+within-share tokens (priority < 10) is 0.25 ± 0.03 with the rule on, homes
+apart or together, two engines or four; with the rule off and the homes apart,
+A's within-share requests queue on their home while B's run, and B gets half
+of all tokens (> 0.35 asserted). B's part of all tokens is asserted within
+the bounds the engines' queues leave (see LOW and HIGH): a seat a within-share
+request leaves goes to a waiting borrower before the next within-share request
+arrives, about one seat in SEATS, and which organisation's borrower gets it
+follows ranks frozen when the borrower was sent. The engines' prefix-cache hit
+rate (``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``)
+with the rule on is within 20 % of the rule off.
 
 docs/fairshare.md ("Across replicas") lists the figures these tests print (``pytest -s``).
 """
@@ -54,6 +56,9 @@ CLIENTS = 48
 SAMPLE_EVERY = 0.2
 WARM, MEASURE, TAIL = 5.0, 10.0, 1.5
 HALF_LIFE = "20s"
+# B's part of all tokens lies between its within-share part losing one seat in SEATS to a
+# borrower of A's, and gaining B's borrowers on every such seat.
+LOW, HIGH = SHARES["B"] * (1 - 1 / SEATS) - 0.02, SHARES["B"] + SHARES["A"] / SEATS + 0.02
 BORROWING = 10  # every borrowing priority is 10 or more, every within-share one 0 or 1
 
 # 100 engine steps (tokens) a second: a request runs 0.16 to 0.64 s; KV never short.
@@ -289,11 +294,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
 
 
 def _assert_shares(run: Run) -> None:
-    # B's part of all the tokens is its share, and the pool's within-share requests run
-    # on its seats in about the reservations' proportion (those on the engine where the
-    # borrowers wait lose some seats to them, see docs/fairshare.md).
-    assert abs(run.fraction("B") - SHARES["B"]) <= 0.03
-    assert abs(run.fraction("B", within_share=True) - SHARES["B"]) <= 0.05
+    # Routing's part: the pool's within-share requests run on the seats, B's four of C.
+    assert abs(run.fraction("B", within_share=True) - SHARES["B"]) <= 0.03
+    # The whole: borrowers waiting in the engines' queues take a freed seat before the
+    # within-share request that follows reaches the engine (about one seat in SEATS),
+    # and which organisation's borrower takes it follows ranks frozen at arrival.
+    assert LOW <= run.fraction("B") <= HIGH
 
 
 def test_homes_apart_b_gets_its_share_and_not_an_engine(runs: dict[str, Run]) -> None:

@@ -13,15 +13,14 @@ start:
   outranked too, so its within-share requests would still pile onto its home
   replica's seats while another replica runs borrowers;
 - a **borrower** goes where it displaces nothing: a replica with a free seat.
-  When no replica has one, it must wait in some engine's queue, and a
-  borrower waiting there takes the seat a within-share request leaves before
-  the next within-share request arrives. So it queues where this gateway's
-  borrowers per seat are most, where borrowers wait already: every other
-  engine keeps no borrower waiting and its within-share requests keep their
-  seats, and one queue orders all of this gateway's borrowers by rank. Left
-  to affinity, each organisation's borrowers would queue at its own home,
-  every engine would lose seats to them, and each would hand those seats to
-  one organisation's borrowers whatever their rank.
+  When no replica has one, it waits in some engine's queue, where the engine
+  orders it by its rank; that order holds pool-wide only if every engine's
+  queue holds the pool's borrowers, so it goes where this gateway's borrowers
+  per seat are fewest. Left to affinity, each organisation's borrowers would
+  queue at its own home, and each engine would give its freed seats to one
+  organisation's borrowers whatever their rank. (Queuing every borrower at one
+  engine would leave the other engines' within-share seats whole, but it
+  strands a burst there while the other engines, with no new arrivals, idle.)
 
 The arithmetic, with every count this gateway's own except the engine's
 scraped ``running + waiting``:
@@ -30,7 +29,7 @@ scraped ``running + waiting``:
     within_room(r)   = seats − within_share                  > 0: a within-share request fits
     borrower_room(r) = seats − occupancy(r)                  > 0: a borrower displaces nothing
     free_seats(rs)   = Σ max(0, borrower_room(r))            what a pool can still start
-    borrower_load(r) = borrowing / seats                     no free seat anywhere: the most
+    borrower_load(r) = borrowing / seats                     no free seat anywhere: the least
 
 A replica outside fair share (``seats`` None) has unbounded room: the rule
 never steers requests away from it nor toward it.
@@ -49,9 +48,9 @@ Organisation A (reservation 12) homes on e1, B (reservation 4) on e2.
 A's next within-share request goes to e2 even though its prompt's home is e1
 (e1's eight seats are all promised to within-share requests already), and so
 does a borrower (e2 has two free seats). Once e2 fills too (say 5 within-share
-and 5 borrowers), a borrower goes where borrowers per seat are most:
-e1 2 / 8 = 0.25 against e2 5 / 8 = 0.625, so e2, where borrowers queue
-already; e1's within-share requests lose no seat to another waiting borrower.
+and 5 borrowers), a borrower goes where borrowers per seat are fewest:
+e1 2 / 8 = 0.25 against e2 5 / 8 = 0.625, so e1, where it queues behind A's
+within-share requests and beside two borrowers the engine orders by rank.
 
 Pure: no I/O, no state; O(1) per replica.
 """
@@ -113,7 +112,7 @@ def borrower_room(replica: ReplicaSnapshot) -> float:
 
 def borrower_load(replica: ReplicaSnapshot) -> float:
     """This gateway's borrowers on ``replica`` per seat (0 outside fair share): where a
-    borrower queues when no replica has a free seat, the highest first.
+    borrower queues when no replica has a free seat, the lowest first.
 
     >>> borrower_load(ReplicaSnapshot("e1", "m", borrowing=2, seats=8.0))
     0.25

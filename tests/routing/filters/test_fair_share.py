@@ -46,26 +46,22 @@ def test_a_within_share_request_may_go_where_only_borrowers_hold_the_seats() -> 
     e1 = replica("e1", in_flight=8, borrowing=8, running=8.0, seats=8.0)
     e2 = replica("e2", in_flight=8, within_share=8, running=8.0, seats=8.0)
     assert _names(RULE.filter([e1, e2], WITHIN)) == ["e1"]
-    # A borrower has no free seat anywhere: it queues where borrowers wait already.
-    assert _names(RULE.filter([e1, e2], BORROWER)) == ["e1"]
+    # A borrower has no free seat anywhere: it queues where borrowers per seat are fewest.
+    assert _names(RULE.filter([e1, e2], BORROWER)) == ["e2"]
 
 
-def test_without_a_free_seat_borrowers_queue_where_borrowers_queue_already() -> None:
-    # Both engines full. A borrower waiting at an engine takes the seat a within-share
-    # request leaves before the next one arrives: one engine of waiting borrowers costs
-    # one engine's within-share requests seats, borrowers at every home cost them all.
+def test_without_a_free_seat_borrowers_spread_over_the_engines_queues() -> None:
+    # Both engines full; left to affinity, each organisation's borrowers would queue at
+    # its home and each engine would hand its freed seats to one organisation.
     e1 = replica("e1", in_flight=14, within_share=8, borrowing=6, running=8.0, seats=8.0)
     e2 = replica("e2", in_flight=12, within_share=8, borrowing=4, running=8.0, seats=8.0)
-    assert _names(RULE.filter([e1, e2], BORROWER)) == ["e1"]
-    # Equal: both kept, affinity chooses (the first borrower picks the queue).
+    assert _names(RULE.filter([e1, e2], BORROWER)) == ["e2"]
+    # Equal: both kept, affinity chooses.
     e2 = replica("e2", in_flight=14, within_share=8, borrowing=6, running=8.0, seats=8.0)
     assert _names(RULE.filter([e1, e2], BORROWER)) == ["e1", "e2"]
-    # Per seat: 6 per 8 seats is more than 10 per 16.
+    # Per seat: a replica with twice the seats takes twice the borrowers.
     big = replica("big", in_flight=26, within_share=16, borrowing=10, seats=16.0)
-    assert _names(RULE.filter([e1, big], BORROWER)) == ["e1"]
-    # A free seat comes first, wherever the borrowers queue.
-    free = replica("free", in_flight=7, within_share=7, running=7.0, seats=8.0)
-    assert _names(RULE.filter([e1, e2, free], BORROWER)) == ["free"]
+    assert _names(RULE.filter([e1, big], BORROWER)) == ["big"]  # 10/16 < 6/8
     # A within-share request with no room anywhere is not steered at all.
     full = replica("f", in_flight=9, within_share=9, borrowing=0, seats=8.0)
     assert _names(RULE.filter([e1, full], WITHIN)) == ["e1", "f"]
@@ -76,7 +72,6 @@ def test_borrowers_see_other_gateways_through_the_engines_metrics() -> None:
     e1 = replica("e1", in_flight=2, borrowing=2, running=8.0, waiting=1.0, seats=8.0)
     e2 = replica("e2", in_flight=5, borrowing=5, running=5.0, waiting=0.0, seats=8.0)
     assert _names(RULE.filter([e1, e2], BORROWER)) == ["e2"]
-    assert _names(RULE.filter([e1], BORROWER)) == ["e1"]  # never refused
 
 
 def test_no_replica_with_room_keeps_them_all() -> None:
@@ -170,3 +165,25 @@ def test_with_fair_share_appends_the_filter_once() -> None:
     assert with_fair_share(preset("chat")) is not None
     chat = preset("chat")
     assert with_fair_share(chat) is chat  # the presets have it already
+
+
+def test_a_burst_of_borrowers_keeps_every_engine_s_queue_fed() -> None:
+    # Both engines' seats promised to within-share requests, the burst's prompt cached
+    # on e1: forty borrowers in a row split evenly, so neither engine idles while the
+    # other holds the whole burst.
+    strategy = preset("chat")
+    index = PrefixIndex(64)
+    hashes = prefix_hashes("A batch job's instructions. " * 40, 256, 16)
+    index.record("e1", hashes)
+    state = RoutingState(0, index)
+    borrowing = {"e1": 0, "e2": 0}
+    rng = random.Random(2)
+    for _ in range(40):
+        fleet = [
+            replica(n, in_flight=8 + b, within_share=8, borrowing=b, running=8.0, seats=8.0)
+            for n, b in borrowing.items()
+        ]
+        chosen = route(strategy, fleet, RequestFeatures(MODEL, "key", hashes, False), rng, state)
+        assert chosen.replica is not None
+        borrowing[chosen.replica] += 1
+    assert borrowing == {"e1": 20, "e2": 20}

@@ -6,7 +6,7 @@ rule (arithmetic in :mod:`fairgate.routing.share`):
 
     within-share request   keep r with within_share(r) < seats(r)
     borrower               keep r with max(in_flight, running + waiting)(r) < seats(r);
-                           none: keep the r with the most borrowing(r) / seats(r)
+                           none: keep the r with the fewest borrowing(r) / seats(r)
     outside fair share     keep every replica
 
 When no replica passes, every replica is kept and the scorers choose as they
@@ -17,10 +17,9 @@ Worked example, two replicas of 8 seats, organisation A's prompts home on e1:
 e1 holds 8 of this gateway's within-share requests, e2 holds 3 and 3 borrowers.
 A within-share request of A keeps only e2 (e1 drops), so prefix affinity, which
 would send it to e1, chooses among [e2]; a borrower keeps e2 too (2 free seats).
-With both full, a borrower keeps the replica with more borrowers per seat: the
-borrowers queue at one engine, whose priority order ranks them all, and the
-other engines keep no borrower waiting to take a seat a within-share request
-leaves before the next one arrives.
+With both full, a borrower keeps the replica with fewer borrowers per seat, so
+every engine's queue holds borrowers of every organisation and the engine's
+priority order (their ranks) decides who gets the next free seat.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ __all__ = ["FairShareFilter"]
 class FairShareFilter:
     """Keeps the replicas with room for the request as fair share admitted it
     (``RequestFeatures.within_share``); a borrower with no free seat anywhere keeps
-    the replicas with the most borrowers per seat; all of them when none has room
+    the replicas with the fewest borrowers per seat; all of them when none has room
     or the request is outside fair share. No parameters."""
 
     name: ClassVar[str] = "fair-share"
@@ -57,5 +56,5 @@ class FairShareFilter:
             return kept
         if within or not replicas:
             return list(replicas)
-        most = max(borrower_load(r) for r in replicas)
-        return [r for r in replicas if r.seats is None or borrower_load(r) >= most]
+        least = min(borrower_load(r) for r in replicas)
+        return [r for r in replicas if r.seats is None or borrower_load(r) <= least]
