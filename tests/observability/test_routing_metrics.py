@@ -50,3 +50,21 @@ def test_decisions_drops_and_the_latest_scores_are_exported() -> None:
     assert found[("fairgate_routing_score", score)] == 0.9
     total = (("model", "llama"), ("replica", "a"))
     assert abs(found[("fairgate_routing_total_score", total)] - 0.7) < 1e-9
+
+
+def test_replicas_the_fair_share_rule_passed_over_are_counted() -> None:
+    registry = CollectorRegistry()
+    metrics = RoutingMetrics(registry)
+    rng = random.Random(0)
+    promised = ReplicaSnapshot("e1", "llama", in_flight=8, within_share=8, seats=8.0)
+    free = ReplicaSnapshot("e2", "llama", in_flight=3, within_share=3, seats=8.0)
+    within = RequestFeatures("llama", within_share=True)
+    for _ in range(2):
+        decision = route(STRATEGY, [promised, free], within, rng)
+        assert decision.replica == "e2"
+        assert decision.dropped_by("fair-share") == ("e1",)
+        metrics.observe(decision)
+    # Outside fair share the rule passes nothing over.
+    metrics.observe(route(STRATEGY, [promised, free], RequestFeatures("llama"), rng))
+    drops = (("filter", "fair-share"), ("model", "llama"))
+    assert samples(registry)[("fairgate_routing_filter_drops_total", drops)] == 2
