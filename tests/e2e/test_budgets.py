@@ -4,6 +4,9 @@ Prices are one micro GPU-hour per completion token (``PRICES``), so a request
 with ``max_tokens=10`` is estimated and charged exactly 10 micro GPU-hours and
 a budget of 50 has room for exactly five of them. Budgets are monthly, set in
 the store before the gateway starts.
+
+The spent-budget and concurrent cases share one gateway per state back end
+(``shared``), each on a team of its own (``b20`` with a budget of 20, ``b50`` with 50).
 """
 
 from __future__ import annotations
@@ -11,20 +14,24 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from tests.e2e.conftest import AUTH, StartSim, model
+from tests.e2e.conftest import AUTH, StartSim, add_key, model
 from tests.e2e.robust_wire import until
 from tests.e2e.test_limits import PRICES, chat, configure, refusal
 from tests.redis_keys import delete_prefix
 
 from fairgate.server.process import GatewayProcess
+from fairgate.sim.process import SimProcess
 
 pytestmark = pytest.mark.slow
 
@@ -74,32 +81,59 @@ def budget_refusal(answer: httpx.Response, scope: str) -> None:
     assert "retry-after" not in answer.headers
 
 
-def test_a_spent_budget_is_refused_naming_its_scope_without_retry_after(
-    tmp_path: Path, start_sim: StartSim, state: dict[str, Any]
-) -> None:
-    sim = start_sim("--model", "m", "--speed", "0")
-    config = configure(
-        tmp_path, [model("m", sim, cost=PRICES)], budgets=[("team:t", 20)], state=state
-    )
-    with GatewayProcess(config) as gateway:
-        assert [chat(gateway, 10).status_code for _ in range(2)] == [200, 200]
-        budget_refusal(chat(gateway, 10), "team 't'")
-        budget_refusal(chat(gateway, 1), "team 't'")  # spent is spent, however small the ask
-        assert len(sim.requests("/v1/chat/completions")) == 2
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """A gateway on one state back end; team b20 has a monthly budget of 20, b50 of 50."""
+
+    config: Path
+    gateway: GatewayProcess
+    sim: SimProcess
+
+    def served(self) -> int:
+        return len(self.sim.requests("/v1/chat/completions"))
 
 
-def test_fifty_concurrent_requests_against_room_for_five_pass_five(
-    tmp_path: Path, start_sim: StartSim, state: dict[str, Any]
-) -> None:
-    sim = start_sim("--model", "m", "--speed", "0")
-    config = configure(
-        tmp_path, [model("m", sim, cost=PRICES)], budgets=[("team:t", 50)], state=state
-    )
+@pytest.fixture(scope="module", params=["memory", "redis"])
+def shared(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Shared]:
+    directory = tmp_path_factory.mktemp(f"shared-{request.param}")
+    state: dict[str, Any] = {"backend": "memory"}
+    if request.param == "redis":
+        url_file = directory / "redis-url"
+        url_file.write_text(request.getfixturevalue("redis_url"))
+        prefix = f"fg-test:{os.urandom(6).hex()}:"
+        state = {"backend": "redis", "url_file": str(url_file), "prefix": prefix}
+    with SimProcess("--model", "m", "--speed", "0") as sim:
+        config = configure(
+            directory,
+            [model("m", sim, cost=PRICES)],
+            budgets=[("team:b20", 20), ("team:b50", 50)],
+            orgs=[{"name": "test-org", "share": 1.0, "teams": ["t", "b20", "b50"]}],
+            state=state,
+        )
+        with GatewayProcess(config) as gateway:
+            yield Shared(config, gateway, sim)
+
+
+def test_a_spent_budget_is_refused_naming_its_scope_without_retry_after(shared: Shared) -> None:
+    gateway, key = shared.gateway, add_key(shared.config, "b20")
+    before = shared.served()
+    assert [chat(gateway, 10, key=key).status_code for _ in range(2)] == [200, 200]
+    budget_refusal(chat(gateway, 10, key=key), "team 'b20'")
+    # spent is spent, however small the ask
+    budget_refusal(chat(gateway, 1, key=key), "team 'b20'")
+    assert shared.served() - before == 2
+
+
+def test_fifty_concurrent_requests_against_room_for_five_pass_five(shared: Shared) -> None:
+    gateway, key = shared.gateway, add_key(shared.config, "b50")
+    before = shared.served()
 
     async def burst() -> list[httpx.Response]:
         async with httpx.AsyncClient(
             base_url=gateway.url,
-            headers=AUTH,
+            headers={"authorization": f"Bearer {key}"},
             timeout=60,
             limits=httpx.Limits(max_connections=50, max_keepalive_connections=0),
         ) as client:
@@ -110,16 +144,15 @@ def test_fifty_concurrent_requests_against_room_for_five_pass_five(
                 )
             )
 
-    with GatewayProcess(config) as gateway:
-        answers = asyncio.run(burst())
-        statuses = [a.status_code for a in answers]
-        assert statuses.count(200) == 5, statuses
-        assert statuses.count(429) == 45, statuses
-        for answer in answers:
-            if answer.status_code == 429:
-                budget_refusal(answer, "team 't'")
-        assert len(sim.requests("/v1/chat/completions")) == 5
-        budget_refusal(chat(gateway, 10), "team 't'")
+    answers = asyncio.run(burst())
+    statuses = [a.status_code for a in answers]
+    assert statuses.count(200) == 5, statuses
+    assert statuses.count(429) == 45, statuses
+    for answer in answers:
+        if answer.status_code == 429:
+            budget_refusal(answer, "team 'b50'")
+    assert shared.served() - before == 5
+    budget_refusal(chat(gateway, 10, key=key), "team 'b50'")
 
 
 def test_a_restart_keeps_the_spend_of_the_period(tmp_path: Path, start_sim: StartSim) -> None:
