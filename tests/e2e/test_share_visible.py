@@ -306,10 +306,15 @@ def test_the_cli_prints_the_running_gateways_tree(seen: Seen) -> None:
         "    ├── B  share 0.5  reserved 2  in flight 2  here: 2 within, 1 borrowing  usage 0  "
         "level inf  rank 0"
     )
-    assert lines[3].startswith(
+    # each organisation's team below it: no share of its own, the org's whole reservation
+    assert lines[3] == (
+        "    │   └── tb  share -  reserved 2  in flight 2  usage 0  level inf  rank 0"
+    )
+    assert lines[4].startswith(
         "    └── A  share 0.5  reserved 2  in flight 2  here: 2 within, 4 borrowing  usage "
     )
-    assert lines[3].endswith("rank 1")
+    assert lines[4].endswith("rank 1")
+    assert lines[5].startswith("        └── t  share -  reserved 2  in flight 2  usage ")
     rows = {r["org"]: r for r in json.loads(_ran(seen, "json"))["pools"][0]["orgs"]}
     assert rows["A"]["this_gateway"]["borrowing_in_flight"] == 4
     assert rows["B"]["this_gateway"]["borrowing_in_flight"] == 1
