@@ -1,0 +1,161 @@
+"""Borrowers held back by the gateway while their pool is full, served by their rank *now*.
+
+Pure: no I/O, no event loop; ranks are handed in.
+
+A borrower sent to an engine at once carries the priority of its organisation's
+Fair Tree rank at arrival, and keeps it while it waits in the engine's queue
+(vLLM cannot re-prioritise a queued request). Held here instead, it is ordered
+by what its organisation ranks when a seat frees:
+
+    order = (rank of the organisation now, class, arrival)      lowest first
+
+which is the order of the priority ``10 + 10 · rank + class`` the engine would
+see if every held request were sent now, ties by arrival. Ranks change as usage
+moves; ``rerank`` gives the new ones, and the next ``pop`` follows them.
+
+Cost: ``push`` and ``remove`` are O(1) (plus O(log lines) when a line starts);
+``pop`` is O(log lines) amortised, a line being one (organisation, class) with
+waiters; ``rerank`` is O(lines) when a rank changed, O(organisations) to check.
+Never O(waiters).
+
+Worked example: A1 A2 (interactive) and B1 (batch) wait, in that order; ranks
+A 1, B 0. ``pop`` gives B1 (rank 0 first, whatever its class), then A1. A3
+arrives, then B ranks 1 too: A2 (rank 1, interactive) goes before B's batch
+requests, then A3.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Generic, TypeVar
+
+__all__ = ["HeldBorrowers"]
+
+T = TypeVar("T")
+
+_Line = tuple[str, int]  # (organisation, class)
+
+
+class HeldBorrowers(Generic[T]):
+    """Held borrowers of one pool, each under a unique int key.
+
+    ``rank`` of an organisation is what ``rerank`` last gave (0 until then, and
+    for an organisation it did not name); ``cls`` is the priority class (0
+    interactive, 1 batch).
+    """
+
+    def __init__(self) -> None:
+        self._lines: dict[_Line, OrderedDict[int, tuple[int, T]]] = {}
+        self._where: dict[int, _Line] = {}
+        self._ranks: dict[str, int] = {}
+        self._heap: list[tuple[int, int, int, str]] = []  # (rank, cls, arrival, org)
+        self._arrivals = itertools.count()
+
+    def push(self, key: int, org: str, cls: int, item: T) -> None:
+        """Hold ``item`` behind every earlier arrival; ``ValueError`` if ``key`` is held."""
+        if key in self._where:
+            raise ValueError(f"key {key} is already held")
+        line = (org, cls)
+        entries = self._lines.get(line)
+        if entries is None:
+            entries = self._lines[line] = OrderedDict()
+        arrival = next(self._arrivals)
+        entries[key] = (arrival, item)
+        self._where[key] = line
+        if len(entries) == 1:
+            self._push_head(line, arrival)
+
+    def remove(self, key: int) -> T | None:
+        """Take out the item held under ``key`` (its caller left); ``None`` if not held."""
+        line = self._where.pop(key, None)
+        if line is None:
+            return None
+        entries = self._lines[line]
+        was_head = next(iter(entries)) == key
+        _, item = entries.pop(key)
+        if not entries:
+            del self._lines[line]
+        elif was_head:
+            self._push_head(line, next(iter(entries.values()))[0])
+        return item
+
+    def pop(self) -> T | None:
+        """The best held item by (rank, class, arrival); ``None`` when nothing is held."""
+        while self._heap:
+            rank, cls, arrival, org = self._heap[0]
+            line = (org, cls)
+            entries = self._lines.get(line)
+            if (
+                entries is None
+                or self._ranks.get(org, 0) != rank
+                or next(iter(entries.values()))[0] != arrival
+            ):
+                heapq.heappop(self._heap)  # stale: that head left, or the rank moved
+                continue
+            return self._take_head(line)
+        return None
+
+    def pop_org(self, org: str) -> T | None:
+        """``org``'s best held item by (class, arrival), whatever the ranks (a seat of
+        its reservation came free); ``None`` when it has none held."""
+        heads = [
+            (next(iter(entries.values()))[0], cls)
+            for cls in (0, 1)
+            if (entries := self._lines.get((org, cls))) is not None
+        ]
+        if not heads:
+            return None
+        _, cls = min(heads, key=lambda head: (head[1], head[0]))
+        return self._take_head((org, cls))
+
+    def rerank(self, ranks: Mapping[str, int]) -> None:
+        """Serve by ``ranks`` (organisation → rank) from now on; cheap when nothing moved."""
+        waiting = {org for org, _ in self._lines}
+        if all(ranks.get(org, 0) == self._ranks.get(org, 0) for org in waiting):
+            self._ranks = {org: ranks.get(org, 0) for org in waiting}
+            return
+        self._ranks = {org: ranks.get(org, 0) for org in waiting}
+        self._heap = [
+            (self._ranks[org], cls, next(iter(entries.values()))[0], org)
+            for (org, cls), entries in self._lines.items()
+        ]
+        heapq.heapify(self._heap)
+
+    def orgs(self) -> set[str]:
+        """The organisations with something held."""
+        return {org for org, _ in self._lines}
+
+    def held(self, org: str) -> int:
+        """How many items of ``org`` are held."""
+        return sum(len(self._lines.get((org, cls), ())) for cls in (0, 1))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._where
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def _take_head(self, line: _Line) -> T:
+        entries = self._lines[line]
+        key, (_, item) = entries.popitem(last=False)
+        del self._where[key]
+        if entries:
+            self._push_head(line, next(iter(entries.values()))[0])
+        else:
+            del self._lines[line]
+        return item
+
+    def _push_head(self, line: _Line, arrival: int) -> None:
+        org, cls = line
+        heapq.heappush(self._heap, (self._ranks.get(org, 0), cls, arrival, org))
+        if len(self._heap) > 2 * len(self._lines) + 16:
+            # stale entries of heads that left (callers gone) are dropped lazily at the
+            # top only; rebuild now and then so they cannot pile up below it
+            self._heap = [
+                (self._ranks.get(o, 0), c, next(iter(entries.values()))[0], o)
+                for (o, c), entries in self._lines.items()
+            ]
+            heapq.heapify(self._heap)
