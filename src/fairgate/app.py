@@ -66,10 +66,12 @@ from fairgate.limits import (
     StateUnavailable,
 )
 from fairgate.observability.auth_metrics import AuthMetrics
+from fairgate.observability.dispatch_metrics import DispatchMetrics
 from fairgate.observability.fairshare_metrics import FairShareMetrics
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
 from fairgate.observability.routing_metrics import RoutingMetrics
 from fairgate.proxy.asgi import ProxyApp
+from fairgate.proxy.dispatch import Dispatcher, PoolEngines
 from fairgate.proxy.gate import Gate, TagPolicy
 from fairgate.proxy.me import me_handler
 from fairgate.proxy.pipeline import Pipeline
@@ -178,6 +180,7 @@ class Gateway:
         bands = _bands(config)
         self.admission = self._admission(config, clock, bands, adapters)
         fair_requests = self.metrics.fairshare_requests
+        self.dispatcher = self._dispatcher(config, clock)
         self.alerter = _alerter(config, self.store, clock, self.metrics.alerts)
         self.gate = Gate(
             limiter=self.limiter,
@@ -201,6 +204,7 @@ class Gateway:
             on_claim=lambda pool, org, borrowing: fair_requests.labels(
                 pool, org, "borrowing" if borrowing else "within_share"
             ).inc(),
+            dispatcher=self.dispatcher,
         )
         self.routes = RouteTable(config.models, adapters, local={"/me": me_handler(self.gate)})
         self.fairshare_monitor = (
@@ -370,6 +374,8 @@ class Gateway:
             asyncio.create_task(self.change_watcher.run()),
             *(asyncio.create_task(c.run()) for c in self.admission.values()),
         ]
+        if self.dispatcher is not None:
+            self._tasks.append(asyncio.create_task(self.dispatcher.run()))
         if self.fairshare_metrics is not None:
             interval = self.config.health.interval
             self._tasks.append(asyncio.create_task(self.fairshare_metrics.run(interval)))
@@ -433,6 +439,34 @@ class Gateway:
                 await self._load_budgets()
             except (StoreUnavailable, StateUnavailable) as exc:
                 log.warning("budgets: refresh failed, keeping the previous ones: %s", exc)
+
+    def _dispatcher(self, config: Config, clock: SystemClock) -> Dispatcher | None:
+        """Borrowers held while their pool is full (``fairshare.hold_borrowers``), each
+        replica's batch capacity learned from its ``running`` from its seats upwards."""
+        f = config.fairshare
+        if self.fairshare is None or not f.hold_borrowers:
+            return None
+        pools = {}
+        for pool in config.pools:
+            replicas = [
+                r
+                for m in config.models
+                if m.pool == pool.name
+                for r in self.registry.replicas(m.name)
+            ]
+            starts = {replica_key(r.snapshot()): max(1.0, r.seats or 1.0) for r in replicas}
+            pools[pool.name] = PoolEngines(
+                _snapshots(replicas), CapacityTracker(1, initial_by_replica=starts)
+            )
+        return Dispatcher(
+            pools,
+            ranks=lambda pool, orgs: self.gate.ranks_now(pool, orgs),
+            clock=clock,
+            queue_size=f.queue_size,
+            queue_ttl=f.queue_ttl,
+            depth=None if f.engine_queue_depth == "auto" else f.engine_queue_depth,
+            observer=DispatchMetrics(self.metrics.registry),
+        )
 
     def _admission(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import warnings
 from itertools import pairwise
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, field_validator
@@ -237,10 +237,20 @@ class Fairshare(Section):
     ``X-Vllm-Priority``; vLLM must run with ``--scheduling-policy priority``). Set it
     false for a vLLM on the default ``fcfs`` policy: the admission queue then orders
     waiting requests by the same priority instead.
+
+    ``hold_borrowers``: while a pool is full, borrowers wait in the gateway (at most
+    ``queue_size`` per pool, each at most ``queue_ttl``) and get their priority when
+    dispatched, each engine keeping ``engine_queue_depth`` requests waiting beyond its
+    batch (``auto``: a quarter of its learned batch capacity); false sends every
+    request to the engines at once.
     """
 
     half_life: PositiveDuration = 168 * 3600.0
     send_priority: StrictBool = True
+    hold_borrowers: StrictBool = True
+    engine_queue_depth: Annotated[StrictInt, Field(ge=0, le=100_000)] | Literal["auto"] = "auto"
+    queue_size: StrictInt = Field(default=1000, ge=0)
+    queue_ttl: PositiveDuration = 30.0
 
 
 class Band(Section):

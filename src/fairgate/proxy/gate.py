@@ -19,7 +19,10 @@
 3. fair share: one atomic claim of a within-share slot of the organisation in
    the model's pool (with team sub-shares: of the team's sub-reservation, else
    of the organisation's unused seats), then the priority
-   (``fairgate.fairshare``), which goes to the engine (vLLM's ``X-Vllm-Priority``).
+   (``fairgate.fairshare``), which goes to the engine (vLLM's ``X-Vllm-Priority``);
+4. dispatch: a borrower finding its pool full waits in the gateway's own
+   queue (``fairgate.proxy.dispatch``) and is claimed again when it may go,
+   so its priority is the one its organisation ranks at that moment.
 
 ``leave`` gives everything back and corrects the charges with the real usage:
 the admission lease, the fair-share slot (and the request's cost is charged to
@@ -32,7 +35,7 @@ import asyncio
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
@@ -46,10 +49,12 @@ from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.fairshare import MAX_RANK, FairShare, PriorityClass
 from fairgate.fairshare.priority import decide
+from fairgate.fairshare.tree import dense_ranks, level_fairshare
 from fairgate.limits import Budget, BudgetBook, Demand, Limiter, Limits, StateUnavailable, Subject
 from fairgate.limits.demand import Admission
 from fairgate.limits.fairshare_state import Claim, FairShareState, Split
 from fairgate.limits.head import HeadGate
+from fairgate.proxy.dispatch import Dispatcher, Grant
 from fairgate.proxy.exchange import Exchange
 
 __all__ = ["Gate", "TagPolicy", "Ticket"]
@@ -122,6 +127,8 @@ class Ticket:
     borrowing: bool = False
     rank: int | None = None  # the borrower's Fair Tree rank when it was decided
     head_key: str | None = None  # counted in the head gate's in-flight (``leave`` uncounts)
+    grant: Grant | None = None  # a borrower let go by the dispatcher, pending until dispatched
+    held: float = 0.0  # seconds the gateway held it before it was dispatched
 
     @property
     def within_share(self) -> bool | None:
@@ -133,18 +140,21 @@ class Ticket:
         """The request is now counted in a replica's in-flight: no longer pending."""
         if self.lease is not None:
             self.lease.dispatched()
+        if self.grant is not None:
+            self.grant.dispatched()
 
 
 class _PoolUsage(Generic[T]):
     """A pool's decayed usage (per organisation, or per team), re-read at most every
     ``USAGE_TTL``."""
 
-    __slots__ = ("at", "reading", "value")
+    __slots__ = ("at", "cost", "reading", "value")
 
     def __init__(self, empty: T) -> None:
         self.value: T = empty
         self.at = -USAGE_TTL
         self.reading: asyncio.Future[T] | None = None
+        self.cost = 0.0  # moving mean of a finished request's cost units (held pools only)
 
 
 class Gate:
@@ -174,6 +184,7 @@ class Gate:
         on_soft_limit: Alert | None = None,
         send_priority: bool = True,
         on_claim: Callable[[str, str, bool], None] | None = None,
+        dispatcher: Dispatcher | None = None,
     ) -> None:
         self._limiter = limiter
         self._budgets = budgets
@@ -195,6 +206,7 @@ class Gate:
         self.in_flight: dict[tuple[str, str], list[int]] = {}  # (pool, org) → [within, borrowing]
         self._state_down = False
         self._head = HeadGate()
+        self._dispatcher = dispatcher
 
     async def enter(self, ex: Exchange, tag_header: bytes | None = None) -> Ticket:
         """Admit ``ex`` (identified, body read, model resolved) or raise its refusal."""
@@ -253,6 +265,10 @@ class Gate:
                 assert pool is not None
                 ticket.team = principal.team
                 await self._claim(ticket, pool, principal.org, model, self._clock.wall())
+                if ticket.borrowing and ticket.claim is not None and self._dispatcher is not None:
+                    await self._dispatch(ticket, pool, principal.org, model)
+                if self._on_claim is not None:
+                    self._on_claim(pool, principal.org, ticket.borrowing)
         except BaseException:
             await self.leave(ticket, ex)
             raise
@@ -271,6 +287,8 @@ class Gate:
             return
         if ticket.lease is not None:
             ticket.lease.release()
+        if ticket.grant is not None:
+            ticket.grant.release()
         # ``ex.usage`` is what the request is charged (``proxy.reservation.charge``); None
         # when nothing reached an engine: the estimate is given back.
         cost, tokens = Money(0), 0
@@ -283,7 +301,14 @@ class Gate:
             if counts is not None:
                 counts[1 if ticket.borrowing else 0] -= 1
             claim, ticket.claim, ticket.pool = ticket.claim, None, None
+            dispatcher = self._dispatcher
+            if dispatcher is not None and dispatcher.holds(pool):
+                # the ranks of the next dispatch count this request's cost already
+                self._charged_here(pool, org, cost)
+                dispatcher.freed(pool)
             await self._settle_fairshare(pool, org, claim, cost, ticket.team)
+            if dispatcher is not None and claim is not None and claim.within_share:
+                dispatcher.seat_freed(pool, org)
         if ticket.limits is not None:
             served = ex.model if ex.usage is not None else None
             await self._limiter.settle(
@@ -360,7 +385,7 @@ class Gate:
         else:
             by_team: dict[str, dict[str, float]] | None = None
             try:
-                usage = await self._pool_usage(pool, now)
+                usage = self._ranked(pool, await self._pool_usage(pool, now), now)
                 if policy.has_team_shares:
                     by_team = await self._pool_team_usage(pool, now)
             except StateUnavailable as exc:
@@ -368,8 +393,84 @@ class Gate:
                 usage = {}
             decision = policy.borrow(pool, org, cls, usage, team=ticket.team, usage_by_team=by_team)
         ticket.priority, ticket.rank = decision.priority, decision.rank
-        if self._on_claim is not None:
-            self._on_claim(pool, org, ticket.borrowing)
+
+    async def _dispatch(self, ticket: Ticket, pool: str, org: str, model: str) -> None:
+        """A borrower in a full pool waits in the dispatcher's queue, holding no claim, and
+        is claimed again when it may go: within share if a seat of its organisation came
+        free meanwhile, else borrowing at the rank its organisation has then."""
+        dispatcher = self._dispatcher
+        assert dispatcher is not None
+        if not dispatcher.holds(pool):
+            return
+        ticket.grant = dispatcher.grant_now(pool)
+        if ticket.grant is not None:
+            return
+        # Give back what the claim counted (a borrowing claim holds no slot in the state).
+        counts = self.in_flight.get((pool, org))
+        if counts is not None:
+            counts[1] -= 1
+        ticket.pool, ticket.claim, ticket.priority, ticket.rank = None, None, None, None
+        ticket.borrowing = False
+        if ticket.lease is not None:
+            ticket.lease.dispatched()  # admission: held here, it is not pending there
+        ticket.grant = await dispatcher.wait(pool, org, int(_class(self._classes.get(model))))
+        ticket.held = ticket.grant.waited
+        await self._claim(ticket, pool, org, model, self._clock.wall())
+
+    def ranks_now(self, pool: str, orgs: Collection[str]) -> dict[str, int]:
+        """The Fair Tree rank of each of ``orgs`` in ``pool`` from the last usage reading,
+        this gateway's charges since and its requests in flight (synchronous; for the
+        dispatcher)."""
+        assert self._fairshare is not None
+        entry = self._usage.get(pool)
+        usage = dict.fromkeys(orgs, 0.0)
+        if entry is not None:
+            usage.update(self._ranked(pool, entry.value, self._now()))
+        ranks = dense_ranks(level_fairshare(self._fairshare.shares(pool), usage))
+        return {org: ranks[org] for org in orgs}
+
+    def _ranked(self, pool: str, usage: dict[str, float], now: float) -> dict[str, float]:
+        """The usage a borrower's rank reads: ``usage`` (the last reading, with this
+        gateway's charges since) and, where the dispatcher holds the pool, this gateway's
+        requests in flight, each counted at the pool's mean cost of a request until it
+        finishes and is charged for real.
+
+        Counting what runs, as Slurm charges running jobs, makes a rank follow a
+        dispatch at once instead of a request's lifetime later; nothing is charged
+        for it, it only ranks."""
+        dispatcher = self._dispatcher
+        entry = self._usage.get(pool)
+        if (
+            dispatcher is None
+            or not dispatcher.holds(pool)
+            or entry is None
+            or entry.cost <= 0
+            or entry.at < 0
+        ):
+            return usage
+        assert self._fairshare is not None
+        weight = _weight(now - entry.at, self._fairshare.half_life) * entry.cost
+        ranked = dict(usage)
+        for (p, org), (within, borrowing) in self.in_flight.items():
+            if p == pool and within + borrowing > 0:
+                ranked[org] = ranked.get(org, 0.0) + (within + borrowing) * weight
+        return ranked
+
+    def _charged_here(self, pool: str, org: str, cost: Money) -> None:
+        """Add a finished request's cost to the cached usage of ``pool`` until the next
+        reading brings it from the state back end (which ``charge`` updates)."""
+        entry = self._usage.get(pool)
+        if entry is None or cost.micro <= 0 or entry.at < 0 or self._fairshare is None:
+            return
+        units = cost.micro / 1_000_000
+        entry.cost = units if entry.cost <= 0 else entry.cost + (units - entry.cost) / 32
+        # The cache holds values decayed to ``entry.at``; a charge now weighs more by
+        # the decay since then (ranks compare ratios, so only that weighting matters).
+        value = dict(entry.value)
+        value[org] = value.get(org, 0.0) + units * _weight(
+            self._now() - entry.at, self._fairshare.half_life
+        )
+        entry.value = value
 
     async def _provisional(self, pool: str, org: str, model: str, now: float) -> int:
         """The priority a waiter of ``org`` would get if its turn came now, from this
@@ -576,6 +677,12 @@ def _split(policy: FairShare, pool: str, org: str, team: str | None) -> Split | 
         return None
     seats = policy.team_reservations(pool, org)
     return Split(group, seats.get(group, 0), tuple(policy.team_shares(org)))
+
+
+def _weight(age: float, half_life: float) -> float:
+    """How much more a cost charged ``age`` seconds after a reading weighs than the
+    reading's values: ``2 ** (age / half_life)``, capped far below overflow."""
+    return math.exp(min(700.0, math.log(2) * max(0.0, age) / half_life))
 
 
 def _class(name: str | None) -> PriorityClass:

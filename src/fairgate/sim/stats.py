@@ -79,6 +79,7 @@ class SimStats:
             "prefix_cache_hit_tokens": self.prefix_hits,
             "prefix_cache_query_tokens": self.prefix_queries,
             "preemptions_total": self.preemptions,
+            "steps_total": self.steps,
             "preemptions_by_priority": {str(p): n for p, n in self.preemptions_by_priority.items()},
             "preempted_priorities": [p.priority for p in self.preemption_log],
             "preempted": [

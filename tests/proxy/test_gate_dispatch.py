@@ -1,0 +1,151 @@
+"""The gate holding borrowers while the pool is full: claimed again, prioritised, at dispatch."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.proxy.test_gate import PRICES, exchange, served
+
+from fairgate.admission import CapacityTracker
+from fairgate.core.clock import SystemClock
+from fairgate.core.principal import Principal
+from fairgate.core.replica import ReplicaSnapshot
+from fairgate.fairshare import FairShare
+from fairgate.limits import BudgetBook, Limiter
+from fairgate.proxy.dispatch import Dispatcher, PoolEngines
+from fairgate.proxy.exchange import Exchange
+from fairgate.proxy.gate import Gate, Ticket
+from fairgate.state import MemoryCounterStore, RedisCounterStore
+
+A = Principal("ka", "a", "ta")
+B = Principal("kb", "b", "tb")
+
+
+class Pool:
+    """A gate over pool p (C = 4, reservations a 2 / b 2) and one engine that runs four at
+    once, keeping none waiting beyond them (depth 0); ``in_flight`` is what the registry
+    would count."""
+
+    def __init__(self, state: Any, *, hold: bool = True) -> None:
+        self.in_flight = 0
+        self.dispatcher = Dispatcher(
+            {"p": PoolEngines(self.snapshots, CapacityTracker(4, probe_fraction=0))},
+            ranks=lambda pool, orgs: self.gate.ranks_now(pool, orgs),
+            clock=SystemClock(),
+            queue_size=100,
+            queue_ttl=30.0,
+            depth=0,
+        )
+        self.gate = Gate(
+            limiter=Limiter(state),
+            budgets=BudgetBook,
+            prices=PRICES,
+            pools={"m": "p"},
+            classes={"m": "interactive"},
+            clock=SystemClock(),
+            fairshare=FairShare({"p": 4}, {"p": {"a": 0.5, "b": 0.5}}),
+            fairshare_state=state,
+            dispatcher=self.dispatcher if hold else None,
+        )
+
+    def snapshots(self) -> list[ReplicaSnapshot]:
+        running = min(self.in_flight, 4)
+        return [
+            ReplicaSnapshot(
+                "e1",
+                "m",
+                in_flight=self.in_flight,
+                running=float(running),
+                waiting=float(self.in_flight - running),
+            )
+        ]
+
+    async def send(self, who: Principal) -> tuple[Ticket, Exchange]:
+        """Enter the gate and reach the engine (what the pipeline does after ``enter``)."""
+        ex = exchange(who)
+        ticket = await self.gate.enter(ex)
+        self.in_flight += 1
+        ticket.dispatched()
+        return ticket, ex
+
+    async def finish(self, sent: tuple[Ticket, Exchange], completion: int = 100) -> None:
+        ticket, ex = sent
+        self.in_flight -= 1
+        await self.gate.leave(ticket, served(ex, 100, completion))
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_within_share_never_waits_borrowers_wait_and_go_by_the_rank_at_dispatch() -> None:
+    pool = Pool(MemoryCounterStore())
+    a1, a2 = await pool.send(A), await pool.send(A)  # a's two reserved seats
+    a3, a4 = await pool.send(A), await pool.send(A)  # borrowing: the engine has room
+    assert [t.within_share for t, _ in (a1, a2, a3, a4)] == [True, True, False, False]
+    assert a3[0].grant is not None and a3[0].held == 0.0
+    # The engine is full; b's reserved seats are still b's: never held.
+    b1 = await asyncio.wait_for(pool.send(B), 1)
+    assert b1[0].within_share and b1[0].priority == 0
+    b2 = await asyncio.wait_for(pool.send(B), 1)
+    a5 = asyncio.create_task(pool.send(A))  # borrows: held, first in line
+    await settle()
+    b3 = asyncio.create_task(pool.send(B))  # borrows: held, second
+    await settle()
+    assert pool.dispatcher.held("p") == 2 and not a5.done() and not b3.done()
+    # a's borrowers finish, and a has now used the pool a lot: b ranks first.
+    await pool.finish(a3, completion=5000)
+    await pool.finish(a4, completion=5000)
+    assert pool.dispatcher.held("p") == 2  # six were in flight on a batch of four
+    # a within-share request of a ends: room for one, and it goes to b (rank 0), not to
+    # a's earlier borrower; then a's freed seat goes to a's borrower, within share.
+    await pool.finish(a1)
+    ticket_b3, _ = await asyncio.wait_for(b3, 1)
+    assert ticket_b3.within_share is False
+    assert ticket_b3.rank == 0 and ticket_b3.priority == 10
+    assert ticket_b3.held > 0
+    ticket_a5, _ = await asyncio.wait_for(a5, 1)
+    assert ticket_a5.within_share is True and ticket_a5.priority == 0
+    assert pool.gate.fairshare_counts()[("p", "a")] == (2, 0)
+    for sent in (a2, b1, b2, (ticket_b3, _), (ticket_a5, _)):
+        await pool.finish(sent)
+    assert pool.gate.fairshare_counts() == {("p", "a"): (0, 0), ("p", "b"): (0, 0)}
+    assert pool.dispatcher.held("p") == 0
+
+
+async def test_with_the_switch_off_every_borrower_goes_at_once_with_its_rank_of_arrival() -> None:
+    pool = Pool(MemoryCounterStore(), hold=False)
+    sent = [await asyncio.wait_for(pool.send(A), 1) for _ in range(8)]
+    assert pool.in_flight == 8
+    assert all(t.grant is None for t, _ in sent)
+    for one in sent:
+        await pool.finish(one)
+
+
+async def test_a_held_borrower_whose_client_leaves_holds_nothing() -> None:
+    pool = Pool(MemoryCounterStore())
+    sent = [await pool.send(A) for _ in range(4)]
+    gone = asyncio.create_task(pool.send(A))
+    await settle()
+    assert pool.dispatcher.held("p") == 1
+    gone.cancel()
+    await settle()
+    assert pool.dispatcher.held("p") == 0
+    assert pool.gate.fairshare_counts()[("p", "a")] == (2, 2)  # the four sent, nothing else
+    for one in sent:
+        await pool.finish(one)
+
+
+async def test_with_the_state_back_end_down_borrowers_go_at_once_as_before() -> None:
+    # nothing listens on port 1: every call fails fast, the claim cannot prove a seat
+    state = RedisCounterStore("redis://127.0.0.1:1/0", prefix="fg-test:dispatch-down:", timeout=0.2)
+    try:
+        pool = Pool(state)
+        for _ in range(6):
+            ticket, _ = await asyncio.wait_for(pool.send(A), 5)
+            assert ticket.within_share is False and ticket.grant is None
+        assert pool.dispatcher.held("p") == 0
+    finally:
+        await state.aclose()
