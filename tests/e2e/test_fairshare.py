@@ -9,7 +9,9 @@ read from the simulator's own view: ``GET /sim/batch`` sampled every 0.2 s
 gives the request ids and priorities in the running batch, ``GET /sim/stats``
 the preemptions and their priorities; a request id is the gateway's
 ``X-Request-Id``, which it also returns to the client, so each running
-sequence is traced to its organisation.
+sequence is traced to its organisation. The gateway holds no borrower back
+(``fairshare.hold_borrowers: false``): every request waits in the engine's
+queue with the priority of its arrival, the mode these tests measure.
 
 - alone, A borrows the whole pool: the KV cache stays >= 95 % full;
 - both saturating, B runs its share (0.1875 ± 0.03) of the batch, not its
@@ -215,7 +217,13 @@ def _two_orgs(directory: Path, *, send_priority: bool) -> Run:
                 {"name": "A", "share": SHARES["A"], "teams": ["t"]},  # TEST_KEY's team
                 {"name": "B", "share": SHARES["B"], "teams": ["tb"]},
             ],
-            fairshare={"half_life": "20s", "send_priority": send_priority},
+            # every request goes to the engine at once: the priorities of arrival, queued
+            # there (test_fairshare_dispatch.py holds borrowers in the gateway instead)
+            fairshare={
+                "half_life": "20s",
+                "send_priority": send_priority,
+                "hold_borrowers": False,
+            },
             cache_isolation={"scope": "none"},
             logging={"level": "warning"},
         )
