@@ -238,7 +238,10 @@ def test_with_admission_a_high_band_request_keeps_its_idle_latency(tmp_path: Pat
 
 def test_without_admission_a_high_band_request_waits_behind_the_flood(tmp_path: Path) -> None:
     with SimProcess(*SIM_ARGS) as sim:
-        config, key = _gateway(tmp_path, sim, fairshare={"send_priority": False})
+        # nothing in front of the engine: no priority and no borrower held in the gateway
+        config, key = _gateway(
+            tmp_path, sim, fairshare={"send_priority": False, "hold_borrowers": False}
+        )
         with GatewayProcess(config) as gateway:
             seen = asyncio.run(_without_admission(sim, gateway, key))
     idle, loaded = p99(seen["idle"]), p99(seen["loaded"])

@@ -255,7 +255,9 @@ def _load(directory: Path, engines: int, *, apart: bool, rule: bool) -> Run:
                 {"name": "A", "share": SHARES["A"], "teams": ["t"]},  # TEST_KEY's team
                 {"name": "B", "share": SHARES["B"], "teams": ["tb"]},
             ],
-            fairshare={"half_life": HALF_LIFE},
+            # the control is the gateway as it was: neither the routing rule nor borrowers
+            # held in the gateway (held borrowers alone bring B near its share here too)
+            fairshare={"half_life": HALF_LIFE, "hold_borrowers": rule},
             routing={"fair_share": rule},
             logging={"level": "warning"},
         )

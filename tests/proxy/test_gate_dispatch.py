@@ -149,3 +149,17 @@ async def test_with_the_state_back_end_down_borrowers_go_at_once_as_before() -> 
         assert pool.dispatcher.held("p") == 0
     finally:
         await state.aclose()
+
+
+async def test_ranks_count_what_each_organisation_has_running_now() -> None:
+    # A rank that waited for requests to finish before it moved would let one
+    # organisation's borrowers take every freed seat for a request's lifetime.
+    pool = Pool(MemoryCounterStore())
+    a1, a2, a3 = await pool.send(A), await pool.send(A), await pool.send(A)
+    b1 = await pool.send(B)
+    await pool.finish(b1, completion=120)
+    await pool.finish(a3, completion=100)  # a has used less than b so far ...
+    assert pool.gate.ranks_now("p", ["a", "b"]) == {"a": 1, "b": 0}  # ... but runs two more
+    await pool.finish(a1, completion=100)
+    await pool.finish(a2, completion=100)
+    assert pool.gate.ranks_now("p", ["a", "b"]) == {"a": 1, "b": 0}  # and used them
