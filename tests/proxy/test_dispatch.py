@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import pytest
 
@@ -62,8 +62,8 @@ def dispatcher(
 ) -> Dispatcher:
     current = ranks if ranks is not None else {}
 
-    def rank_of(pool: str, orgs: object) -> Mapping[str, int]:
-        return current
+    def rank_of(pool: str, owners: Collection[tuple[str, str]]) -> Mapping[tuple[str, str], int]:
+        return {owner: current.get(owner[0], 0) for owner in owners}
 
     return Dispatcher(
         {"p": PoolEngines(engine.snapshots, CapacityTracker(4, probe_fraction=0))},

@@ -159,7 +159,13 @@ async def test_ranks_count_what_each_organisation_has_running_now() -> None:
     b1 = await pool.send(B)
     await pool.finish(b1, completion=120)
     await pool.finish(a3, completion=100)  # a has used less than b so far ...
-    assert pool.gate.ranks_now("p", ["a", "b"]) == {"a": 1, "b": 0}  # ... but runs two more
+    assert pool.gate.ranks_now("p", [("a", ""), ("b", "")]) == {
+        ("a", ""): 1,
+        ("b", ""): 0,
+    }  # ... but runs two more
     await pool.finish(a1, completion=100)
     await pool.finish(a2, completion=100)
-    assert pool.gate.ranks_now("p", ["a", "b"]) == {"a": 1, "b": 0}  # and used them
+    assert pool.gate.ranks_now("p", [("a", ""), ("b", "")]) == {
+        ("a", ""): 1,
+        ("b", ""): 0,
+    }  # and used them

@@ -11,7 +11,10 @@ by what its organisation ranks when a seat frees:
 
 which is the order of the priority ``10 + 10 · rank + class`` the engine would
 see if every held request were sent now, ties by arrival. Ranks change as usage
-moves; ``rerank`` gives the new ones, and the next ``pop`` follows them.
+moves; ``rerank`` gives the new ones, and the next ``pop`` follows them. A
+borrower is held under an owner, ``(organisation, team)``: with team
+sub-shares the Fair Tree ranks each organisation's teams too, and the rank
+given is the owner's (the team is ``""`` otherwise).
 
 Cost: ``push`` and ``remove`` are O(1) (plus O(log lines) when a line starts);
 ``pop`` is O(log lines) amortised, a line being one (organisation, class) with
@@ -32,33 +35,33 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Generic, TypeVar
 
-__all__ = ["HeldBorrowers"]
+__all__ = ["HeldBorrowers", "Owner"]
 
 T = TypeVar("T")
 
-_Line = tuple[str, int]  # (organisation, class)
+Owner = tuple[str, str]  # (organisation, team or "")
+_Line = tuple[Owner, int]  # (owner, class)
 
 
 class HeldBorrowers(Generic[T]):
     """Held borrowers of one pool, each under a unique int key.
 
-    ``rank`` of an organisation is what ``rerank`` last gave (0 until then, and
-    for an organisation it did not name); ``cls`` is the priority class (0
-    interactive, 1 batch).
+    The rank of an owner is what ``rerank`` last gave (0 until then, and for an
+    owner it did not name); ``cls`` is the priority class (0 interactive, 1 batch).
     """
 
     def __init__(self) -> None:
         self._lines: dict[_Line, OrderedDict[int, tuple[int, T]]] = {}
         self._where: dict[int, _Line] = {}
-        self._ranks: dict[str, int] = {}
-        self._heap: list[tuple[int, int, int, str]] = []  # (rank, cls, arrival, org)
+        self._ranks: dict[Owner, int] = {}
+        self._heap: list[tuple[int, int, int, Owner]] = []  # (rank, cls, arrival, owner)
         self._arrivals = itertools.count()
 
-    def push(self, key: int, org: str, cls: int, item: T) -> None:
+    def push(self, key: int, org: str, cls: int, item: T, team: str = "") -> None:
         """Hold ``item`` behind every earlier arrival; ``ValueError`` if ``key`` is held."""
         if key in self._where:
             raise ValueError(f"key {key} is already held")
-        line = (org, cls)
+        line = ((org, team), cls)
         entries = self._lines.get(line)
         if entries is None:
             entries = self._lines[line] = OrderedDict()
@@ -85,12 +88,12 @@ class HeldBorrowers(Generic[T]):
     def pop(self) -> T | None:
         """The best held item by (rank, class, arrival); ``None`` when nothing is held."""
         while self._heap:
-            rank, cls, arrival, org = self._heap[0]
-            line = (org, cls)
+            rank, cls, arrival, owner = self._heap[0]
+            line = (owner, cls)
             entries = self._lines.get(line)
             if (
                 entries is None
-                or self._ranks.get(org, 0) != rank
+                or self._ranks.get(owner, 0) != rank
                 or next(iter(entries.values()))[0] != arrival
             ):
                 heapq.heappop(self._heap)  # stale: that head left, or the rank moved
@@ -98,39 +101,39 @@ class HeldBorrowers(Generic[T]):
             return self._take_head(line)
         return None
 
-    def pop_org(self, org: str) -> T | None:
-        """``org``'s best held item by (class, arrival), whatever the ranks (a seat of
-        its reservation came free); ``None`` when it has none held."""
+    def pop_org(self, org: str, team: str | None = None) -> T | None:
+        """``org``'s best held item by (class, arrival), whatever the ranks (a seat of its
+        reservation came free): of ``team`` when given, else of any of its teams;
+        ``None`` when it has none held. O(lines)."""
         heads = [
-            (next(iter(entries.values()))[0], cls)
-            for cls in (0, 1)
-            if (entries := self._lines.get((org, cls))) is not None
+            (cls, next(iter(entries.values()))[0], (owner, cls))
+            for (owner, cls), entries in self._lines.items()
+            if owner[0] == org and (team is None or owner[1] == team)
         ]
         if not heads:
             return None
-        _, cls = min(heads, key=lambda head: (head[1], head[0]))
-        return self._take_head((org, cls))
+        return self._take_head(min(heads)[2])
 
-    def rerank(self, ranks: Mapping[str, int]) -> None:
-        """Serve by ``ranks`` (organisation → rank) from now on; cheap when nothing moved."""
-        waiting = {org for org, _ in self._lines}
-        if all(ranks.get(org, 0) == self._ranks.get(org, 0) for org in waiting):
-            self._ranks = {org: ranks.get(org, 0) for org in waiting}
+    def rerank(self, ranks: Mapping[Owner, int]) -> None:
+        """Serve by ``ranks`` (owner → rank) from now on; cheap when nothing moved."""
+        waiting = self.owners()
+        if all(ranks.get(owner, 0) == self._ranks.get(owner, 0) for owner in waiting):
+            self._ranks = {owner: ranks.get(owner, 0) for owner in waiting}
             return
-        self._ranks = {org: ranks.get(org, 0) for org in waiting}
+        self._ranks = {owner: ranks.get(owner, 0) for owner in waiting}
         self._heap = [
-            (self._ranks[org], cls, next(iter(entries.values()))[0], org)
-            for (org, cls), entries in self._lines.items()
+            (self._ranks[owner], cls, next(iter(entries.values()))[0], owner)
+            for (owner, cls), entries in self._lines.items()
         ]
         heapq.heapify(self._heap)
 
-    def orgs(self) -> set[str]:
-        """The organisations with something held."""
-        return {org for org, _ in self._lines}
+    def owners(self) -> set[Owner]:
+        """The owners, (organisation, team), with something held."""
+        return {owner for owner, _ in self._lines}
 
     def held(self, org: str) -> int:
-        """How many items of ``org`` are held."""
-        return sum(len(self._lines.get((org, cls), ())) for cls in (0, 1))
+        """How many items of ``org`` are held, all its teams together. O(lines)."""
+        return sum(len(entries) for (owner, _), entries in self._lines.items() if owner[0] == org)
 
     def __contains__(self, key: object) -> bool:
         return key in self._where
@@ -149,8 +152,8 @@ class HeldBorrowers(Generic[T]):
         return item
 
     def _push_head(self, line: _Line, arrival: int) -> None:
-        org, cls = line
-        heapq.heappush(self._heap, (self._ranks.get(org, 0), cls, arrival, org))
+        owner, cls = line
+        heapq.heappush(self._heap, (self._ranks.get(owner, 0), cls, arrival, owner))
         if len(self._heap) > 2 * len(self._lines) + 16:
             # stale entries of heads that left (callers gone) are dropped lazily at the
             # top only; rebuild now and then so they cannot pile up below it

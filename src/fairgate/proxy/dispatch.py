@@ -64,7 +64,7 @@ from fairgate.admission import CapacityTracker, replica_key
 from fairgate.core.clock import Clock
 from fairgate.core.errors import GatewayError, GatewayTimeout, ServiceUnavailable
 from fairgate.core.replica import ReplicaSnapshot
-from fairgate.fairshare.holding import HeldBorrowers
+from fairgate.fairshare.holding import HeldBorrowers, Owner
 
 __all__ = [
     "DEFAULT_RECHECK_INTERVAL",
@@ -266,8 +266,9 @@ class _Pool:
 class Dispatcher:
     """Holds borrowers of the pools in ``pools`` while they are full; see the module text.
 
-    ``ranks(pool, orgs)`` returns the Fair Tree rank now of each organisation in
-    ``orgs`` (synchronous, cheap: the gateway's last usage reading); ``depth`` is
+    ``ranks(pool, owners)`` returns the Fair Tree rank now of each owner,
+    ``(organisation, team)``, in ``owners`` (synchronous, cheap: the gateway's last
+    usage reading; the team is ``""`` without team sub-shares); ``depth`` is
     the engine queue depth kept per replica (None: automatic). ``queue_size`` >= 0
     held borrowers per pool, each at most ``queue_ttl`` > 0 seconds on
     ``clock.monotonic()``. Raises ``ValueError`` on parameters out of range.
@@ -277,7 +278,7 @@ class Dispatcher:
         self,
         pools: Mapping[str, PoolEngines],
         *,
-        ranks: Callable[[str, Collection[str]], Mapping[str, int]],
+        ranks: Callable[[str, Collection[Owner]], Mapping[Owner, int]],
         clock: Clock,
         queue_size: int,
         queue_ttl: float,
@@ -340,8 +341,9 @@ class Dispatcher:
         p.pending += 1
         return Grant(p, 0.0, self._dispatch)
 
-    async def wait(self, pool: str, org: str, cls: int) -> Grant:
-        """Hold a borrower of ``org`` (class ``cls``: 0 interactive, 1 batch) until it may go.
+    async def wait(self, pool: str, org: str, cls: int, team: str = "") -> Grant:
+        """Hold a borrower of ``org`` (class ``cls``: 0 interactive, 1 batch; ``team`` where
+        the organisation has team sub-shares) until it may go.
 
         Raises ``ServiceUnavailable`` (503, ``queue_full``) when ``queue_size``
         are held already, ``GatewayTimeout`` (504, ``queue_timeout``) after
@@ -363,7 +365,7 @@ class Dispatcher:
             now + self.queue_ttl,
             asyncio.get_running_loop().create_future(),
         )
-        p.held.push(waiter.key, org, cls, waiter)
+        p.held.push(waiter.key, org, cls, waiter, team)
         p.arrivals[waiter.key] = waiter
         self._observer.held(pool, len(p.held))
         self._dispatch(p)
@@ -382,14 +384,15 @@ class Dispatcher:
         if p is not None:
             self._dispatch(p)
 
-    def seat_freed(self, pool: str, org: str) -> None:
-        """A within-share seat of ``org`` came free: its best held borrower goes now, room
-        or not, to take it (its claim decides; another request may take it first)."""
+    def seat_freed(self, pool: str, org: str, team: str = "") -> None:
+        """A within-share seat of ``org`` (of its ``team``'s sub-reservation, with team
+        sub-shares) came free: the best held borrower of that owner goes now, room or
+        not, to take it (its claim decides; another request may take it first)."""
         p = self._pools.get(pool)
         if p is None:
             return
         while True:
-            waiter = p.held.pop_org(org)
+            waiter = p.held.pop_org(org, team)
             if waiter is None:
                 return
             if self._let_go(p, waiter):
@@ -419,7 +422,7 @@ class Dispatcher:
         free = self.room(p.name)
         if free <= 0:
             return
-        p.held.rerank(self._ranks(p.name, p.held.orgs()))
+        p.held.rerank(self._ranks(p.name, p.held.owners()))
         while free > 0:
             waiter = p.held.pop()
             if waiter is None:

@@ -48,6 +48,7 @@ from fairgate.core.errors import BadRequest, RateLimited, ServiceUnavailable
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.fairshare import MAX_RANK, FairShare, PriorityClass
+from fairgate.fairshare.holding import Owner
 from fairgate.fairshare.priority import decide
 from fairgate.fairshare.tree import dense_ranks, level_fairshare
 from fairgate.limits import Budget, BudgetBook, Demand, Limiter, Limits, StateUnavailable, Subject
@@ -308,7 +309,7 @@ class Gate:
                 dispatcher.freed(pool)
             await self._settle_fairshare(pool, org, claim, cost, ticket.team)
             if dispatcher is not None and claim is not None and claim.within_share:
-                dispatcher.seat_freed(pool, org)
+                dispatcher.seat_freed(pool, org, self._owner_team(ticket))
         if ticket.limits is not None:
             served = ex.model if ex.usage is not None else None
             await self._limiter.settle(
@@ -413,21 +414,37 @@ class Gate:
         ticket.borrowing = False
         if ticket.lease is not None:
             ticket.lease.dispatched()  # admission: held here, it is not pending there
-        ticket.grant = await dispatcher.wait(pool, org, int(_class(self._classes.get(model))))
+        cls = int(_class(self._classes.get(model)))
+        ticket.grant = await dispatcher.wait(pool, org, cls, self._owner_team(ticket))
         ticket.held = ticket.grant.waited
         await self._claim(ticket, pool, org, model, self._clock.wall())
 
-    def ranks_now(self, pool: str, orgs: Collection[str]) -> dict[str, int]:
-        """The Fair Tree rank of each of ``orgs`` in ``pool`` from the last usage reading,
-        this gateway's charges since and its requests in flight (synchronous; for the
-        dispatcher)."""
-        assert self._fairshare is not None
+    def _owner_team(self, ticket: Ticket) -> str:
+        """The team a held borrower is ranked and queued under: its own where teams have
+        sub-shares (they rank too), else none."""
+        teams = self._fairshare is not None and self._fairshare.has_team_shares
+        return (ticket.team or "") if teams else ""
+
+    def ranks_now(self, pool: str, owners: Collection[Owner]) -> dict[Owner, int]:
+        """The Fair Tree rank of each owner, ``(organisation, team)``, in ``pool`` from the
+        last usage reading, this gateway's charges since and its requests in flight
+        (synchronous; for the dispatcher). Teams rank inside their organisation where it
+        has team sub-shares (from the last team usage reading)."""
+        policy = self._fairshare
+        assert policy is not None
         entry = self._usage.get(pool)
-        usage = dict.fromkeys(orgs, 0.0)
+        usage = dict.fromkeys({org for org, _ in owners}, 0.0)
         if entry is not None:
             usage.update(self._ranked(pool, entry.value, self._now()))
-        ranks = dense_ranks(level_fairshare(self._fairshare.shares(pool), usage))
-        return {org: ranks[org] for org in orgs}
+        if not policy.has_team_shares:
+            ranks = dense_ranks(level_fairshare(policy.shares(pool), usage))
+            return {owner: ranks[owner[0]] for owner in owners}
+        teams = self._team_usage.get(pool)
+        by_team = teams.value if teams is not None else {}
+        return {
+            (org, team): policy.rank(pool, org, usage, team=team or None, usage_by_team=by_team)
+            for org, team in owners
+        }
 
     def _ranked(self, pool: str, usage: dict[str, float], now: float) -> dict[str, float]:
         """The usage a borrower's rank reads: ``usage`` (the last reading, with this
