@@ -57,6 +57,11 @@ from fairgate.core.money import Money
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.engines import EngineAdapter, adapter_for
 from fairgate.fairshare import FairShare
+from fairgate.fairshare.learned_capacity import (
+    DEFAULT_KV_LIMIT,
+    DEFAULT_RISE_AFTER,
+    CapacityLearner,
+)
 from fairgate.limits import (
     Budget,
     BudgetBook,
@@ -111,6 +116,7 @@ from fairgate.upstream import (
     UpstreamPool,
     UpstreamSessions,
 )
+from fairgate.upstream.pool_capacity import PoolCapacity
 
 __all__ = ["Gateway", "WorkersRefused", "run"]
 
@@ -177,6 +183,7 @@ class Gateway:
         self.budgets = BudgetBook()
         self.fairshare = _fairshare(config)
         _assign_seats(config, self.registry)
+        self.pool_capacity = _pool_capacity(config, self.fairshare, self.registry, clock)
         bands = _bands(config)
         self.admission = self._admission(config, clock, bands, adapters)
         fair_requests = self.metrics.fairshare_requests
@@ -208,7 +215,13 @@ class Gateway:
         )
         self.routes = RouteTable(config.models, adapters, local={"/me": me_handler(self.gate)})
         self.fairshare_monitor = (
-            FairShareMonitor(self.fairshare, self.state, clock, self.gate.fairshare_counts)
+            FairShareMonitor(
+                self.fairshare,
+                self.state,
+                clock,
+                self.gate.fairshare_counts,
+                learned=self.pool_capacity.learned if self.pool_capacity else None,
+            )
             if self.fairshare is not None
             else None
         )
@@ -368,6 +381,8 @@ class Gateway:
         self.alerter.start()
         self.health.start()
         self.scraper.start()
+        if self.pool_capacity is not None:
+            self.pool_capacity.start(self.config.health.interval)
         self._tasks = [
             asyncio.create_task(LeaseRefresher(self.state, self.clock).run()),
             asyncio.create_task(self._refresh_budgets()),
@@ -390,6 +405,8 @@ class Gateway:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.health.stop()
         await self.scraper.stop()
+        if self.pool_capacity is not None:
+            await self.pool_capacity.stop()
         await self.sessions.close()
         await self.pool.close()
         # Every record queued so far reaches the store before it closes (SIGTERM loses none).
@@ -492,7 +509,7 @@ class Gateway:
                 replica_key(r.snapshot()): (
                     a.replica_capacity
                     if a.replica_capacity is not None
-                    else max(1.0, declared.capacity * r.weight / weight)
+                    else max(1.0, declared.start * r.weight / weight)
                     if declared is not None
                     else 1.0
                 )
@@ -610,7 +627,7 @@ def _fairshare(config: Config) -> FairShare | None:
         return None
     shares = {o.name: o.share for o in config.orgs}
     return FairShare(
-        {p.name: p.capacity for p in config.pools},
+        {p.name: p.start for p in config.pools},
         {p.name: shares for p in config.pools},
         config.fairshare.half_life,
         {o.name: o.team_shares for o in config.orgs if o.team_shares},
@@ -626,7 +643,33 @@ def _assign_seats(config: Config, registry: ReplicaRegistry) -> None:
         ]
         weight = sum(r.weight for r in replicas)
         for replica in replicas:
-            replica.seats = pool.capacity * replica.weight / weight
+            replica.seats = pool.start * replica.weight / weight
+
+
+def _pool_capacity(
+    config: Config, policy: FairShare | None, registry: ReplicaRegistry, clock: Clock
+) -> PoolCapacity | None:
+    """A learner for each pool of ``capacity: auto``; None when there is none."""
+    learned = [p for p in config.pools if p.learned]
+    if policy is None or not learned:
+        return None
+    pools = {}
+    for pool in learned:
+        assert pool.capacity_min is not None and pool.capacity_max is not None
+        kv_limit, rise_after = pool.capacity_kv_limit, pool.capacity_rise_after
+        learner = CapacityLearner(
+            pool.capacity_min,
+            pool.capacity_max,
+            kv_limit=DEFAULT_KV_LIMIT if kv_limit is None else kv_limit,
+            rise_after=DEFAULT_RISE_AFTER if rise_after is None else rise_after,
+            # metrics unknown this long (the scraper's stale_after): the replica drops out
+            hold=3 * config.health.interval,
+        )
+        replicas = [
+            r for m in config.models if m.pool == pool.name for r in registry.replicas(m.name)
+        ]
+        pools[pool.name] = (learner, replicas)
+    return PoolCapacity(policy, pools, clock=clock.monotonic)
 
 
 def _bands(config: Config) -> Bands | None:

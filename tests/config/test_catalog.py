@@ -149,3 +149,55 @@ def test_python_code_builds_models_by_field_name_with_durations_in_seconds() -> 
     assert model.model_class == "batch"
     assert model.upstream_model == "m"
     assert Limits(idle_timeout=0.5).idle_timeout == 0.5
+
+
+def test_a_learned_capacity_has_a_floor_and_a_ceiling(load: Load) -> None:
+    cfg = load(
+        "pools: [{name: p, capacity: auto, capacity_min: 8, capacity_max: 64,"
+        " capacity_kv_limit: 0.85, capacity_rise_after: 5s}]\n" + one_model(pool="p")
+    )
+    pool = cfg.pools[0]
+    assert (pool.capacity, pool.learned, pool.start) == ("auto", True, 8)
+    assert (pool.capacity_max, pool.capacity_kv_limit, pool.capacity_rise_after) == (64, 0.85, 5.0)
+    fixed = load("pools: [{name: p, capacity: 16}]\n" + one_model(pool="p")).pools[0]
+    assert (fixed.learned, fixed.start, fixed.capacity_min) == (False, 16, None)
+
+
+@pytest.mark.parametrize(
+    ("pool", "found"),
+    [
+        (
+            "{name: p, capacity: auto, capacity_max: 64}",
+            ["1:9: pools[0].capacity_min: required with capacity: auto"],
+        ),
+        (
+            "{name: p, capacity: auto, capacity_min: 8, capacity_max: 4}",
+            ["1:66: pools[0].capacity_max: must be at least capacity_min (8), got 4"],
+        ),
+        (
+            "{name: p, capacity: 16, capacity_min: 8}",
+            ["1:47: pools[0].capacity_min: only with capacity: auto, not with a fixed capacity"],
+        ),
+        (
+            "{name: p, capacity: 16, capacity_rise_after: 5s}",
+            ["1:54: pools[0].capacity_rise_after: only with capacity: auto"],
+        ),
+        ("{name: p, capacity: Auto}", ["1:29: pools[0].capacity: expected an integer or 'auto'"]),
+        ("{name: p, capacity: true}", ["1:29: pools[0].capacity: expected an integer or 'auto'"]),
+        (
+            "{name: p, capacity: auto, capacity_min: 0, capacity_max: 4}",
+            ["1:49: pools[0].capacity_min: must be at least 1, got 0"],
+        ),
+        (
+            "{name: p, capacity: auto, capacity_min: 1, capacity_max: 4, capacity_kv_limit: 1.5}",
+            ["1:88: pools[0].capacity_kv_limit: must be at most 1, got 1.5"],
+        ),
+    ],
+)
+def test_learned_capacity_keys_are_checked_at_their_position(
+    problems: Problems, pool: str, found: list[str]
+) -> None:
+    got = problems(f"pools: [{pool}]\n" + one_model(pool="p"))
+    assert len(got) == len(found)
+    for line, expected in zip(got, found, strict=True):
+        assert line.startswith(expected), line

@@ -30,6 +30,10 @@ vllm:num_requests_waiting{engine="1",model_name="meta-llama/Llama-3.3-70B-Instru
 # TYPE vllm:kv_cache_usage_perc gauge
 vllm:kv_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.3-70B-Instruct"} 0.8125
 vllm:kv_cache_usage_perc{engine="1",model_name="meta-llama/Llama-3.3-70B-Instruct"} 0.4
+# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="meta-llama/Llama-3.3-70B-Instruct"} 31.0
+vllm:num_preemptions_total{engine="1",model_name="meta-llama/Llama-3.3-70B-Instruct"} 11.0
 # HELP vllm:prompt_tokens_total Number of prefill tokens processed.
 # TYPE vllm:prompt_tokens_total counter
 vllm:prompt_tokens_total{engine="0",model_name="meta-llama/Llama-3.3-70B-Instruct"} 918273.0
@@ -56,7 +60,7 @@ llamacpp:requests_deferred 1
 
 def test_vllm_counts_are_summed_and_kv_is_the_fullest_engine() -> None:
     assert parse_engine_metrics(VLLM_PAGE, VLLM_METRICS) == EngineLoad(
-        running=12.0, waiting=2.0, kv_usage=0.8125
+        running=12.0, waiting=2.0, kv_usage=0.8125, preemptions=42.0
     )
 
 

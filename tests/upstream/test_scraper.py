@@ -41,7 +41,7 @@ async def test_load_is_read_and_shown_to_routing(
 ) -> None:
     replica = _replica(engine.url)
     await _scraper(replica, sessions).scrape_once()
-    assert replica.load == EngineLoad(running=4.0, waiting=1.0, kv_usage=0.25)
+    assert replica.load == EngineLoad(running=4.0, waiting=1.0, kv_usage=0.25, preemptions=7.0)
     snap = replica.snapshot()
     assert (snap.running, snap.waiting, snap.kv_usage) == (4.0, 1.0, 0.25)
     assert engine.paths() == ["/metrics"]

@@ -2,13 +2,19 @@
 
 (No ``from __future__ import annotations``: FastAPI reads these annotations at run time.)
 
-    monitor = FairShareMonitor(policy, state, clock, local=gate.fairshare_counts)
+    monitor = FairShareMonitor(policy, state, clock, local=gate.fairshare_counts,
+                               learned=pool_capacity.learned)   # pools of capacity: auto
     body = await monitor.report()                  # every pool and organisation
     app.include_router(fairshare_router(monitor, tenancy))
 
 Where each number comes from:
 
-    capacity, share, reservation          the policy (the configuration)
+    capacity, share, reservation          the policy (the configuration, or C learned from
+                                          the engines: ``capacity_source`` "auto")
+    capacity_learned                      the pool's learner (``capacity: auto`` only): floor,
+                                          ceiling, each replica's value, why and when C last
+                                          moved (``changed_at`` in Unix seconds, ``null`` if
+                                          it never has)
     within_share_in_flight                the state back end: every gateway sharing it
     usage, level, rank                    the back end's decayed usage, ranked by the policy
     this_gateway.*                        this process's own counters (``local``): borrowing
@@ -41,6 +47,7 @@ from fairgate.admin.routes.context import Caller
 from fairgate.core.clock import Clock
 from fairgate.core.errors import Forbidden, NotFound, ServiceUnavailable
 from fairgate.fairshare import FairShare, Standing
+from fairgate.fairshare.learned_capacity import Learned
 from fairgate.fairshare.policy import TeamUsage
 from fairgate.limits import FairShareState, StateUnavailable
 from fairgate.tenancy import Actor, Tenancy
@@ -51,6 +58,9 @@ log = logging.getLogger("fairgate.admin")
 
 LocalInFlight = Callable[[], Mapping[tuple[str, str], tuple[int, int]]]
 """This gateway's requests in flight per (pool, org): (within share, borrowing)."""
+
+LearnedCapacity = Callable[[str], Learned | None]
+"""What a pool's capacity learner knows now (``None`` for a pool of fixed capacity)."""
 
 
 class FairShareMonitor:
@@ -63,12 +73,19 @@ class FairShareMonitor:
     """
 
     def __init__(
-        self, policy: FairShare, state: FairShareState, clock: Clock, local: LocalInFlight
+        self,
+        policy: FairShare,
+        state: FairShareState,
+        clock: Clock,
+        local: LocalInFlight,
+        *,
+        learned: LearnedCapacity | None = None,
     ) -> None:
         self._policy = policy
         self._state = state
         self._clock = clock
         self._local = local
+        self._learned = learned or (lambda _pool: None)
 
     @property
     def pools(self) -> tuple[str, ...]:
@@ -102,12 +119,38 @@ class FairShareMonitor:
                 row["teams"] = self._team_rows(
                     name, row["org"], team_held.get(row["org"], {}), team_usage.get(row["org"], {})
                 )
-            body.append({"pool": name, "capacity": self._policy.capacity(name), "orgs": rows})
+            body.append(
+                {
+                    "pool": name,
+                    "capacity": self._policy.capacity(name),
+                    **self._capacity_source(name, now),
+                    "orgs": rows,
+                }
+            )
         return {
             "object": "fairshare",
             "at": now,
             "half_life_seconds": self._policy.half_life,
             "pools": body,
+        }
+
+    def _capacity_source(self, pool: str, now: float) -> dict[str, Any]:
+        learned = self._learned(pool)
+        if learned is None:
+            return {"capacity_source": "config"}
+        changed = learned.changed_at
+        return {
+            "capacity_source": "auto",
+            "capacity_learned": {
+                "floor": learned.floor,
+                "ceiling": learned.ceiling,
+                "replicas": dict(learned.replicas),
+                "reason": learned.reason,
+                # the learner's clock is monotonic; the report's is the wall clock
+                "changed_at": None
+                if changed is None
+                else now - (self._clock.monotonic() - changed),
+            },
         }
 
     async def _read(
@@ -196,7 +239,10 @@ def _row(
 
 
 _DESCRIPTION = """\
-Per pool: `capacity`, and per organisation its `share`, `reservation`,
+Per pool: `capacity` (C) and `capacity_source` (`config`, or `auto`: learned
+from the engines, with `capacity_learned`: `floor`, `ceiling`, each replica's
+learned value, the `reason` C last moved and when, `changed_at`), and per
+organisation its `share`, `reservation`,
 `within_share_in_flight` (requests holding a reserved slot, counted by every
 gateway sharing the state back end), decayed `usage` (cost units), `level`
 (LF = S / U; `null` means +infinity: no usage), and `rank` (what a borrowing

@@ -9,13 +9,30 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    StrictFloat,
+    StrictInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from fairgate.config.fields import Count, Name, NonEmpty, Section, describe, normalise_upstream_url
+from fairgate.config.fields import (
+    Count,
+    Name,
+    NonEmpty,
+    NonNegativeDuration,
+    Section,
+    describe,
+    normalise_upstream_url,
+)
 from fairgate.config.secrets import SecretRef
 from fairgate.routing import strategy_for
 
 __all__ = [
+    "AUTO",
     "MAX_CAPACITY",
     "Cost",
     "EngineKind",
@@ -30,15 +47,69 @@ __all__ = [
 MAX_CAPACITY = 100_000
 """Upper bound of a pool's capacity (concurrent requests)."""
 
+AUTO = "auto"
+"""``pools[].capacity: auto``: C learned from the engines."""
+
 EngineKind = Literal["vllm", "llama-server", "openai"]
 ModelClass = Literal["interactive", "batch"]
 
 
+def _capacity(value: Any) -> Any:
+    if value == AUTO:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer or '{AUTO}', got {describe(value)}")
+    if not 1 <= value <= MAX_CAPACITY:
+        bound = "at least 1" if value < 1 else f"at most {MAX_CAPACITY}"
+        raise ValueError(f"must be {bound}, got {value}")
+    return value
+
+
 class Pool(Section):
-    """A pool of GPU capacity shared by models: ``capacity`` concurrent requests, 1..100000."""
+    """A pool of GPU capacity shared by models: ``capacity`` concurrent requests, 1..100000,
+    or ``auto``: learned from the engines' metrics within ``capacity_min`` and
+    ``capacity_max`` (both required then), with ``capacity_kv_limit`` (KV use above
+    which a reading shows the pool over what it sustains, default 0.9) and
+    ``capacity_rise_after`` (how long evidence must last before C rises, default 10 s).
+    The four ``capacity_*`` keys are refused with a fixed capacity."""
 
     name: Name
-    capacity: StrictInt = Field(ge=1, le=MAX_CAPACITY)
+    capacity: Annotated[int | Literal["auto"], BeforeValidator(_capacity)]
+    capacity_min: StrictInt | None = Field(
+        default=None, ge=1, le=MAX_CAPACITY, validate_default=True
+    )
+    capacity_max: StrictInt | None = Field(
+        default=None, ge=1, le=MAX_CAPACITY, validate_default=True
+    )
+    capacity_kv_limit: StrictFloat | None = Field(default=None, gt=0, le=1)
+    capacity_rise_after: NonNegativeDuration | None = None
+
+    @field_validator("capacity_min", "capacity_max", "capacity_kv_limit", "capacity_rise_after")
+    @classmethod
+    def _only_when_learned(cls, value: Any, info: ValidationInfo) -> Any:
+        capacity = info.data.get("capacity")
+        bounds = info.field_name in ("capacity_min", "capacity_max")
+        if capacity == AUTO and bounds and value is None:
+            raise ValueError(f"required with capacity: {AUTO} (the floor and ceiling of C)")
+        if capacity != AUTO and capacity is not None and value is not None:
+            raise ValueError(f"only with capacity: {AUTO}, not with a fixed capacity")
+        low = info.data.get("capacity_min")
+        if info.field_name == "capacity_max" and None not in (value, low) and value < low:
+            raise ValueError(f"must be at least capacity_min ({low}), got {value}")
+        return value
+
+    @property
+    def learned(self) -> bool:
+        """True when C is learned from the engines (``capacity: auto``)."""
+        return self.capacity == AUTO
+
+    @property
+    def start(self) -> int:
+        """C before anything is learned: the fixed capacity, or the floor."""
+        if isinstance(self.capacity, int):
+            return self.capacity
+        assert self.capacity_min is not None  # required with auto
+        return self.capacity_min
 
 
 class TeamShare(Section):

@@ -1,7 +1,9 @@
 """Engine load read from the engine's own Prometheus ``/metrics`` text.
 
 Three numbers matter for routing and admission: requests running, requests
-waiting, and KV-cache occupancy. Each engine names them differently, and the
+waiting, and KV-cache occupancy; a fourth, the engine's cumulative preemption
+count, tells a learned pool capacity when the engine held more than it could
+(``fairgate.fairshare.learned_capacity``). Each engine names them differently, and the
 names drift between versions, so ``MetricNames`` is plain data the operator
 may override.
 
@@ -9,7 +11,7 @@ may override.
                         "vllm:kv_cache_usage_perc")
     parse_engine_metrics('vllm:num_requests_running{model_name="m",engine="0"} 3\\n'
                          'vllm:num_requests_running{model_name="m",engine="1"} 2\\n', names)
-    == EngineLoad(running=5.0, waiting=None, kv_usage=None)
+    == EngineLoad(running=5.0, waiting=None, kv_usage=None, preemptions=None)
 
 Counts are summed over all label sets (several data-parallel engines, several
 served model names behind one port). KV occupancy is a fraction in [0, 1] per
@@ -41,15 +43,20 @@ class MetricNames:
 
     ``running`` and ``waiting`` are request counts (gauges); ``kv_usage`` is a
     KV-cache occupancy fraction in [0, 1] (vLLM calls it ``…_perc`` but exports
-    a fraction). A kind with all three ``None`` is not scraped at all.
+    a fraction); ``preemptions`` is a cumulative counter. A kind with all four
+    ``None`` is not scraped at all.
     """
 
     running: str | None = None
     waiting: str | None = None
     kv_usage: str | None = None
+    preemptions: str | None = None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.running, self.waiting, self.kv_usage, self.preemptions) if n)
 
     def any(self) -> bool:
-        return any(name is not None for name in (self.running, self.waiting, self.kv_usage))
+        return bool(self.names())
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +66,14 @@ class EngineLoad:
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None
+    preemptions: float | None = None
 
 
 VLLM_METRICS = MetricNames(
     running="vllm:num_requests_running",
     waiting="vllm:num_requests_waiting",
     kv_usage="vllm:kv_cache_usage_perc",
+    preemptions="vllm:num_preemptions_total",
 )
 # llama.cpp exports requests_processing and requests_deferred; kv_cache_usage_ratio
 # exists only in older builds (newer ones leave kv_usage unknown, which is fine).
@@ -104,7 +113,7 @@ def parse_engine_metrics(text: str, names: MetricNames) -> EngineLoad:
     Raises ``ValueError`` when a line of a wanted metric is malformed. NaN and
     infinite samples are ignored; a metric with no usable sample is ``None``.
     """
-    wanted = frozenset(n for n in (names.running, names.waiting, names.kv_usage) if n)
+    wanted = frozenset(names.names())
     if not wanted:
         return EngineLoad()
     values: dict[str, list[float]] = {}
@@ -126,4 +135,5 @@ def parse_engine_metrics(text: str, names: MetricNames) -> EngineLoad:
         running=total(names.running),
         waiting=total(names.waiting),
         kv_usage=largest(names.kv_usage),
+        preemptions=total(names.preemptions),
     )

@@ -1,10 +1,12 @@
 """The fair-share policy of a gateway: reservations per pool, and a priority per request.
 
-Pure and stateless after construction: the caller (the admission stage, over
-the state back end) hands in the organisation's within-share in-flight count
-and the pool's decayed usage per organisation, and keeps them up to date
-itself. The policy holds only configuration: capacities, shares, half-life,
-and the reservations computed from them once.
+Pure: the caller (the admission stage, over the state back end) hands in the
+organisation's within-share in-flight count and the pool's decayed usage per
+organisation, and keeps them up to date itself. The policy holds configuration
+(shares, half-life) and each pool's current capacity with the reservations
+computed from it; ``set_capacity`` replaces a pool's capacity (one learned from
+the engines) and recomputes its reservations at once, so the request path only
+ever reads a ready mapping.
 """
 
 from __future__ import annotations
@@ -105,6 +107,17 @@ class FairShare:
             for pool, reservations in self._reservations.items()
             for org, teams in self._team_shares.items()
         }
+
+    def set_capacity(self, pool: str, capacity: int) -> bool:
+        """Make ``capacity`` the C of ``pool`` and apportion its reservations again; True
+        when C changed. Requests already holding a within-share slot keep it: an
+        organisation over a shrunk reservation borrows until enough of them finish.
+        Raises ``KeyError`` for an unknown pool, ``ValueError`` for a negative capacity."""
+        if capacity == self._capacity[pool]:
+            return False
+        reservations = MappingProxyType(apportion(capacity, self._shares[pool]))
+        self._capacity[pool], self._reservations[pool] = capacity, reservations
+        return True
 
     @property
     def pools(self) -> tuple[str, ...]:

@@ -7,7 +7,10 @@ A Prometheus scrape cannot await the state back end, so ``run`` takes a report
 every ``interval`` and the collector serves the last one. Families (labels
 ``pool``, ``org`` unless said):
 
-    fairgate_fairshare_capacity{pool}               C of the pool
+    fairgate_fairshare_capacity{pool}               C of the pool (configured or learned)
+    fairgate_fairshare_capacity_learned{pool}       1 when C is learned from the engines, else 0
+    fairgate_fairshare_capacity_replica{pool,replica}  a replica's learned value (auto only)
+    fairgate_fairshare_capacity_changed_timestamp_seconds{pool}  when a learned C last moved
     fairgate_fairshare_share                        configured share
     fairgate_fairshare_reservation                  reserved concurrency
     fairgate_fairshare_within_share_in_flight       slots held, all gateways (do not sum them)
@@ -112,14 +115,39 @@ class FairShareMetrics(Collector):
             (field, here, GaugeMetricFamily(name, text, labels=["pool", "org"]))
             for field, here, name, text in _ORG_GAUGES
         ]
+        auto = GaugeMetricFamily(
+            "fairgate_fairshare_capacity_learned",
+            "1 when the pool's C is learned from the engines (capacity: auto)",
+            labels=["pool"],
+        )
+        per_replica = GaugeMetricFamily(
+            "fairgate_fairshare_capacity_replica",
+            "A replica's learned part of C (requests it sustains without preemption)",
+            labels=["pool", "replica"],
+        )
+        changed = GaugeMetricFamily(
+            "fairgate_fairshare_capacity_changed_timestamp_seconds",
+            "When the learned C of the pool last moved (Unix time)",
+            labels=["pool"],
+        )
         for pool in () if report is None else report["pools"]:
             capacity.add_metric([pool["pool"]], float(pool["capacity"]))
+            learned = pool.get("capacity_learned")
+            auto.add_metric([pool["pool"]], 0.0 if learned is None else 1.0)
+            if learned is not None:
+                for replica, value in learned["replicas"].items():
+                    per_replica.add_metric([pool["pool"], replica], float(value))
+                if learned["changed_at"] is not None:
+                    changed.add_metric([pool["pool"]], float(learned["changed_at"]))
             for row in pool["orgs"]:
                 labels = [pool["pool"], row["org"]]
                 for field, here, family in gauges:
                     value = row["this_gateway"][field] if here else row[field]
                     family.add_metric(labels, math.inf if value is None else float(value))
         yield capacity
+        yield auto
+        yield per_replica
+        yield changed
         yield from (family for _, _, family in gauges)
         yield GaugeMetricFamily(
             "fairgate_fairshare_up",
