@@ -41,12 +41,15 @@ def test_a_rise_needs_evidence_sustained_for_rise_after() -> None:
     at(learner, 0, r("a", 20))
     at(learner, 9, r("a", 30))
     assert learner.learned.replicas["a"] == 0  # 9 s of evidence is not enough
-    # One reading at or under the value breaks the streak: it starts again.
-    at(learner, 10, r("a", 0))
-    at(learner, 15, r("a", 25))
-    assert at(learner, 24, r("a", 26)).replicas["a"] == 0
-    # The value rises to the lowest reading of the streak, not the highest.
-    assert at(learner, 25, r("a", 40)).replicas["a"] == 25
+    # Light load between two readings is no evidence either way; the value rises to the
+    # lowest reading of the streak, not the highest.
+    at(learner, 10, r("a", 0, 0.0))
+    assert at(learner, 11, r("a", 25)).replicas["a"] == 20
+    # A full reading that shows the value is what fits stops the next rise.
+    at(learner, 12, r("a", 30))
+    at(learner, 20, r("a", 22, 0.99, preempted=4))  # ⌊22 · 0.9 / 0.99⌋ = 20
+    assert at(learner, 23, r("a", 30, preempted=4)).replicas["a"] == 20
+    assert at(learner, 33, r("a", 30, preempted=4)).replicas["a"] == 30
 
 
 def test_light_load_never_lowers_the_value() -> None:
@@ -56,21 +59,35 @@ def test_light_load_never_lowers_the_value() -> None:
     assert at(learner, 2, r("a", 0, 0.0)).capacity == 30
 
 
-def test_a_preemption_lowers_the_value_at_once() -> None:
+def test_a_full_kv_cache_lowers_the_value_at_once() -> None:
+    learner = CapacityLearner(1, 100, rise_after=0.0)
+    at(learner, 0, r("a", 30, 0.6))
+    learned = at(learner, 1, r("a", 22, 0.99, preempted=9))
+    assert learned.capacity == 20  # ⌊22 · 0.9 / 0.99⌋
+    assert learned.reason == "a fell 30 -> 20: KV 0.99 over 0.9 at 22 running"
+
+
+def test_a_preemption_read_with_little_kv_in_use_lowers_nothing() -> None:
+    # The engine overflowed between two scrapes and has drained since: the running
+    # count read now is not the one it preempted at.
     learner = CapacityLearner(1, 100, rise_after=0.0)
     at(learner, 0, r("a", 30, 0.6, preempted=5))
-    learned = at(learner, 1, r("a", 24, 0.8, preempted=7))
-    assert learned.capacity == 24
-    assert learned.reason is not None and "preempted at 24 running" in learned.reason
-    # Preempted while over the KV limit: what fits at the limit.
-    learned = at(learner, 2, r("a", 22, 0.99, preempted=9))
-    assert learned.capacity == 20  # ⌊22 · 0.9 / 0.99⌋
-    assert learned.reason is not None
-    assert "preempted at 22 running and KV 0.99 over 0.9" in learned.reason
+    assert at(learner, 1, r("a", 3, 0.1, preempted=9)).capacity == 30
+    # Nor is it evidence to rise.
+    assert at(learner, 2, r("a", 40, 0.8, preempted=12)).capacity == 30
+    assert at(learner, 3, r("a", 40, 0.8, preempted=12)).capacity == 40
 
 
-def test_over_readings_above_the_value_do_not_lower_it() -> None:
-    # Borrowers fill an engine past C: a preemption at more than C running is no
+def test_an_engine_without_kv_use_is_lowered_by_its_preemptions() -> None:
+    learner = CapacityLearner(1, 100, rise_after=0.0)
+    at(learner, 0, r("a", 20, None))
+    learned = at(learner, 1, r("a", 16, None, preempted=2))
+    assert learned.capacity == 16
+    assert learned.reason == "a fell 20 -> 16: preempted at 16 running (no KV metric)"
+
+
+def test_full_readings_above_the_value_do_not_lower_it() -> None:
+    # Borrowers fill an engine past C: a full cache at more than C running is no
     # evidence that C is too high.
     learner = CapacityLearner(1, 100, rise_after=0.0)
     at(learner, 0, r("a", 20, 0.5))
@@ -78,9 +95,9 @@ def test_over_readings_above_the_value_do_not_lower_it() -> None:
     assert at(learner, 2, r("a", 33, 1.0, preempted=6)).capacity == 29
 
 
-def test_over_readings_count_as_evidence_to_rise() -> None:
-    # A saturated engine (KV always over the limit, preemptions every scrape) is
-    # still learned: what fits at the KV limit, sustained.
+def test_a_saturated_engine_is_learned_from_its_full_readings() -> None:
+    # KV always over the limit and preemptions at every scrape: what fits at the KV
+    # limit, sustained.
     learner = CapacityLearner(1, 100, rise_after=10.0)
     for t, running in enumerate([33, 31, 32, 34, 33, 32, 31, 33, 32, 33, 34]):
         learned = at(learner, t, r("a", running, 0.99, preempted=t))
@@ -137,12 +154,6 @@ def test_seats_by_weight_while_nothing_is_learned() -> None:
     # Only replicas taking part get seats; one that dropped out gets none.
     learned = at(learner, 1, r("a", 0))
     assert learned.seats({"a": 1, "b": 2}) == {"a": 12.0, "b": 0.0}
-
-
-def test_an_engine_without_kv_use_is_judged_by_its_preemptions() -> None:
-    learner = CapacityLearner(1, 100, rise_after=0.0)
-    at(learner, 0, r("a", 20, None))
-    assert at(learner, 1, r("a", 16, None, preempted=2)).capacity == 16
 
 
 @pytest.mark.parametrize(

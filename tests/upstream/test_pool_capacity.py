@@ -71,9 +71,9 @@ def test_reservations_and_seats_follow_the_learned_capacity(
     [record] = [r for r in caplog.records if "capacity 4 -> 24" in r.getMessage()]
     assert "m/r0 rose 0 -> 18" in record.getMessage()
     assert "{'A': 18, 'B': 6}" in record.getMessage()
-    # r1 preempts at 4 running: it sustains 4, not 6.
+    # r1's KV cache is full at 5 running: 4 fit at KV 0.9, not 6.
     w.load("r0", 18, 0.6)
-    w.load("r1", 4, 0.5, preemptions=3)
+    w.load("r1", 5, 1.0, preemptions=3)
     w.step()
     assert w.policy.capacity("p") == 22
     assert dict(w.policy.reservations("p")) == {"A": 17, "B": 5}  # 16.5 / 5.5: A first by name

@@ -5,29 +5,36 @@ Pure: the readings and the time are handed in; nothing here scrapes or sleeps.
 Each scrape of a replica gives its running count r, its KV-cache use k (0..1)
 and the engine's cumulative preemption counter. With the KV limit L:
 
-    clean reading   nothing preempted since the last reading and k ≤ L
-                    evidence e = r: the replica sustains r requests
-    over reading    the preemption counter rose, or k > L
-                    evidence e = ⌊r · L / max(k, L)⌋: the requests that fit at KV L
-    value           falls to e at once on an over reading whose e is below it;
-                    rises to the lowest e of a streak of readings all above it
-                    once the streak has lasted rise_after seconds (hysteresis:
-                    one reading proves a value too high, only sustained
-                    evidence proves it too low)
+    clean reading   nothing preempted since the last reading and k ≤ L:
+                    the replica sustains e = r
+    full reading    k > L: e = ⌊r · L / k⌋ requests fit at KV use L
+    value           falls to e at once on a full reading whose e is below it;
+                    rises on sustained evidence: once clean or full readings
+                    with e above it have come for rise_after seconds, to the
+                    lowest of them; a full reading with e at the value stops a rise
     C               Σ values of the replicas taking part, within [floor, ceiling]
+
+A clean reading at or below the value (light load) is no evidence either way:
+it neither lowers the value nor stops a rise. Neither is a reading with KV at
+most L but preemptions since the last one: they happened between two scrapes,
+at a running count nobody saw (the engine may hold far fewer requests by the
+time it is read); a cache that fills shows up as full readings. A saturated
+engine preempts all the time (borrowers fill it past C on purpose), which is
+why full readings count whether or not it preempted. Only an engine that
+exports no KV use is lowered by its preemptions, to the running count read
+with them.
 
 A replica takes part from its first reading with known metrics; it drops out
 (its value forgotten, so it is learned again from 0) when it is unhealthy, when
 its metrics stay unknown for ``hold`` seconds, or when its preemption counter
-goes backwards (the engine restarted, perhaps with another KV cache). An engine
-that exports no KV use is judged by its preemptions alone.
+goes backwards (the engine restarted, perhaps with another KV cache).
 
 Worked example: floor 8, ceiling 64, L = 0.9, rise_after 10 s, two replicas.
 
     t=0   r0 running 12 KV 0.50, r1 running 10 KV 0.40    streaks start; C = 8 (floor)
     t=5   r0 running 14 KV 0.55, r1 running 11 KV 0.45    still 0 + 0 → C = 8
     t=10  r0 running 13 KV 0.52, r1 running 12 KV 0.48    10 s above: r0 → 12, r1 → 10; C = 22
-    t=11  r0 running 11 KV 0.99 (over), r1 as at t=10     e = ⌊11·0.9/0.99⌋ = 10 → r0 10; C = 20
+    t=11  r0 running 11 KV 0.99 (full), r1 as at t=10     e = ⌊11·0.9/0.99⌋ = 10 → r0 10; C = 20
     t=12  r1 unhealthy                                    r1 drops out; C = 10
     t=13  r1 back, running 4 KV 0.20                      r1 joins at 0, learned again; C = 10
 
@@ -189,15 +196,15 @@ class CapacityLearner:
     ) -> None:
         running = max(0, math.floor(reading.running or 0.0))
         kv = reading.kv_usage
-        over_kv = kv is not None and kv > self.kv_limit
-        fits = math.floor(running * self.kv_limit / kv + 1e-9) if over_kv and kv else running
-        if (preempted or over_kv) and fits < state.value:
-            why = f"preempted at {running} running" if preempted else ""
-            if over_kv:
-                why += (" and " if why else "") + f"KV {kv:.2f} over {self.kv_limit:g}"
-                why += "" if preempted else f" at {running} running"
-            self._events.append(f"{key} fell {state.value} -> {fits}: {why}")
-            state.value, state.streak_since = fits, None
+        full = kv is not None and kv > self.kv_limit
+        fits = math.floor(running * self.kv_limit / kv + 1e-9) if full and kv else running
+        if full and fits < state.value:
+            self._fall(key, state, fits, f"KV {kv:.2f} over {self.kv_limit:g} at {running} running")
+        elif full and fits == state.value:
+            state.streak_since = None  # the value is what fits now: no rise
+        elif preempted and not full:
+            if kv is None and running < state.value:
+                self._fall(key, state, running, f"preempted at {running} running (no KV metric)")
         elif fits > state.value:
             if state.streak_since is None:
                 state.streak_since, state.streak_low = now, fits
@@ -206,11 +213,13 @@ class CapacityLearner:
             if lasted >= self.rise_after:
                 self._events.append(
                     f"{key} rose {state.value} -> {state.streak_low}: "
-                    f"{state.streak_low} or more sustained for {lasted:g}s"
+                    f"{state.streak_low} or more sustained for {lasted:.0f}s"
                 )
                 state.value, state.streak_since = state.streak_low, None
-        else:
-            state.streak_since = None
+
+    def _fall(self, key: str, state: _Replica, to: int, why: str) -> None:
+        self._events.append(f"{key} fell {state.value} -> {to}: {why}")
+        state.value, state.streak_since = to, None
 
     def _drop(self, key: str, why: str) -> None:
         state = self._replicas.pop(key)
