@@ -1,9 +1,9 @@
 """Engine load scraped from each replica's ``/metrics``.
 
 Every ``interval`` seconds each replica whose adapter names load metrics
-gets ``GET /metrics``; the reading (running, waiting, KV occupancy, names
-from ``adapter.metric_names``) is stored on the replica with its time and
-trusted for ``stale_after`` seconds (choose two or three intervals). A
+gets ``GET /metrics``; the reading (running, waiting, KV occupancy, the
+preemption counter; names from ``adapter.metric_names``) is stored on the
+replica with its time and trusted for ``stale_after`` seconds (choose two or three intervals). A
 failed scrape (connection error, timeout, non-2xx, a page over ``max_bytes``,
 text that does not parse) drops the stored load at once, so routing sees
 "unknown" rather than an old number. A scrape failure never touches the
