@@ -139,3 +139,17 @@ def test_team_rows_hang_under_their_org_and_a_learned_capacity_says_so() -> None
         "        ├── t1  share 0.7  reserved 3  in flight 1  usage 2.5  level 1.2  rank 0",
         "        └── t2  share 0.3  reserved 3  in flight 1  usage 2.5  level inf  rank 1",
     ]
+
+
+def test_a_capacity_learned_from_the_engines_shows_its_bounds_and_replicas() -> None:
+    from rich.console import Console
+
+    from fairgate.cli.share import render_tree
+
+    learned = {"floor": 8, "ceiling": 200, "replicas": {"m/r0": 28, "m/r1": 30}, "reason": "x"}
+    pool = {"pool": "p", "capacity": 58, "capacity_source": "auto", "capacity_learned": learned}
+    console = Console(width=200, color_system=None, record=True)
+    console.print(render_tree({"at": 0, "half_life_seconds": 60.0, "pools": [pool]}))
+    assert console.export_text().splitlines()[1] == (
+        "└── pool p  capacity 58 (source: auto, floor 8, ceiling 200, m/r0 28, m/r1 30)"
+    )

@@ -29,7 +29,6 @@ import random
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -88,7 +87,11 @@ class Run:
         return mine / known
 
     def mean_running(self, replica: str, span: tuple[float, float]) -> float:
-        sizes = [len(b["running"]) for at, r, b in self.samples if r == replica and span[0] <= at < span[1]]
+        sizes = [
+            len(b["running"])
+            for at, r, b in self.samples
+            if r == replica and span[0] <= at < span[1]
+        ]
         assert len(sizes) >= 10, f"only {len(sizes)} samples of {replica}"
         return sum(sizes) / len(sizes)
 
@@ -158,9 +161,7 @@ async def _scenario(
 
         background = [asyncio.create_task(c) for c in (sampler("r0"), sampler("r1"), reporter())]
         clients = [
-            asyncio.create_task(client(org, seed))
-            for seed in range(CLIENTS)
-            for org in ("A", "B")
+            asyncio.create_task(client(org, seed)) for seed in range(CLIENTS) for org in ("A", "B")
         ]
         # Both engines learned: each has a value, and C has stood still for 5 s.
         deadline = time.monotonic() + 60

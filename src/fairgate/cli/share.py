@@ -178,7 +178,10 @@ def render_tree(body: dict[str, Any]) -> Tree:
         if source is not None:
             capacity += f" (source: {escape(str(source))}"
             learned = pool.get("capacity_learned")
-            capacity += f", learned: {_num(learned)})" if learned is not None else ")"
+            if isinstance(learned, dict):
+                capacity += f", {_learned(learned)})"
+            else:
+                capacity += f", learned: {_num(learned)})" if learned is not None else ")"
         branch = root.add(f"pool {escape(str(pool.get('pool')))}  {capacity}")
         for org in pool.get("orgs", []):
             node = branch.add(_row(org, "org"))
@@ -209,6 +212,13 @@ def _row(row: dict[str, Any], name: str) -> str:
         f"rank {_num(row.get('rank'))}",
     ]
     return "  ".join(parts)
+
+
+def _learned(learned: dict[str, Any]) -> str:
+    """``floor 8, ceiling 200, m/r0 28, m/r1 30``: a learned capacity's bounds and values."""
+    replicas = learned.get("replicas") or {}
+    parts = [f"floor {_num(learned.get('floor'))}", f"ceiling {_num(learned.get('ceiling'))}"]
+    return ", ".join(parts + [f"{_num(name)} {_num(v)}" for name, v in replicas.items()])
 
 
 def _num(value: Any) -> str:
