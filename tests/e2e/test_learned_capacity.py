@@ -6,11 +6,9 @@ evidence) over two simulated vLLM engines r0 and r1, each with a KV cache of
 requests at once). Organisations A (share 0.75) and B (0.25) each run 64
 closed-loop clients, more than either reservation, so both engines stay
 saturated: KV full, requests waiting, preemptions. The gateway learns C from
-the engines' metrics. Requests go to the replica with the fewest in flight
-(``EVEN``), so both organisations reach both engines: each engine's priority
-queue can only order what it holds (with the default ``chat`` routing, key
-affinity may send each organisation to an engine of its own; that is share-aware
-routing's business, not this test's).
+the engines' metrics. Routing is the default (``chat``, with share-aware
+routing on), so the replicas' seats, which follow the learned values, decide
+where within-share requests go.
 
 Then r1 is restarted on the same port with half the cache (384 blocks). The
 gateway sees it drop out and come back, learns its smaller value again, and
@@ -50,7 +48,6 @@ SIM_ARGS = (
     "--no-prefix-caching", "--record", "0",
 )  # fmt: skip
 WORDS = [f"w{i}" for i in range(1000)]
-EVEN = {"scorers": {"in-flight": 1}, "picker": "max-score"}
 
 
 @dataclass
@@ -228,7 +225,6 @@ def learned(tmp_path_factory: pytest.TempPathFactory) -> Run:
                     sims["r1"],
                     pool="p",
                     cost={"output_per_mtok": 1000.0},
-                    routing=EVEN,
                 )
             ],
             pools=[
