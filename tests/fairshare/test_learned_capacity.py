@@ -175,3 +175,14 @@ def test_reservations_follow_a_new_capacity() -> None:
     assert policy.set_capacity("p", 10) is False
     with pytest.raises(KeyError):
         policy.set_capacity("other", 4)
+
+
+def test_team_sub_reservations_follow_a_new_capacity() -> None:
+    policy = FairShare(
+        {"p": 20}, {"p": {"A": 0.5, "B": 0.5}}, team_shares={"A": {"t1": 0.7, "t2": 0.3}}
+    )
+    before = dict(policy.team_reservations("p", "A"))
+    assert policy.set_capacity("p", 40)
+    after = dict(policy.team_reservations("p", "A"))
+    assert sum(before.values()) == 10 and sum(after.values()) == 20
+    assert (after["t1"], after["t2"]) == (14, 6)

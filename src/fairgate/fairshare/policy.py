@@ -109,14 +109,16 @@ class FairShare:
         }
 
     def set_capacity(self, pool: str, capacity: int) -> bool:
-        """Make ``capacity`` the C of ``pool`` and apportion its reservations again; True
-        when C changed. Requests already holding a within-share slot keep it: an
-        organisation over a shrunk reservation borrows until enough of them finish.
+        """Make ``capacity`` the C of ``pool`` and apportion its reservations (and their team
+        splits) again; True when C changed. Requests already holding a within-share slot
+        keep it: an organisation over a shrunk reservation borrows until enough finish.
         Raises ``KeyError`` for an unknown pool, ``ValueError`` for a negative capacity."""
         if capacity == self._capacity[pool]:
             return False
         reservations = MappingProxyType(apportion(capacity, self._shares[pool]))
         self._capacity[pool], self._reservations[pool] = capacity, reservations
+        for org, teams in self._team_shares.items():
+            self._splits[pool, org] = MappingProxyType(split(reservations.get(org, 0), teams))
         return True
 
     @property
