@@ -213,6 +213,34 @@ async def test_the_queue_is_bounded_in_size_and_time() -> None:
     assert d.held("p") == 0
 
 
+async def test_a_flooding_organisation_gives_way_in_a_full_queue() -> None:
+    engine, clock = Engine(), Clock()
+    engine.in_flight = 4
+    d = dispatcher(engine, clock, queue_size=4)
+    flood = [asyncio.create_task(d.wait("p", "a", 0)) for _ in range(4)]
+    await settle()
+    # b's borrower takes the place of a's newest, which is refused at once
+    b_first = asyncio.create_task(d.wait("p", "b", 0))
+    await settle()
+    with pytest.raises(ServiceUnavailable) as refused:
+        await asyncio.wait_for(flood[3], 1)
+    assert refused.value.status == 503 and refused.value.code == "queue_full"
+    assert d.held("p", "a") == 3 and d.held("p", "b") == 1
+    # a's next borrower finds the queue full and a already holding the most
+    with pytest.raises(ServiceUnavailable):
+        await d.wait("p", "a", 0)
+    b_second = asyncio.create_task(d.wait("p", "b", 0))
+    await settle()
+    assert d.held("p", "a") == 2 and d.held("p", "b") == 2
+    # split evenly: the next of b is refused itself, a keeps its two
+    with pytest.raises(ServiceUnavailable):
+        await d.wait("p", "b", 0)
+    assert d.held("p", "a") == 2 and d.held("p", "b") == 2
+    for task in (*flood[:3], b_first, b_second):
+        task.cancel()
+    await asyncio.gather(*flood[:3], b_first, b_second, return_exceptions=True)
+
+
 async def test_a_caller_who_goes_away_leaves_the_queue_at_once_and_holds_nothing() -> None:
     engine, clock = Engine(), Clock()
     engine.in_flight = 4

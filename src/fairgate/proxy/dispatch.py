@@ -45,6 +45,10 @@ Dispatch happens when a request leaves the pool (``freed``), on every
 ``recheck`` (``run()`` every ``recheck_interval``, which also answers TTLs),
 and when a seat of an organisation's reservation frees while it has borrowers
 held (``seat_freed``: its oldest goes, and takes the seat if still free).
+A full queue (``queue_size``) refuses the newcomer with 503 ``queue_full``,
+unless another organisation holds at least two more waiters than the
+newcomer's: then that organisation's newest waiter gets the 503 instead, so
+one organisation's flood cannot keep every other's borrowers out.
 Everything runs on one event loop, without locks. Per request O(log n) queue
 work plus one room reading (O(replicas)).
 """
@@ -351,7 +355,7 @@ class Dispatcher:
         grant made in the meantime).
         """
         p = self._pools[pool]
-        if len(p.held) >= self.queue_size:
+        if len(p.held) >= self.queue_size and not self._push_out(p, org):
             self._observer.rejected(pool, "queue_full")
             raise ServiceUnavailable(
                 "Too many requests are waiting for this model's capacity; try again later.",
@@ -459,6 +463,35 @@ class Dispatcher:
                     code="queue_timeout",
                 )
             )
+
+    def _push_out(self, p: _Pool, org: str) -> bool:
+        """The pool's queue is full: make room for a borrower of ``org`` by refusing the
+        newest waiter of the organisation holding the most, if it holds at least two
+        more than ``org`` (503 ``queue_full`` to it). False when nobody is pushed out.
+
+        So one organisation flooding the queue fills it only until another's borrower
+        comes; then the flood gives way, one waiter at a time, until the queue is
+        split evenly among the organisations using it. O(held), only when full."""
+        counts: dict[str, int] = {}
+        for waiter in p.arrivals.values():
+            counts[waiter.org] = counts.get(waiter.org, 0) + 1
+        if not counts:
+            return False
+        biggest = max(counts, key=lambda name: (counts[name], name))
+        if biggest == org or counts[biggest] < counts.get(org, 0) + 2:
+            return False
+        victim = next(w for w in reversed(p.arrivals.values()) if w.org == biggest)
+        p.held.remove(victim.key)
+        self._take_out(p, victim)
+        self._observer.rejected(p.name, "queue_full")
+        if not victim.future.done():
+            victim.future.set_result(
+                ServiceUnavailable(
+                    "Too many requests are waiting for this model's capacity; try again later.",
+                    code="queue_full",
+                )
+            )
+        return True
 
     def _take_out(self, p: _Pool, waiter: _Waiter) -> None:
         waiter.held = False
