@@ -197,7 +197,7 @@ async def _scenario(
             await asyncio.sleep(0.5)
             assert time.monotonic() < deadline, f"r1 not learned again: {run.reports[-1:]}"
             new = values().get("m/r1", 0)
-            if 0.35 * old_r1 <= new <= 0.65 * old_r1:  # about half of what it was
+            if 0.3 * old_r1 <= new <= 0.65 * old_r1:  # about half of what it was
                 run.relearned_at = time.monotonic()
         await asyncio.sleep(2)  # the within-share slots move to the new reservations
         start = time.monotonic()
@@ -281,7 +281,7 @@ def test_c_is_learned_from_both_engines_and_relearned_after_a_smaller_restart(
     assert all(20 <= v <= 40 for v in old.values()), old
     assert before["capacity"] == sum(old.values())
     # r1 came back with half the cache: its value about halves, r0's stays.
-    assert 0.35 <= new["m/r1"] / old["m/r1"] <= 0.65, (old, new)
+    assert 0.3 <= new["m/r1"] / old["m/r1"] <= 0.65, (old, new)
     assert abs(new["m/r0"] - old["m/r0"]) <= 6
     assert after["capacity"] == sum(new.values()) < before["capacity"]
     assert took <= 60
