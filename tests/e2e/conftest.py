@@ -101,16 +101,24 @@ def add_key(config: Path, team: str, **options: Any) -> str:
     return asyncio.run(create())
 
 
-@pytest.fixture
-def redis_state(tmp_path: Path, redis_url: str) -> dict[str, Any]:
-    """A ``state`` section on the test Redis, under a prefix of this test's own."""
-    url_file = tmp_path / "redis-url"
-    url_file.write_text(redis_url)
+def state_section(backend: str, directory: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The ``state`` section for ``backend``: the memory back end, or the test Redis
+    under a prefix of its own (the URL in a file in ``directory``)."""
+    if backend == "memory":
+        return {"backend": "memory"}
+    url_file = directory / "redis-url"
+    url_file.write_text(request.getfixturevalue("redis_url"))
     return {
         "backend": "redis",
         "url_file": str(url_file),
         "prefix": f"fg-test:{os.urandom(6).hex()}:",
     }
+
+
+@pytest.fixture
+def redis_state(tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """A ``state`` section on the test Redis, under a prefix of this test's own."""
+    return state_section("redis", tmp_path, request)
 
 
 @pytest.fixture(params=["memory", "redis"])

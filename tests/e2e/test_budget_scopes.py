@@ -18,7 +18,6 @@ its own: the tag case on ``t`` and ``u``, the alias case on ``t2``, the fallback
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.e2e.conftest import AUTH, StartSim, add_key, model, write_config
+from tests.e2e.conftest import AUTH, StartSim, add_key, model, state_section, write_config
 from tests.e2e.test_budgets import budget_refusal
 from tests.e2e.test_limits import OPERATOR, PRICES, TAGS, me, refusal
 
@@ -94,12 +93,7 @@ def shared(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Shared]:
     directory = tmp_path_factory.mktemp(f"shared-{request.param}")
-    state: dict[str, Any] = {"backend": "memory"}
-    if request.param == "redis":
-        url_file = directory / "redis-url"
-        url_file.write_text(request.getfixturevalue("redis_url"))
-        prefix = f"fg-test:{os.urandom(6).hex()}:"
-        state = {"backend": "redis", "url_file": str(url_file), "prefix": prefix}
+    state = state_section(request.param, directory, request)
     with ExitStack() as stack:
         sim = stack.enter_context(SimProcess("--model", "m", "--speed", "0"))
         broken = stack.enter_context(SimProcess("--model", "x", "--speed", "0"))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.e2e.conftest import AUTH, StartSim, add_key, model
+from tests.e2e.conftest import AUTH, StartSim, add_key, model, state_section
 from tests.e2e.robust_wire import until
 from tests.e2e.test_limits import PRICES, chat, configure, refusal
 from tests.redis_keys import delete_prefix
@@ -98,12 +97,7 @@ def shared(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Shared]:
     directory = tmp_path_factory.mktemp(f"shared-{request.param}")
-    state: dict[str, Any] = {"backend": "memory"}
-    if request.param == "redis":
-        url_file = directory / "redis-url"
-        url_file.write_text(request.getfixturevalue("redis_url"))
-        prefix = f"fg-test:{os.urandom(6).hex()}:"
-        state = {"backend": "redis", "url_file": str(url_file), "prefix": prefix}
+    state = state_section(request.param, directory, request)
     with SimProcess("--model", "m", "--speed", "0") as sim:
         config = configure(
             directory,

@@ -15,7 +15,6 @@ test_limits_shared.py.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import time
 from collections.abc import Iterator, Sequence
@@ -28,7 +27,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from tests.e2e.conftest import TEST_KEY, StartSim, add_key, model, write_config
+from tests.e2e.conftest import TEST_KEY, StartSim, add_key, model, state_section, write_config
 from tests.e2e.robust_wire import chat_body, connect, post, read_until, until
 
 from fairgate.config import load_config
@@ -167,12 +166,7 @@ def shared(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Shared]:
     directory = tmp_path_factory.mktemp(f"shared-{request.param}")
-    state: dict[str, Any] = {"backend": "memory"}
-    if request.param == "redis":
-        url_file = directory / "redis-url"
-        url_file.write_text(request.getfixturevalue("redis_url"))
-        prefix = f"fg-test:{os.urandom(6).hex()}:"
-        state = {"backend": "redis", "url_file": str(url_file), "prefix": prefix}
+    state = state_section(request.param, directory, request)
     with ExitStack() as stack:
         sims = (
             stack.enter_context(SimProcess("--model", "m", "--speed", "0", "--eos-after", "8")),
