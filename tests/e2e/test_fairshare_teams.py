@@ -14,7 +14,7 @@ the gateway's ``X-Request-Id``; the output tokens served from the responses.
   within ± 0.04 (the batch also holds work that preemption throws away),
   while A and B hold their shares within ± 0.03: the gateway holds borrowers
   (``fairshare.hold_borrowers``, the default) and sends the next one by the
-  ranks at dispatch (three runs gave A 0.623–0.628 of the batch; on earlier
+  ranks at dispatch (four runs gave A 0.623–0.628 of the batch; on earlier
   versions of the gateway the organisation level swung by several hundredths
   from one 50-second run to the next, A 0.63–0.68);
 - then ``y`` stops: ``t`` borrows its sibling's three idle seats inside A at the
