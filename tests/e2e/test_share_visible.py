@@ -300,7 +300,7 @@ def test_the_cli_prints_the_running_gateways_tree(seen: Seen) -> None:
     print("\n" + text)
     lines = text.splitlines()
     assert lines[0].startswith("fair share at ") and "half-life 3600 s" in lines[0]
-    assert lines[1] == "└── pool p  capacity 4"
+    assert lines[1] == "└── pool p  capacity 4 (source: config)"
     # B (rank 0) before A (rank 1), each with its live counts
     assert lines[2].startswith(
         "    ├── B  share 0.5  reserved 2  in flight 2  here: 2 within, 1 borrowing  usage 0  "
