@@ -465,12 +465,7 @@ class Gateway:
             return None
         pools = {}
         for pool in config.pools:
-            replicas = [
-                r
-                for m in config.models
-                if m.pool == pool.name
-                for r in self.registry.replicas(m.name)
-            ]
+            replicas = _pool_replicas(config, self.registry, pool.name)
             starts = {replica_key(r.snapshot()): max(1.0, r.seats or 1.0) for r in replicas}
             pools[pool.name] = PoolEngines(
                 _snapshots(replicas), CapacityTracker(1, initial_by_replica=starts)
@@ -634,13 +629,16 @@ def _fairshare(config: Config) -> FairShare | None:
     )
 
 
+def _pool_replicas(config: Config, registry: ReplicaRegistry, pool: str) -> list[Replica]:
+    """The replicas of every model of ``pool``."""
+    return [r for m in config.models if m.pool == pool for r in registry.replicas(m.name)]
+
+
 def _assign_seats(config: Config, registry: ReplicaRegistry) -> None:
     """Each replica of a pool's models gets its part of the pool's capacity C, by weight:
     the requests it runs without preemption, which fair-share routing fills first."""
     for pool in config.pools:
-        replicas = [
-            r for m in config.models if m.pool == pool.name for r in registry.replicas(m.name)
-        ]
+        replicas = _pool_replicas(config, registry, pool.name)
         weight = sum(r.weight for r in replicas)
         for replica in replicas:
             replica.seats = pool.start * replica.weight / weight
@@ -665,9 +663,7 @@ def _pool_capacity(
             # metrics unknown this long (the scraper's stale_after): the replica drops out
             hold=3 * config.health.interval,
         )
-        replicas = [
-            r for m in config.models if m.pool == pool.name for r in registry.replicas(m.name)
-        ]
+        replicas = _pool_replicas(config, registry, pool.name)
         pools[pool.name] = (learner, replicas)
     return PoolCapacity(policy, pools, clock=clock.monotonic)
 
