@@ -28,6 +28,7 @@ from fairgate.config.fields import (
     describe,
     normalise_upstream_url,
 )
+from fairgate.config.request_policy import RequestPolicySettings
 from fairgate.config.secrets import SecretRef
 from fairgate.routing import strategy_for
 
@@ -185,7 +186,8 @@ class Model(Section):
     ``{filters, scorers, picker}`` specification; it is built here, so an
     unknown plugin or a bad parameter is a configuration error. ``max_tokens``
     is the largest output cap a request to this model may ask for (with
-    ``limits.max_tokens``, the smaller counts).
+    ``limits.max_tokens``, the smaller counts). ``request_policy`` changes the
+    engine kind's default request policy (``config.request_policy``).
     """
 
     name: Name
@@ -198,6 +200,7 @@ class Model(Section):
     cost: Cost = Field(default_factory=Cost)
     max_tokens: Count | None = None
     routing: str | dict[str, Any] = "chat"
+    request_policy: RequestPolicySettings = Field(default_factory=RequestPolicySettings)
     upstreams: Annotated[tuple[Upstream, ...], NonEmpty]
 
     @field_validator("routing", mode="before")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from fairgate.engines.adapter import EngineAdapter, RouteTableAdapter
 from fairgate.engines.body import UpstreamRequestBody
+from fairgate.engines.form import parse_form
 from fairgate.engines.headers import upstream_headers
 from fairgate.engines.kinds import ENGINE_KINDS, adapter_for
 from fairgate.engines.metrics import (
@@ -35,6 +36,14 @@ from fairgate.engines.metrics import (
 from fairgate.engines.model_field import MODEL_UNREADABLE, ModelUnreadable, extract_model, is_json
 from fairgate.engines.passthrough import PassThroughAdapter
 from fairgate.engines.path import normalize_path
+from fairgate.engines.policy import (
+    LLAMA_SERVER_POLICY,
+    OPENAI_POLICY,
+    VLLM_POLICY,
+    FieldRefused,
+    RequestPolicy,
+    policy_for,
+)
 from fairgate.engines.routes import (
     LLAMA_SERVER_ROUTES,
     OPENAI_ROUTES,
@@ -47,18 +56,23 @@ from fairgate.engines.vllm import STRIPPED_FIELDS, VllmAdapter
 __all__ = [
     "ENGINE_KINDS",
     "LLAMA_SERVER_METRICS",
+    "LLAMA_SERVER_POLICY",
     "LLAMA_SERVER_ROUTES",
     "MODEL_UNREADABLE",
     "NO_METRICS",
+    "OPENAI_POLICY",
     "OPENAI_ROUTES",
     "STRIPPED_FIELDS",
     "VLLM_METRICS",
+    "VLLM_POLICY",
     "VLLM_ROUTES",
     "EngineAdapter",
     "EngineLoad",
+    "FieldRefused",
     "MetricNames",
     "ModelUnreadable",
     "PassThroughAdapter",
+    "RequestPolicy",
     "RouteKind",
     "RouteTableAdapter",
     "UpstreamRequestBody",
@@ -69,5 +83,7 @@ __all__ = [
     "is_json",
     "normalize_path",
     "parse_engine_metrics",
+    "parse_form",
+    "policy_for",
     "upstream_headers",
 ]

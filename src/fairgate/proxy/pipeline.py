@@ -20,7 +20,7 @@ from fairgate.core.errors import (
     ServiceUnavailable,
 )
 from fairgate.core.principal import Principal
-from fairgate.engines import is_json
+from fairgate.engines import FieldRefused, is_json
 from fairgate.proxy.affinity import routing_inputs
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.gate import Gate, Ticket
@@ -106,6 +106,7 @@ class Pipeline:
                 self._gate.check_head(ex.principal)
             await self._read(receive, ex, length)
             entry = self._output.reserve(ex, self._routes.model_for(ex))
+            _check_fields(ex, entry)
             watcher = _watch_disconnect(scope, receive, ex)
             if self._gate is not None:
                 ticket = await self._gate.enter(ex, tags)
@@ -303,6 +304,21 @@ class Pipeline:
                 )
             else:
                 await self._relay.send_whole(ex, opened, send, extra)
+
+
+def _check_fields(ex: Exchange, entry: ModelEntry) -> None:
+    """The chain's request policies (``engines.policy``); a refusal is logged with its field."""
+    try:
+        entry.check_fields(ex)
+    except FieldRefused as refused:
+        log.info(
+            "request %s refused: %s (%s, model %s)",
+            ex.request_id,
+            refused.code,
+            refused.message,
+            ex.requested_model,
+        )
+        raise
 
 
 _Watcher = Callable[[Callable[[], None] | None], None] | asyncio.Task[None]

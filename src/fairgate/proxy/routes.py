@@ -23,10 +23,13 @@ from fairgate.core.principal import Principal
 from fairgate.engines import (
     EngineAdapter,
     ModelUnreadable,
+    RequestPolicy,
     RouteKind,
     UpstreamRequestBody,
     extract_model,
     normalize_path,
+    parse_form,
+    policy_for,
 )
 from fairgate.proxy.exchange import Exchange
 
@@ -45,11 +48,13 @@ class Route:
 
 @dataclass(slots=True)
 class Candidate:
-    """One model able to serve a request: its name, the engine's name for it, its adapter."""
+    """One model able to serve a request: its name, the engine's name for it, its adapter,
+    and the request policy its bodies must meet (``engines.policy``)."""
 
     name: str
     upstream_model: str
     adapter: EngineAdapter
+    policy: RequestPolicy = field(default_factory=RequestPolicy)
     _routes: dict[str, RouteKind | None] = field(default_factory=dict)
 
     def route_kind(self, route: str) -> RouteKind | None:
@@ -109,6 +114,28 @@ class Candidate:
 class ModelEntry:
     chain: Sequence[Candidate]  # the model itself first, then its fallbacks in order
 
+    def check_fields(self, ex: Exchange) -> None:
+        """Refuse a body that any model of the chain would refuse (``FieldRefused``, 400):
+        whichever of them serves, the engine gets no field its policy denies."""
+        if ex.parsed is not None:
+            for candidate in self.chain:
+                candidate.policy.check(ex.parsed)
+            return
+        form = parse_form(ex.content_type, ex.body) if ex.content_type else None
+        if form is None:
+            # model_for read the body as JSON or as a form, or refused it
+            raise BadRequest("the request body could not be read", code="invalid_body")
+        for candidate in self.chain:
+            candidate.policy.check_form(form)
+
+
+def _policy(model: Any) -> RequestPolicy:
+    """The model's engine-kind defaults with its ``request_policy`` applied."""
+    change = model.request_policy
+    return policy_for(model.engine).merged(
+        deny=change.deny, allow=change.allow, caps=change.caps, max_bytes=change.max_bytes
+    )
+
 
 class RouteTable:
     """Paths and model names resolved against the configuration, built once at start-up."""
@@ -121,7 +148,8 @@ class RouteTable:
     ) -> None:
         self._local = dict(local or {})  # gateway pages by exact path (GET /me)
         candidates = {
-            m.name: Candidate(m.name, m.upstream_model, adapters[m.engine]) for m in models
+            m.name: Candidate(m.name, m.upstream_model, adapters[m.engine], _policy(m))
+            for m in models
         }
         self._entries: dict[str, ModelEntry] = {}
         for m in models:
