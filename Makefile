@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test fuzz lint bench clean
 
 install: $(STAMP)
 
@@ -19,6 +19,11 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The security properties (marked `fuzz`) with many more examples than `make test` gives
+# them; FUZZ_EXAMPLES sets how many (20000 each by default).
+fuzz: install
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -m fuzz --timeout=0 -q $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks

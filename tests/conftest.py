@@ -3,6 +3,13 @@
 PostgreSQL and Redis are real services. Locally a test that needs one is
 skipped with the reason when the service is not reachable; under CI=true it
 fails instead, so a missing service can never turn into a green run.
+
+Hypothesis runs under one of two profiles. ``suite`` (the default) keeps every
+property bounded, since the whole suite shares two busy cores; ``fuzz``
+(``HYPOTHESIS_PROFILE=fuzz``, what ``make fuzz`` sets) runs the properties
+marked ``fuzz`` with ``FUZZ_EXAMPLES`` examples each (20000 unless set).
+Neither has a deadline: a busy machine must not turn a slow example into a
+failure.
 """
 
 from __future__ import annotations
@@ -11,9 +18,19 @@ import os
 import socket
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 PG_URL = os.environ.get("FAIRGATE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("FAIRGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+settings.register_profile("suite", max_examples=100, deadline=None)
+settings.register_profile(
+    "fuzz",
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "20000")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 
 def _reachable(host: str, port: int) -> bool:

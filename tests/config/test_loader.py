@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -202,45 +202,138 @@ def test_values_are_never_interpolated(load: Load) -> None:
     assert cfg.models[0].name == "${MODEL}"
 
 
-_KEYS = st.sampled_from(
-    [
-        "listen",
-        "port",
-        "models",
-        "name",
-        "upstreams",
-        "url",
-        "pools",
-        "pool",
-        "orgs",
-        "share",
-        "teams",
-        "fallbacks",
-        "aliases",
-        "limits",
-        "idle_timeout",
-        "key_file",
-        "class",
-        "x",
-    ]
-)
-_SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+_KNOWN_KEYS = [
+    "listen",
+    "port",
+    "models",
+    "name",
+    "upstreams",
+    "url",
+    "pools",
+    "pool",
+    "orgs",
+    "share",
+    "teams",
+    "fallbacks",
+    "aliases",
+    "limits",
+    "idle_timeout",
+    "key_file",
+    "master_key_file",
+    "class",
+    "x",
+]
+# Any code point, lone surrogates included: JSON and YAML escapes ("\\ud800") reach the
+# loader as such characters, and every message quoting them must still be printable.
+_ANY_TEXT = st.text(st.characters(categories=["L", "M", "N", "P", "S", "Z", "C"]), max_size=12)
+_KEYS = st.sampled_from(_KNOWN_KEYS) | _ANY_TEXT
+_SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | _ANY_TEXT
 _TREES = st.recursive(
     _SCALARS,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=5),
     max_leaves=25,
 )
-
-
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+_OVERRIDES = st.dictionaries(
+    st.sampled_from(
+        [
+            "FAIRGATE_LISTEN__PORT",
+            "FAIRGATE_LISTEN__HOST",
+            "FAIRGATE_MASTER_KEY_FILE",
+            "FAIRGATE_LIMITS__IDLE_TIMEOUT",
+            "FAIRGATE_LISTEN_PORT",
+            "FAIRGATE_NOPE__X",
+        ]
+    ),
+    _ANY_TEXT,
+    max_size=3,
 )
-@given(tree=st.dictionaries(_KEYS, _TREES, max_size=6))
-def test_any_tree_is_either_a_config_or_a_config_error(tmp_path: Path, tree: object) -> None:
+
+
+def _assert_positioned_and_printable(error: ConfigError, path: Path) -> None:
+    assert error.diagnostics
+    for d in error.diagnostics:
+        assert (d.file == str(path) and d.line >= 1) or d.file.startswith("env:FAIRGATE_")
+    # What check-config prints and the server logs: it must encode.
+    str(error).encode("utf-8")
+
+
+@pytest.mark.fuzz
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=st.dictionaries(_KEYS, _TREES, max_size=6), env=_OVERRIDES)
+@example(tree={"models": [{"name": "m", "upstreams": [{"key_file": "\ud800"}]}]}, env={})
+@example(tree={"\udcff": 1, "listen": {"\ud800x": 1}}, env={"FAIRGATE_LISTEN__HOST": "\udc80"})
+def test_any_tree_is_either_a_config_or_a_config_error(
+    tmp_path: Path, tree: object, env: dict[str, str]
+) -> None:
     path = tmp_path / "fuzz.yaml"
     path.write_text(json.dumps(tree, allow_nan=True), encoding="utf-8")  # JSON is YAML
+    try:
+        load_config(path, env=env)
+    except ConfigError as error:
+        _assert_positioned_and_printable(error, path)
+
+
+_YAML_PIECES = st.sampled_from(
+    [
+        "models:",
+        "\n",
+        "\n  ",
+        "- ",
+        "name: ",
+        "upstreams: ",
+        "url: ",
+        "key_file: ",
+        "listen: ",
+        "port: ",
+        "{",
+        "}",
+        "[",
+        "]",
+        ", ",
+        ": ",
+        '"',
+        "'",
+        '"\\ud800"',
+        '"\\udcff\\u0000"',
+        "&a ",
+        "*a",
+        "!!python/object ",
+        "<<: ",
+        "? ",
+        "|",
+        ">-",
+        "#",
+        "---",
+        "...",
+        "%YAML 1.2",
+        "\t",
+        "\r",
+        "\ufeff",
+        "\x00",
+        "\x85",
+        "\u2028",
+        "http://127.0.0.1:8000",
+        "1e999",
+        ".nan",
+        "0x1F",
+        "0o7",
+    ]
+)
+
+
+@pytest.mark.fuzz
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(_YAML_PIECES | _ANY_TEXT, max_size=30))
+@example(pieces=["models:", "\n", "- ", "name: ", '"\\ud800"'])
+def test_any_text_is_either_a_config_or_a_config_error(tmp_path: Path, pieces: list[str]) -> None:
+    path = tmp_path / "fuzz.yaml"
+    # Lone surrogates cannot be UTF-8 on disk: written as the bytes a broken encoder makes.
+    path.write_bytes("".join(pieces).encode("utf-8", "surrogatepass"))
     try:
         load_config(path, env={})
     except ConfigError as error:
         assert error.diagnostics
-        assert all(d.file == str(path) and d.line >= 1 for d in error.diagnostics)
+        for d in error.diagnostics:
+            assert d.file == str(path)
+            assert d.line >= 1 or d.message.startswith("configuration file is not UTF-8")
+        str(error).encode("utf-8")

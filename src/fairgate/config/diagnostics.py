@@ -47,7 +47,14 @@ class Diagnostic(NamedTuple):
 
     @classmethod
     def at(cls, mark: Mark, message: str) -> Diagnostic:
-        return cls(mark.file, mark.line, mark.column, message)
+        """The diagnostic at ``mark``; lone surrogates in either text become ``\\udXXX``.
+
+        A YAML or JSON escape (``"\\ud800"``) or an undecodable byte in a file name
+        gives a string with a lone surrogate, which no UTF-8 stream can print: the
+        message quoting it would turn a configuration error into a crash of the
+        command printing it.
+        """
+        return cls(_printable(mark.file), mark.line, mark.column, _printable(message))
 
     @property
     def mark(self) -> Mark:
@@ -55,6 +62,12 @@ class Diagnostic(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.mark}: {self.message}"
+
+
+def _printable(text: str) -> str:
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class ConfigError(Exception):
