@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from zoneinfo import ZoneInfo
 
 from prometheus_client import Counter
@@ -75,6 +76,7 @@ from fairgate.observability.dispatch_metrics import DispatchMetrics
 from fairgate.observability.fairshare_metrics import FairShareMetrics
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
 from fairgate.observability.routing_metrics import RoutingMetrics
+from fairgate.observability.secret_metrics import SecretMetrics
 from fairgate.proxy.asgi import ProxyApp
 from fairgate.proxy.dispatch import Dispatcher, PoolEngines
 from fairgate.proxy.gate import Gate, TagPolicy
@@ -117,6 +119,7 @@ from fairgate.upstream import (
     UpstreamSessions,
 )
 from fairgate.upstream.pool_capacity import PoolCapacity
+from fairgate.vault import refresher_for
 
 __all__ = ["Gateway", "WorkersRefused", "run"]
 
@@ -300,6 +303,7 @@ class Gateway:
         self.admin_app = build_admin_app(
             tenancy=self.tenancy,
             master_key_sha256=sha256(master.read()) if master is not None else None,
+            master_key_changes=master.cell if master is not None and master.vault else None,
             guard=_guard(config, clock, auth_metrics, "admin"),
             registry=self.metrics.registry,
             models_ready=self.registry.ready,
@@ -313,6 +317,8 @@ class Gateway:
             },
         )
         self.metrics.state_available.set_function(lambda: float(self.gate.state_available))
+        # Vault secrets were read before this; the refresher reads them again every cache_ttl.
+        self.secrets = refresher_for(config, SecretMetrics(self.metrics.registry))
         self.health = HealthChecker(
             self.registry,
             self.sessions,
@@ -329,24 +335,29 @@ class Gateway:
 
     @staticmethod
     def _replicas(config: Config, adapters: dict[str, EngineAdapter]) -> list[Replica]:
+        """One replica per upstream; an internal key held in a vault follows each new value
+        read there (the header builder reads ``internal_key``, so the next request has it)."""
         b = config.breaker
-        return [
-            Replica(
-                name=upstream.name,
-                model=model.name,
-                url=upstream.url,
-                weight=upstream.weight,
-                internal_key=upstream.key_file.read() if upstream.key_file else None,
-                adapter=adapters[model.engine],
-                breaker=Breaker(
-                    failures=b.failures,
-                    backoff_initial=b.backoff_initial,
-                    backoff_max=b.backoff_max,
-                ),
-            )
-            for model in config.models
-            for upstream in model.upstreams
-        ]
+        replicas = []
+        for model in config.models:
+            for upstream in model.upstreams:
+                replica = Replica(
+                    name=upstream.name,
+                    model=model.name,
+                    url=upstream.url,
+                    weight=upstream.weight,
+                    internal_key=upstream.key_file.read() if upstream.key_file else None,
+                    adapter=adapters[model.engine],
+                    breaker=Breaker(
+                        failures=b.failures,
+                        backoff_initial=b.backoff_initial,
+                        backoff_max=b.backoff_max,
+                    ),
+                )
+                if upstream.key_file is not None and upstream.key_file.vault is not None:
+                    upstream.key_file.cell.on_change(partial(setattr, replica, "internal_key"))
+                replicas.append(replica)
+        return replicas
 
     def _replica_gauges(self) -> Iterator[ReplicaGauge]:
         for model in self.config.models:
@@ -397,6 +408,8 @@ class Gateway:
         if self.snapshots is not None:
             every = self.config.state.snapshot_interval
             self._tasks.append(asyncio.create_task(self.snapshots.run(every)))
+        if self.secrets is not None:
+            self._tasks.append(asyncio.create_task(self.secrets.run()))
 
     async def stop(self) -> None:
         """Stop background tasks and close upstream connections."""
@@ -409,6 +422,8 @@ class Gateway:
             await self.pool_capacity.stop()
         await self.sessions.close()
         await self.pool.close()
+        if self.secrets is not None:
+            await self.secrets.close()
         # Every record queued so far reaches the store before it closes (SIGTERM loses none).
         if not await self.recorder.drain(timeout=30.0):
             log.error("accounting: some usage records could not be written at shutdown")
@@ -542,7 +557,8 @@ class WorkersRefused(Exception):
 
 
 def _alerter(config: Config, store: Store, clock: SystemClock, counter: Counter) -> Alerter:
-    """Soft-limit alerts to the configured webhook and/or SMTP relay (secrets read once)."""
+    """Soft-limit alerts to the configured webhook and/or SMTP relay (secrets read once from
+    files; a vault's followed)."""
     hook, mail = config.alerts.webhook, config.alerts.smtp
     webhook = (
         None
@@ -567,7 +583,7 @@ def _alerter(config: Config, store: Store, clock: SystemClock, counter: Counter)
             timeout=mail.timeout,
         )
     )
-    return Alerter(
+    alerter = Alerter(
         store,
         webhook=webhook,
         smtp=smtp,
@@ -576,6 +592,11 @@ def _alerter(config: Config, store: Store, clock: SystemClock, counter: Counter)
         on_failed=lambda channel: counter.labels(channel, "failed").inc(),
         on_dropped=lambda reason: counter.labels("any", reason).inc(),
     )
+    if hook is not None and hook.token_file is not None and hook.token_file.vault:
+        hook.token_file.cell.on_change(alerter.use_webhook_token)
+    if mail is not None and mail.password_file is not None and mail.password_file.vault:
+        mail.password_file.cell.on_change(alerter.use_smtp_password)
+    return alerter
 
 
 def _guard(config: Config, clock: Clock, metrics: AuthMetrics, listener: str) -> AuthGuard:
@@ -684,7 +705,10 @@ def _salter(config: Config) -> CacheSalter:
     if iso.scope == "none":
         return CacheSalter("none", b"")
     if iso.key_file is not None:
-        return CacheSalter(iso.scope, iso.key_file.read().encode())
+        salter = CacheSalter(iso.scope, iso.key_file.read().encode())
+        if iso.key_file.vault is not None:
+            iso.key_file.cell.on_change(lambda key: salter.rekey(key.encode()))
+        return salter
     log.warning(
         "cache_isolation.key_file is not set: this process salts with a random key, so "
         "gateway processes do not share cached prefixes of the same tenant"

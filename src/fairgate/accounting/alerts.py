@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
@@ -212,6 +212,19 @@ class Alerter:
             )
             if s
         )
+
+    def use_webhook_token(self, token: str) -> None:
+        """Send ``token`` to the webhook from the next alert on (a token rotated in a vault);
+        the old one stays scrubbed from logs too."""
+        if self._webhook is not None:
+            self._webhook = replace(self._webhook, token=token)
+            self._secrets = (*self._secrets, token)
+
+    def use_smtp_password(self, password: str) -> None:
+        """Log in to the SMTP relay with ``password`` from the next alert on."""
+        if self._smtp is not None:
+            self._smtp = replace(self._smtp, password=password)
+            self._secrets = (*self._secrets, password)
 
     @property
     def enabled(self) -> bool:

@@ -31,7 +31,8 @@ from fairgate.admin.routes.keys import keys_router
 from fairgate.admin.routes.people import people_router
 from fairgate.admin.routes.spend import spend_router
 from fairgate.admin.routes.tree import tree_router
-from fairgate.auth import AuthGuard
+from fairgate.auth import AuthGuard, sha256
+from fairgate.config.secrets import SecretCell
 from fairgate.tenancy import Tenancy
 
 __all__ = ["build_admin_app"]
@@ -47,9 +48,13 @@ def build_admin_app(
     draining: Callable[[], bool],
     fairshare: FairShareMonitor | None = None,
     health_details: Callable[[], Mapping[str, object]] | None = None,
+    master_key_changes: SecretCell | None = None,
 ) -> BodyLimit:
     """The whole admin listener as one ASGI application (``GET /admin/fairshare`` only
-    with a ``fairshare`` monitor: without fair share configured the route is absent)."""
+    with a ``fairshare`` monitor: without fair share configured the route is absent).
+
+    ``master_key_changes``, the cell of a master key held in a vault, makes the
+    master key accepted follow each new value read there."""
     app = FastAPI(
         title="fairgate admin API",
         version="1",
@@ -59,9 +64,10 @@ def build_admin_app(
         dependencies=[Depends(plain_text)],
     )
     install_error_handlers(app)
-    app.state.authenticator = AdminAuthenticator(
-        tenancy, master_key_sha256=master_key_sha256, guard=guard
-    )
+    authenticator = AdminAuthenticator(tenancy, master_key_sha256=master_key_sha256, guard=guard)
+    if master_key_changes is not None:
+        master_key_changes.on_change(lambda key: authenticator.set_master_key_sha256(sha256(key)))
+    app.state.authenticator = authenticator
     app.include_router(tree_router(tenancy))
     app.include_router(keys_router(tenancy))
     app.include_router(people_router(tenancy))

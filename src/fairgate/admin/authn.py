@@ -49,6 +49,10 @@ class AdminAuthenticator:
         self._master = master_key_sha256
         self._guard = guard
 
+    def set_master_key_sha256(self, digest: bytes) -> None:
+        """Accept the master key with this SHA-256 from now on (a key rotated in a vault)."""
+        self._master = digest
+
     async def __call__(
         self, request: Request, credentials: HTTPAuthorizationCredentials | None
     ) -> Actor:

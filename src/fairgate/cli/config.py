@@ -13,15 +13,29 @@ HELP = (
     "\n\n"
     "Prints every problem at once on stderr, one per line as file:line:column: message "
     "(YAML errors, unknown and duplicate keys, wrong types, semantic errors, unreadable "
-    "secret files, FAIRGATE_ environment overrides), and exits 1. On success prints a "
+    "secret files, FAIRGATE_ environment overrides), and exits 1. Every vault: secret is "
+    "read from the vault (a token or AppRole login is used) unless --skip-vault is given; "
+    "one that cannot be read is named with the reason. On success prints a "
     "one-line summary and exits 0. The content of a secret is never printed."
 )
 
 
-def check_config(config: ConfigOption = None) -> None:
-    cfg = load_or_exit(config)
+def check_config(
+    config: ConfigOption = None,
+    skip_vault: bool = typer.Option(
+        False,
+        "--skip-vault",
+        help="Do not read the vault: vault references are checked for form only.",
+    ),
+) -> None:
+    from fairgate.vault import vault_references
+
+    cfg = load_or_exit(config, read_vault=not skip_vault)
     upstreams = sum(len(model.upstreams) for model in cfg.models)
+    vault = len({ref.vault for ref in vault_references(cfg)})
+    read = "not read" if skip_vault else "read"
     typer.echo(
         f"ok: {len(cfg.models)} models, {upstreams} upstreams, "
         f"{len(cfg.pools)} pools, {len(cfg.orgs)} orgs"
+        + (f", {vault} vault secrets {read}" if vault else "")
     )

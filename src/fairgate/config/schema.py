@@ -35,6 +35,7 @@ from fairgate.config.settings import (
     Store,
     Tags,
 )
+from fairgate.config.vault import VaultSettings
 
 __all__ = ["Config", "FieldKind", "field_kind", "keys_of", "model_at"]
 
@@ -71,6 +72,7 @@ class Config(Section):
     alerts: Alerts = Field(default_factory=Alerts)
     accounting: Accounting = Field(default_factory=Accounting)
     landing: Landing = Field(default_factory=Landing)
+    vault: VaultSettings | None = None
     pools: tuple[Pool, ...] = ()
     orgs: tuple[Org, ...] = ()
     models: Annotated[tuple[Model, ...], NonEmpty]

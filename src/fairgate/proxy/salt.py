@@ -44,6 +44,13 @@ class CacheSalter:
         self._key = key
         self._memo: dict[str, str] = {}
 
+    def rekey(self, key: bytes) -> None:
+        """Salt with ``key`` from now on (a key rotated in a vault): every salt changes."""
+        if self.scope != "none" and not key:
+            raise ValueError("cache isolation needs a non-empty HMAC key")
+        self._key = key
+        self._memo = {}
+
     def __call__(self, principal: Principal | None) -> str | None:
         if self.scope == "none" or principal is None:
             return None
