@@ -70,3 +70,23 @@ def test_blank_client_values_are_dropped() -> None:
     names = [name for name, _ in _headers(content_type=b"  ", accept=b"")]
     assert b"content-type" not in names
     assert b"accept" not in names
+
+
+@pytest.mark.parametrize(
+    ("client", "upstream"),
+    [
+        (None, b"identity"),
+        (b"", b"identity"),
+        (b"gzip, br", b"gzip"),
+        (b"br, zstd", b"identity"),
+        (b"deflate, GZIP;q=0.5, gzip", b"deflate, gzip"),
+        (b"x-gzip", b"gzip"),
+        (b"gzip;q=0, deflate", b"deflate"),
+        (b"gzip; q=0.0", b"identity"),
+        (b"*", b"identity"),
+    ],
+)
+def test_only_codings_the_gateway_can_read_are_asked_for(
+    client: bytes | None, upstream: bytes
+) -> None:
+    assert (b"accept-encoding", upstream) in _headers(accept_encoding=client)

@@ -59,6 +59,7 @@ class EngineAdapter(Protocol):
         request_id: str,
         priority: int | None,
         host: bytes,
+        accept_encoding: bytes | None = None,
     ) -> list[tuple[bytes, bytes]]: ...
 
     def with_metric_names(self, names: MetricNames) -> EngineAdapter: ...
@@ -94,6 +95,7 @@ class RouteTableAdapter:
         request_id: str,
         priority: int | None,
         host: bytes,
+        accept_encoding: bytes | None = None,
     ) -> list[tuple[bytes, bytes]]:
         # Engines without a priority scheduler never see a priority header.
         return upstream_headers(
@@ -103,6 +105,7 @@ class RouteTableAdapter:
             request_id=request_id,
             priority=priority if self.sends_priority else None,
             host=host,
+            accept_encoding=accept_encoding,
         )
 
     def with_metric_names(self, names: MetricNames) -> EngineAdapter:

@@ -10,7 +10,14 @@ Nothing the client sent reaches the engine except its ``Content-Type`` and
     authorization     "Bearer <internal key>", only when the replica has a key
     x-request-id      the gateway's request id
     x-vllm-priority   the fair-share priority (vLLM only, when decided)
-    accept-encoding   "identity": answers arrive uncompressed for usage capture
+    accept-encoding   the codings of the client's Accept-Encoding the gateway can read
+                      (``gzip``, ``deflate``), else "identity"; streams always get
+                      "identity", since the relay reads each event
+
+A compressed answer is relayed as it came, with its ``Content-Encoding``; the
+gateway decompresses a bounded copy only to read the usage and to look for
+the internal key (``proxy.relay``). A coding it could not read (``br``,
+``zstd``) is never asked for, so an answer can always be checked.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import re
 
 from fairgate.core.errors import BadRequest
 
-__all__ = ["upstream_headers"]
+__all__ = ["accepted_encoding", "upstream_headers"]
 
 # Visible ASCII, space and tab: RFC 9110 field-value without obs-text. Anything
 # else (CR, LF, NUL) could split a header in a lenient server.
@@ -51,6 +58,30 @@ def _gateway_value(name: str, value: str | bytes) -> bytes:
     return raw
 
 
+_READABLE_CODINGS = (b"gzip", b"deflate")
+
+
+def accepted_encoding(value: bytes | None) -> bytes:
+    """The upstream ``Accept-Encoding`` for a client's: the readable codings it accepts
+    (in its order, ``q=0`` ones left out), or ``identity``.
+
+    >>> accepted_encoding(b"br, gzip;q=0.8, deflate;q=0")
+    b'gzip'
+    """
+    if not value:
+        return b"identity"
+    chosen: list[bytes] = []
+    for item in value.split(b","):
+        coding, _, params = item.partition(b";")
+        coding = coding.strip().lower()
+        if coding == b"x-gzip":
+            coding = b"gzip"
+        refused = params.replace(b" ", b"").lower() in (b"q=0", b"q=0.0", b"q=0.00", b"q=0.000")
+        if coding in _READABLE_CODINGS and coding not in chosen and not refused:
+            chosen.append(coding)
+    return b", ".join(chosen) if chosen else b"identity"
+
+
 def upstream_headers(
     *,
     internal_key: str | None,
@@ -59,11 +90,13 @@ def upstream_headers(
     request_id: str,
     priority: int | None,
     host: bytes,
+    accept_encoding: bytes | None = None,
 ) -> list[tuple[bytes, bytes]]:
     """The complete header list of one upstream request, names in lower case.
 
     ``priority`` is written as ``x-vllm-priority`` when not ``None``; callers
-    for other engine kinds pass ``None``. Raises ``BadRequest`` when the
+    for other engine kinds pass ``None``. ``accept_encoding`` is the client's
+    ``Accept-Encoding`` (``None`` for a stream or when it sent none). Raises ``BadRequest`` when the
     client's content type or accept value holds control characters, and
     ``ValueError`` when a gateway-made value does (a configuration error).
     """
@@ -78,5 +111,5 @@ def upstream_headers(
     headers.append((b"x-request-id", _gateway_value("request id", request_id)))
     if priority is not None:
         headers.append((b"x-vllm-priority", str(int(priority)).encode()))
-    headers.append((b"accept-encoding", b"identity"))
+    headers.append((b"accept-encoding", accepted_encoding(accept_encoding)))
     return headers

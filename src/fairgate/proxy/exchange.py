@@ -49,6 +49,7 @@ class Exchange:
     body_unread: bool = False  # the request announces a body not read (yet): close after
     content_type: bytes | None = None
     accept: bytes | None = None
+    accept_encoding: bytes | None = None  # the client's, passed on for plain answers
     session: bytes | None = None  # the session header's value, for routing affinity
     tags: tuple[str, ...] | None = None  # the key's tags and the request's (None: the key's)
     priority: int | None = None  # the fair-share priority sent to the engine

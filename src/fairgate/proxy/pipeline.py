@@ -170,6 +170,8 @@ class Pipeline:
                 ex.body_unread = True
             elif name == b"accept":
                 ex.accept = value
+            elif name == b"accept-encoding":
+                ex.accept_encoding = value
             elif name == session:
                 ex.session = value
             elif name == tags_name:

@@ -7,6 +7,10 @@ the pipeline may retry on another replica or a fallback model. Once the relay
 starts writing, the answer is committed: a later failure ends the stream with
 an error event and no ``[DONE]``, and is recorded as truncated.
 
+Nothing relayed holds the replica's internal key (``proxy.encoding``): a plain
+answer is checked whole (decompressed, within ``max_response_bytes``, when it is
+compressed), a stream event by event.
+
 Deadlines (all from the configuration's ``limits``):
 
 - connect      TCP connect to the engine                      → 502/504, retried
@@ -30,6 +34,7 @@ from typing import Any
 from prometheus_client import Gauge
 
 from fairgate.core.errors import BadGateway, GatewayError, GatewayTimeout
+from fairgate.proxy.encoding import TooLarge, Undecodable, decode, is_encoded, scrub
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.sse import SseSplitter, classify, error_event
 from fairgate.proxy.usage import usage_in_body
@@ -47,7 +52,6 @@ __all__ = ["AttemptFailed", "Deadlines", "Opened", "Relay", "SlowReader"]
 log = logging.getLogger("fairgate.proxy")
 
 _RETRY_STATUSES = frozenset({502, 503, 504})
-_SCRUB_LIMIT = 64 * 1024
 _SSE = b"text/event-stream"
 
 
@@ -95,11 +99,19 @@ class SlowReader(Exception):
 
 @dataclass(slots=True)
 class Opened:
+    """An attempt past its point of no return. ``body`` is what the client gets: the whole
+    answer (relayed with ``coding`` as its ``Content-Encoding`` when set) or a stream's
+    first chunk; ``plain`` is a plain answer decompressed, for reading its usage;
+    ``key`` is the replica's internal key, scrubbed from everything relayed."""
+
     response: UpstreamResponse
     status: int
     content_type: bytes
-    body: bytes  # the whole body (plain answer) or the first chunk (stream)
+    body: bytes
     streaming: bool
+    plain: bytes = b""
+    coding: bytes | None = None
+    key: bytes | None = None
 
 
 class Relay:
@@ -175,18 +187,30 @@ class Relay:
     ) -> Opened:
         status = response.status
         content_type = response.header(b"content-type") or b"application/json"
+        coding = response.header(b"content-encoding")
         streaming = status == 200 and content_type.startswith(_SSE)
+        key = internal_key.encode() if internal_key else None
         try:
             if streaming:
+                if is_encoded(coding):
+                    # asked for as identity: events it cannot read are never relayed
+                    raise AttemptFailed(
+                        "encoded_stream",
+                        BadGateway("the model's answer could not be read"),
+                        retryable=False,
+                    )
                 first = await self._read_first_event(ex, response)
-                return Opened(response, status, content_type, first, True)
+                return Opened(response, status, content_type, first, True, key=key)
             body = await self._read_whole(ex, response)
         except BaseException:
             response.close()
             raise
         response.release()
-        if status >= 400 and internal_key and len(body) < _SCRUB_LIMIT:
-            body = body.replace(internal_key.encode(), b"[redacted]")
+        plain = self._decoded(body, coding)
+        if status >= 400 or plain is body or (key and key in plain):
+            # sent decompressed: an error answer is relayed (and retried) as plain
+            # bytes, and an answer holding the key must be rewritten anyway
+            body, plain, coding = scrub(plain, key), b"", None
         if status in _RETRY_STATUSES:
             raise AttemptFailed(
                 f"upstream_{status}",
@@ -194,7 +218,19 @@ class Relay:
                 retryable=True,
                 answer=(status, content_type, body),
             )
-        return Opened(response, status, content_type, body, False)
+        return Opened(response, status, content_type, body, False, plain, coding, key)
+
+    def _decoded(self, body: bytes, coding: bytes | None) -> bytes:
+        """The answer decompressed (``proxy.encoding``), or ``AttemptFailed`` (not retried:
+        the engine ran, and the reservation is charged) when it cannot be checked."""
+        try:
+            return decode(body, coding, self.deadlines.max_response_bytes)
+        except TooLarge:
+            reason, message = "response_too_large", "the model's answer is too large"
+        except Undecodable:
+            reason, message = "undecodable_answer", "the model's answer could not be read"
+        log.warning("an engine answer with Content-Encoding %r was not relayed: %s", coding, reason)
+        raise AttemptFailed(reason, BadGateway(message), retryable=False)
 
     async def _read_first_event(self, ex: Exchange, response: UpstreamResponse) -> bytes:
         try:
@@ -252,14 +288,17 @@ class Relay:
     async def send_whole(
         self, ex: Exchange, opened: Opened, send: Any, extra_headers: list[tuple[bytes, bytes]]
     ) -> None:
-        """Relay a plain (non-stream) answer and take its usage."""
+        """Relay a plain (non-stream) answer and take its usage (from the decompressed copy
+        of a compressed one)."""
         if opened.status == 200 and opened.content_type.startswith(b"application/json"):
-            ex.usage = usage_in_body(opened.body)
+            ex.usage = usage_in_body(opened.plain or opened.body)
         headers = [
             (b"content-type", opened.content_type),
             (b"content-length", str(len(opened.body)).encode()),
             *extra_headers,
         ]
+        if opened.coding is not None:
+            headers.append((b"content-encoding", opened.coding))
         # No slow-reader deadline here: the answer is in memory already, and a client
         # that never reads it is dropped by the listener's stall timeout.
         await send({"type": "http.response.start", "status": opened.status, "headers": headers})
@@ -278,6 +317,7 @@ class Relay:
     ) -> None:
         """Relay an SSE stream event by event until the engine ends it or a deadline fires."""
         response = opened.response
+        key = opened.key
         splitter = SseSplitter()
         terminal = False
         completed = False
@@ -320,7 +360,8 @@ class Relay:
                         ex.reason = "engine_error_event"
                     elif kind == "usage" and strip_usage:
                         continue
-                    out.append(raw)
+                    # an event is whole here, so a key split across reads is caught
+                    out.append(scrub(raw, key))
                 if out:
                     await self._send(
                         send,

@@ -107,6 +107,8 @@ class Candidate:
             request_id=ex.request_id,
             priority=ex.priority,
             host=replica.host_header,
+            # a stream is read event by event: it is asked for uncompressed
+            accept_encoding=None if ex.stream else ex.accept_encoding,
         )
 
 

@@ -1,0 +1,163 @@
+"""An engine that misbehaves on purpose: it echoes its API key and compresses what it likes.
+
+Run as a process (``python hostile_engine.py``); it prints
+``hostile engine listening on http://127.0.0.1:PORT`` once it listens. Every
+``POST /v1/chat/completions`` is answered by the mode named in the first
+message's content; the key echoed is the one the gateway presented in
+``Authorization``. Modes:
+
+    gzip-ok / deflate-ok   a completion with usage 7 + 5, compressed
+    gzip-ok-key            the same, the key quoted in the answer
+    gzip-error-key         400, the key quoted, gzip
+    deflate-error-key      400, the key quoted, deflate
+    gzip-503-key           503, the key quoted, gzip (the gateway retries, then relays it)
+    large-key              a 900 KiB completion quoting the key five times, written in
+                           pieces cut in the middle of each key
+    stream-key             an SSE stream whose error event quotes the key, split across writes
+    gzip-stream            an SSE stream sent gzip although identity was asked for
+    bomb                   512 MiB of zeros as 0.5 MiB of gzip
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import sys
+import zlib
+
+from aiohttp import web
+
+USAGE = {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12}
+
+
+def completion(text: str) -> bytes:
+    message = {"role": "assistant", "content": text}
+    return json.dumps(
+        {
+            "id": "chatcmpl-hostile",
+            "object": "chat.completion",
+            "model": "h",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": USAGE,
+        }
+    ).encode()
+
+
+def error(key: str) -> bytes:
+    message = f"invalid header Authorization: Bearer {key}"
+    return json.dumps({"error": {"message": message, "type": "BadRequestError"}}).encode()
+
+
+def _bomb() -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = b"\0" * (1 << 20)
+    return b"".join(packer.compress(zeros) for _ in range(512)) + packer.flush()
+
+
+BOMB = _bomb()
+
+
+def _plain(status: int, body: bytes, coding: str | None = None) -> web.Response:
+    response = web.Response(status=status, body=body, content_type="application/json")
+    if coding is not None:
+        response.headers["Content-Encoding"] = coding
+    return response
+
+
+async def _pieces(
+    request: web.Request, body: bytes, cuts: list[int], **headers: str
+) -> web.StreamResponse:
+    """``body`` written chunked, one chunk between consecutive ``cuts``."""
+    response = web.StreamResponse(status=200, headers=headers)
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    for start, end in zip([0, *cuts], [*cuts, len(body)], strict=True):
+        await response.write(body[start:end])
+        await asyncio.sleep(0.01)  # separate reads on the gateway's side
+    await response.write_eof()
+    return response
+
+
+def _mid_key_cuts(body: bytes, key: str) -> list[int]:
+    """A cut in the middle of every occurrence of ``key``."""
+    cuts, at = [], body.find(key.encode())
+    while at >= 0:
+        cuts.append(at + len(key) // 2)
+        at = body.find(key.encode(), at + 1)
+    return cuts
+
+
+async def _stream_key(request: web.Request, key: str) -> web.StreamResponse:
+    response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    delta = {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
+    await response.write(b"data: " + json.dumps(delta).encode() + b"\n\n")
+    event = b"data: " + error(key) + b"\n\n"
+    half = event.index(key.encode()) + len(key) // 2
+    await response.write(event[:half])
+    await asyncio.sleep(0.05)  # a separate read on the gateway's side
+    await response.write(event[half:])
+    await response.write_eof()
+    return response
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    mode = body["messages"][0]["content"]
+    key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    if mode == "gzip-ok":
+        return _plain(200, gzip.compress(completion("compressed")), "gzip")
+    if mode == "deflate-ok":
+        return _plain(200, zlib.compress(completion("compressed")), "deflate")
+    if mode == "gzip-ok-key":
+        return _plain(200, gzip.compress(completion(f"my key is {key}")), "gzip")
+    if mode == "gzip-error-key":
+        return _plain(400, gzip.compress(error(key)), "gzip")
+    if mode == "deflate-error-key":
+        return _plain(400, zlib.compress(error(key)), "deflate")
+    if mode == "gzip-503-key":
+        return _plain(503, gzip.compress(error(key)), "gzip")
+    if mode == "large-key":
+        filler = "x" * (150 * 1024)
+        answer = completion(key.join([filler] * 6))
+        cuts = _mid_key_cuts(answer, key)
+        return await _pieces(request, answer, cuts, **{"Content-Type": "application/json"})
+    if mode == "stream-key":
+        return await _stream_key(request, key)
+    if mode == "gzip-stream":
+        event = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+        headers = {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+        return await _pieces(request, gzip.compress(event), [], **headers)
+    if mode == "bomb":
+        return _plain(200, BOMB, "gzip")
+    return _plain(200, completion("plain"))
+
+
+async def health(_request: web.Request) -> web.Response:
+    return web.Response(text="")
+
+
+def main() -> None:
+    app = web.Application(client_max_size=64 << 20)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", health)
+
+    async def serve() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        print(f"hostile engine listening on http://127.0.0.1:{port}", flush=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
