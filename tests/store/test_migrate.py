@@ -13,10 +13,11 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Boolean, Integer, String, column, insert, make_url, table, text
+from sqlalchemy import JSON, Boolean, Integer, String, column, insert, make_url, table, text
 from sqlalchemy.engine import Connection
 
-from fairgate.store import Store, current_revision, head_revision, tables, upgrade
+from fairgate.store import Store, audit_events, current_revision, head_revision, tables, upgrade
+from fairgate.store.audit_chain import ChainHead, first_break
 from fairgate.store.tables import metadata
 from fairgate.store.timestamp import UtcDateTime
 from store.backends import _create_database, _drop_database
@@ -128,3 +129,37 @@ async def test_upgrading_marks_as_from_the_configuration_only_the_teams_its_sync
     async with empty_store.read() as conn:
         rows = await conn.execute(text("SELECT name, from_config FROM teams ORDER BY name"))
         assert [(name, bool(flag)) for name, flag in rows] == [("made", False), ("synced", True)]
+
+
+_EVENTS_0008 = table(
+    "audit_events",
+    column("id", Integer),
+    column("at", UtcDateTime),
+    column("actor", String),
+    column("action", String),
+    column("detail", JSON),
+)
+
+
+async def test_upgrading_chains_the_events_written_before_in_id_order(
+    empty_store: Store,
+) -> None:
+    """0011 seals the existing trail from the genesis hash; the chain then verifies, and an
+    event added after the upgrade links to the last old one."""
+    async with empty_store.write() as conn:
+        await conn.run_sync(_upgrade_to, "0008")
+        now = datetime.now(UTC)
+        for event_id in (3, 7, 9):  # ids with gaps, as a rolled-back transaction leaves them
+            await conn.execute(
+                insert(_EVENTS_0008).values(
+                    id=event_id, at=now, actor="user:olga", action="key.created", detail={"n": 1}
+                )
+            )
+    await upgrade(empty_store)
+    async with empty_store.write() as conn:
+        await audit_events.insert_event(conn, at=now, actor="user:olga", action="key.revoked")
+    async with empty_store.read() as conn:
+        rows = [row async for row in audit_events.chain_rows(conn)]
+    assert [(r.id, r.seq) for r in rows[:3]] == [(3, 1), (7, 2), (9, 3)]
+    assert [(r.seq, r.action) for r in rows[3:]] == [(4, "key.revoked")]
+    assert isinstance(first_break(rows), ChainHead)

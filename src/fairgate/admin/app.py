@@ -26,6 +26,7 @@ from fairgate.admin.errors import install_error_handlers
 from fairgate.admin.fairshare import FairShareMonitor, fairshare_router
 from fairgate.admin.health import health_routes
 from fairgate.admin.params import plain_text
+from fairgate.admin.routes.audit import audit_router
 from fairgate.admin.routes.budgets import budgets_router
 from fairgate.admin.routes.keys import keys_router
 from fairgate.admin.routes.people import people_router
@@ -71,6 +72,7 @@ def build_admin_app(
     app.include_router(tree_router(tenancy))
     app.include_router(keys_router(tenancy))
     app.include_router(people_router(tenancy))
+    app.include_router(audit_router(tenancy))
     app.include_router(spend_router(tenancy.store))
     app.include_router(budgets_router(tenancy))
     if fairshare is not None:

@@ -33,6 +33,7 @@ def _register() -> None:
     from fairgate.cli import demo as _demo
 
     app.command("demo", help=_demo.HELP)(_demo.demo)
+    from fairgate.cli import audit as _audit
     from fairgate.cli import budgets as _budgets
     from fairgate.cli import db as _db
     from fairgate.cli import keys as _keys
@@ -47,6 +48,7 @@ def _register() -> None:
     app.add_typer(_users.app, name="users", help=_users.HELP)
     app.add_typer(_users.tokens_app, name="admin-tokens", help=_users.TOKENS_HELP)
     app.add_typer(_budgets.app, name="budgets", help=_budgets.HELP)
+    app.add_typer(_audit.app, name="audit", help=_audit.HELP)
     from fairgate.cli import export as _export
 
     app.command("export", help=_export.HELP)(_export.export)

@@ -4,7 +4,7 @@
               └──< keys >── projects (optional), users (owner, optional)
     users ─< role_bindings (role on root, an org or a team)
     users ─< admin_tokens
-    audit_events (append only; org_id/team_id say who may read an event)
+    audit_events (append only, hash-chained; org_id/team_id say who may read an event)
     usage_records ─< usage_record_tags (append only; one row per request, names copied)
     budgets ─< budget_increases (one budget per scope, model and period)
     alert_marks (one row per budget counter and period whose soft-limit alert is claimed)
@@ -197,6 +197,10 @@ audit_events = Table(
     Column("team_id", Integer, nullable=True),
     Column("remote", String(64), nullable=True),
     Column("detail", JSON(none_as_null=True), nullable=True),
+    # The hash chain (store/audit_chain.py): the place in it, the link and the seal.
+    Column("seq", BigInteger, nullable=False, unique=True),
+    Column("prev_hash", LargeBinary(32), nullable=False),
+    Column("hash", LargeBinary(32), nullable=False),
     Index(None, "org_id", "team_id"),
 )
 

@@ -12,9 +12,10 @@ import logging
 from collections.abc import Sequence
 
 from fairgate.store import StoreUnavailable, audit_events, from_unix
+from fairgate.store.audit_chain import Break, ChainCheck, ChainHead
 from fairgate.store.audit_events import AuditEvent
 from fairgate.tenancy.actor import Actor
-from fairgate.tenancy.errors import BadRequest
+from fairgate.tenancy.errors import BadRequest, Forbidden
 from fairgate.tenancy.service import Service
 
 __all__ = ["Audit"]
@@ -27,6 +28,8 @@ class Audit(Service):
 
     A proxy admin or viewer reads every event; an org admin or viewer the events
     placed in their organisation; a team admin or team viewer those of their team.
+    Events form one hash chain (``fairgate.store.audit_chain``), which ``verify``
+    recomputes.
     """
 
     async def list(
@@ -34,6 +37,7 @@ class Audit(Service):
         actor: Actor,
         *,
         since: float | None = None,
+        actor_name: str | None = None,
         action: str | None = None,
         before_id: int | None = None,
         limit: int = 100,
@@ -45,10 +49,27 @@ class Audit(Service):
                 conn,
                 self._scope(actor).audit_read(),
                 since=None if since is None else from_unix(since),
+                actor=actor_name,
                 action=action,
                 before_id=before_id,
                 limit=limit,
             )
+
+    async def verify(self, actor: Actor) -> Break | ChainHead:
+        """Recompute the whole chain: its first broken link, or the head it reached.
+
+        Only a proxy admin or viewer may: the chain runs through every organisation's events.
+        """
+        if not actor.root_reader:
+            raise Forbidden("verifying the audit chain needs a proxy role", code="forbidden")
+        check = ChainCheck()
+        async with self._store.read() as conn:
+            async for row in audit_events.chain_rows(conn):
+                broken = check.feed(row)
+                if broken is not None:
+                    log.error("audit chain broken at event %d: %s", broken.event_id, broken.message)
+                    return broken
+        return check.head
 
     async def failed_authentication(self, *, remote: str | None, reason: str) -> None:
         """Record a refused admin credential; never raises for a store that cannot answer."""

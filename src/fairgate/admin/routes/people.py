@@ -1,4 +1,4 @@
-"""Users, their role bindings and admin tokens; ``whoami`` and the audit trail.
+"""Users, their role bindings and admin tokens; ``whoami``.
 
 (No ``from __future__ import annotations``: FastAPI reads these annotations at run time.)
 """
@@ -8,7 +8,6 @@ from typing import Any
 from fastapi import APIRouter, Query, Response
 
 from fairgate.admin.bodies import GrantBody, TokenBody, UserBody, seconds
-from fairgate.admin.params import Moment, RowId
 from fairgate.admin.routes.context import Caller, listing
 from fairgate.tenancy import Tenancy, public
 
@@ -87,18 +86,5 @@ def people_router(t: Tenancy) -> APIRouter:
     async def revoke_token(token_id: str, actor: Caller) -> Response:
         await t.admin_tokens.revoke(actor, token_id)
         return Response(status_code=204)
-
-    @router.get("/audit", tags=["audit"], summary="Audit events the caller may see, newest first")
-    async def audit(
-        actor: Caller,
-        since: Moment = None,
-        action: str | None = None,
-        before_id: RowId = None,
-        limit: int = 100,
-    ) -> dict[str, Any]:
-        events = await t.audit.list(
-            actor, since=since, action=action, before_id=before_id, limit=limit
-        )
-        return listing(events)
 
     return router
