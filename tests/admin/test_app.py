@@ -35,6 +35,22 @@ async def test_the_openapi_document_lists_the_admin_routes_and_needs_no_credenti
     assert (await api.client.get("/admin/docs")).status_code == 404
 
 
+async def test_the_document_declares_the_error_envelope_and_never_422(api: Api) -> None:
+    document = (await api.client.get("/admin/openapi.json", headers=api.master)).json()
+    envelope = {"$ref": "#/components/schemas/ErrorEnvelope"}
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            responses = operation["responses"]
+            assert "422" not in responses
+            for status in ("400", "401", "403", "404", "429", "503"):
+                assert responses[status]["content"]["application/json"]["schema"] == envelope
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+    # What the document says is what a refused request gets.
+    refused = await api.client.post("/admin/keys", json={"team": 1}, headers=api.master)
+    assert refused.status_code == 400
+    assert set(refused.json()["error"]) == {"message", "type", "code"}
+
+
 async def test_an_unknown_route_is_a_404_envelope(api: Api) -> None:
     response = await api.client.get("/admin/nope", headers=api.master)
     assert response.status_code == 404

@@ -25,6 +25,7 @@ from fairgate.admin.body_limit import BodyLimit
 from fairgate.admin.errors import install_error_handlers
 from fairgate.admin.fairshare import FairShareMonitor, fairshare_router
 from fairgate.admin.health import health_routes
+from fairgate.admin.openapi import ERROR_RESPONSES, install_openapi
 from fairgate.admin.params import plain_text
 from fairgate.admin.routes.audit import audit_router
 from fairgate.admin.routes.budgets import budgets_router
@@ -63,8 +64,10 @@ def build_admin_app(
         docs_url=None,
         redoc_url=None,
         dependencies=[Depends(plain_text)],
+        responses=ERROR_RESPONSES,
     )
     install_error_handlers(app)
+    install_openapi(app)
     authenticator = AdminAuthenticator(tenancy, master_key_sha256=master_key_sha256, guard=guard)
     if master_key_changes is not None:
         master_key_changes.on_change(lambda key: authenticator.set_master_key_sha256(sha256(key)))
