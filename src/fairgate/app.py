@@ -92,6 +92,7 @@ from fairgate.proxy.settle import Settler
 from fairgate.routing import strategy_for
 from fairgate.server.connections import ConnectionCaps
 from fairgate.server.runner import Listener, bind, serve
+from fairgate.server.tls import ServedTls, TlsCollector, listener_tls, reload_on_hangup
 from fairgate.state import MemoryCounterStore, RedisCounterStore, RedisNotices
 from fairgate.store import (
     PostgresChangeListener,
@@ -744,15 +745,17 @@ def _request_ids() -> Callable[[], str]:
 
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_FORWARDED = (*_STOP_SIGNALS, signal.SIGHUP)  # SIGHUP: re-read the TLS certificates
 
 
 def run(config: Config, *, workers: int = 1) -> int:
     """Serve until a signal; ``workers`` processes share the listening sockets.
 
     Prints one line to stdout once the listeners accept connections:
-    ``fairgate listening on http://HOST:PORT admin http://HOST:PORT``.
-    Returns the process exit status. Raises ConfigConflict (one worker) when the
-    configuration cannot be synced into the store.
+    ``fairgate listening on http://HOST:PORT admin http://HOST:PORT`` (``https``
+    for a listener with TLS). Returns the process exit status. Raises ConfigConflict
+    (one worker) when the configuration cannot be synced into the store, ConfigError
+    when a listener's TLS material no longer loads.
     """
     if workers > 1 and config.state.backend == "memory":
         raise WorkersRefused(
@@ -760,22 +763,25 @@ def run(config: Config, *, workers: int = 1) -> int:
             "worker would keep its own rate-limit, budget and fair-share counters, so every "
             "limit would be multiplied by the number of workers."
         )
+    tls = listener_tls(config)
     client = bind(config.listen.host, config.listen.port)
     admin = bind(config.admin_listen.host, config.admin_listen.port)
-    announce = f"fairgate listening on {_url(client)} admin {_url(admin)}"
+    announce = (
+        f"fairgate listening on {_url(client, 'client' in tls)} admin {_url(admin, 'admin' in tls)}"
+    )
     if workers <= 1:
-        _run_loop(_serve(config, client, admin, announce))
+        _run_loop(_serve(config, client, admin, tls, announce))
         return 0
     children: list[int] = []
-    # Stop signals wait, blocked, until each process has its handlers: a worker inherits
-    # the mask and unblocks in _serve, the parent once it forwards them.
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    # Stop signals and SIGHUP wait, blocked, until each process has its handlers: a
+    # worker inherits the mask and unblocks in _serve, the parent once it forwards them.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
     for _ in range(workers):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child process
             status = 0
             try:
-                _run_loop(_serve(config, client, admin, None))
+                _run_loop(_serve(config, client, admin, tls, None))
             except ConfigConflict as conflict:
                 log.error("the configuration cannot be synced into the store: %s", conflict)
                 status = 1
@@ -785,7 +791,7 @@ def run(config: Config, *, workers: int = 1) -> int:
             os._exit(status)
         children.append(pid)
     _forward_signals(children)  # before the announcement: a stop may follow it at once
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
     # The workers hold the listening sockets now. Were the parent to keep its copies,
     # the port would go on accepting connections nobody serves once the workers
     # close theirs at shutdown, instead of refusing them.
@@ -801,7 +807,7 @@ def _forward_signals(children: list[int]) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
-    for sig in _STOP_SIGNALS:
+    for sig in _FORWARDED:
         signal.signal(sig, forward)
 
 
@@ -814,18 +820,24 @@ def _supervise(children: list[int]) -> int:
 
 
 async def _serve(
-    config: Config, client: socket.socket, admin: socket.socket, announce: str | None
+    config: Config,
+    client: socket.socket,
+    admin: socket.socket,
+    tls: dict[str, ServedTls],
+    announce: str | None,
 ) -> None:
     stop = asyncio.Event()
     signals = _StopSignals(stop)
     signals.install()  # first thing, until serve() takes them over
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked across a fork
+    reload_on_hangup(tls)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)  # blocked across a fork
     gateway = Gateway(config)
     await gateway.start()
+    gateway.metrics.registry.register(TlsCollector(tls.values()))
     limits = config.limits
     listeners: Sequence[Listener] = (
-        _listener("client", gateway, client, limits, limits.stream_buffer_bytes),
-        _listener("admin", gateway, admin, limits, 64 * 1024),
+        _listener("client", gateway, client, limits, limits.stream_buffer_bytes, tls),
+        _listener("admin", gateway, admin, limits, 64 * 1024, tls),
     )
 
     def started(_: Sequence[Listener]) -> None:
@@ -879,7 +891,12 @@ class _StopSignals:
 
 
 def _listener(
-    name: str, gateway: Gateway, sock: socket.socket, limits: LimitSettings, write_buffer_bytes: int
+    name: str,
+    gateway: Gateway,
+    sock: socket.socket,
+    limits: LimitSettings,
+    write_buffer_bytes: int,
+    tls: dict[str, ServedTls],
 ) -> Listener:
     # The relay cuts a stream whose writes wait slow_reader_timeout; the kernel resets,
     # at twice that, any connection whose client has taken nothing (also one whose
@@ -904,6 +921,7 @@ def _listener(
         stall_timeout=2 * limits.slow_reader_timeout,
         caps=caps,
         keep_alive_timeout=limits.client_keep_alive_timeout,
+        tls=tls[name].context if name in tls else None,
     )
 
 
@@ -916,6 +934,7 @@ def _run_loop(main: asyncio.Future[None] | object) -> None:
     uvloop.run(main)  # type: ignore[arg-type]
 
 
-def _url(sock: socket.socket) -> str:
+def _url(sock: socket.socket, tls: bool) -> str:
     host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    scheme = "https" if tls else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"

@@ -7,7 +7,10 @@ import re
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from tests.tls_certs import Authority
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SECRET = "sk-live-never-print-me-4242"
@@ -114,3 +117,50 @@ def test_secrets_are_never_printed(tmp_path: Path) -> None:
     assert len(result.stderr.splitlines()) == 4  # empty key file, store URL, inline key, weight
     assert f"{tmp_path / 'empty.key'}" in result.stderr
     assert SECRET not in result.stderr + result.stdout
+
+
+def test_a_key_that_does_not_match_its_certificate_names_the_key_file(tmp_path: Path) -> None:
+    ca = Authority("check-config CA")
+    ca.issue("gateway", server=True).write(tmp_path, "server")
+    _, stranger = ca.issue("someone else", server=True).write(tmp_path, "stranger")
+    path = write(
+        tmp_path / "gateway.yaml",
+        """
+        listen:
+          tls: {cert_file: server.crt, key_file: stranger.key}
+        models:
+          - name: m
+            upstreams: [{name: u, url: "http://10.0.0.1:8000"}]
+        """,
+    )
+    result = check_config("-c", str(path))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"{path}:2:42: listen.tls.key_file: the private key does not match the certificate: "
+        f"{stranger}\n"
+    )
+    assert stranger.read_text().splitlines()[1] not in result.stderr
+
+
+def test_an_expired_certificate_is_a_warning_not_a_failure(tmp_path: Path) -> None:
+    ca = Authority("check-config CA")
+    expired = ca.issue(
+        "gateway", server=True, not_before=datetime.now(UTC) - timedelta(days=9), days=1
+    )
+    cert, _ = expired.write(tmp_path, "server")
+    path = write(
+        tmp_path / "gateway.yaml",
+        """
+        admin_listen:
+          tls: {cert_file: server.crt, key_file: server.key}
+        models:
+          - name: m
+            upstreams: [{name: u, url: "http://10.0.0.1:8000"}]
+        """,
+    )
+    result = check_config("-c", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ok: ")
+    assert result.stderr.startswith(
+        f"warning: admin_listen.tls.cert_file: {cert}: the certificate expired on "
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import typer
 
 from fairgate.cli.options import ConfigOption, load_or_exit
@@ -16,7 +18,8 @@ HELP = (
     "secret files, FAIRGATE_ environment overrides), and exits 1. Every vault: secret is "
     "read from the vault (a token or AppRole login is used) unless --skip-vault is given; "
     "one that cannot be read is named with the reason. On success prints a "
-    "one-line summary and exits 0. The content of a secret is never printed."
+    "one-line summary and exits 0; warnings (an expired TLS certificate) go to stderr "
+    "and do not fail the check. The content of a secret is never printed."
 )
 
 
@@ -28,9 +31,13 @@ def check_config(
         help="Do not read the vault: vault references are checked for form only.",
     ),
 ) -> None:
+    from fairgate.config.tls import tls_warnings
     from fairgate.vault import vault_references
 
     cfg = load_or_exit(config, read_vault=not skip_vault)
+    listeners = {"listen": cfg.listen.tls, "admin_listen": cfg.admin_listen.tls}
+    for warning in tls_warnings(listeners, datetime.now(UTC)):
+        typer.echo(f"warning: {warning}", err=True)
     upstreams = sum(len(model.upstreams) for model in cfg.models)
     vault = len({ref.vault for ref in vault_references(cfg)})
     read = "not read" if skip_vault else "read"

@@ -14,6 +14,10 @@ HELP = """Run the gateway: the client listener (OpenAI API) and the admin listen
 Stops on SIGTERM or SIGINT: readiness flips to 503 at once, new connections are
 refused, running requests and streams get proxy.shutdown_grace to finish.
 
+SIGHUP re-reads the listeners' TLS certificates, keys and client CAs: new
+connections get the new ones, open connections continue; a reference that does
+not load keeps the previous certificate and logs an error (docs/tls.md).
+
 Exits with status 1, changing nothing, when the configuration declares a team the
 store holds under another organisation and the team was not created by the
 configuration (see docs/tenancy.md, "Declared team names").
@@ -34,6 +38,7 @@ def serve(
     ),
 ) -> None:
     from fairgate.app import WorkersRefused, run
+    from fairgate.config import ConfigError
     from fairgate.observability.logging import configure_logging
     from fairgate.tenancy import ConfigConflict
 
@@ -44,6 +49,10 @@ def serve(
     except WorkersRefused as refused:
         typer.echo(f"fairgate serve: {refused}", err=True)
         raise typer.Exit(2) from None
+    except ConfigError as error:  # TLS material changed since it was checked at load
+        for diagnostic in error.diagnostics:
+            typer.echo(f"fairgate serve: {diagnostic}", err=True)
+        raise typer.Exit(1) from None
     except ConfigConflict as conflict:
         typer.echo(
             f"fairgate serve: the configuration conflicts with the store: {conflict}", err=True

@@ -3,7 +3,8 @@
 The steps, each collecting diagnostics rather than stopping at the first:
 parse the YAML (refusing tags, anchors, duplicate keys), apply ``FAIRGATE_…``
 overrides, check the cross-entry rules, validate the schema, check that every
-secret file exists and is non-empty. Any diagnostic → :class:`ConfigError`
+secret file exists and is non-empty, check that the listeners' TLS certificates
+and keys load. Any diagnostic → :class:`ConfigError`
 with all of them, sorted by position.
 """
 
@@ -23,6 +24,7 @@ from fairgate.config.messages import explain
 from fairgate.config.rules import check_rules
 from fairgate.config.schema import Config, field_kind, keys_of
 from fairgate.config.secrets import secret_file_diagnostics
+from fairgate.config.tls import tls_diagnostics
 
 __all__ = ["MAX_CONFIG_BYTES", "load_config"]
 
@@ -54,6 +56,9 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
     base_dir = path.absolute().parent
     diagnostics += secret_file_diagnostics(doc, base_dir)
     config = _validate(doc, path, base_dir, diagnostics)
+    if config is not None:
+        listeners = {"listen": config.listen.tls, "admin_listen": config.admin_listen.tls}
+        diagnostics += tls_diagnostics(doc, listeners)
     if diagnostics or config is None:
         raise ConfigError(_ordered(diagnostics))
     return config

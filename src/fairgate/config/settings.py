@@ -25,6 +25,7 @@ from fairgate.config.fields import (
     Size,
 )
 from fairgate.config.secrets import SecretRef
+from fairgate.config.tls import AdminTls, ListenerTls
 
 __all__ = [
     "Accounting",
@@ -57,10 +58,12 @@ _PASSWORD_PARAM = re.compile(r"pass(word|wd)?$", re.IGNORECASE)
 
 
 class Listen(Section):
-    """A listening socket: ``host`` (an address or name) and ``port`` (0 = any free port)."""
+    """A listening socket: ``host`` (an address or name), ``port`` (0 = any free port) and
+    ``tls`` (HTTPS when set, see docs/tls.md)."""
 
     host: Name = "0.0.0.0"  # noqa: S104 - the client listener is meant to be reachable
     port: Port = 8080
+    tls: ListenerTls | None = None
 
 
 class AdminListen(Listen):
@@ -68,6 +71,7 @@ class AdminListen(Listen):
 
     host: Name = "127.0.0.1"
     port: Port = 8081
+    tls: AdminTls | None = None
 
 
 class Limits(Section):

@@ -5,6 +5,11 @@ answers 503 at once), the client listener stops accepting and lets running
 requests and streams finish for up to ``grace`` seconds (then cancels them),
 the admin listener closes last, then the gateway's own tasks stop.
 A second signal, one second or more after the first, skips the wait.
+
+A listener with a TLS context serves HTTPS on its socket; a TLS handshake has
+the listener's ``head_timeout`` to complete (asyncio's default is 60 s), so a
+client that opens connections and never finishes a handshake holds each for no
+longer than one that never finishes its request head.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import asyncio
 import logging
 import signal
 import socket
+import ssl
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +51,7 @@ class Listener:
     stall_timeout: float | None = None  # a client taking no bytes this long is reset (Linux)
     caps: ConnectionCaps | None = None  # connections held at once, in total and per network
     keep_alive_timeout: float = 15.0  # an idle kept-alive connection is closed after this
+    tls: ssl.SSLContext | None = None  # HTTPS on this socket when set
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -58,6 +66,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def _server(listener: Listener, grace: float) -> uvicorn.Server:
+    tls = listener.tls
     config = uvicorn.Config(
         listener.app,
         loop="none",
@@ -79,13 +88,57 @@ def _server(listener: Listener, grace: float) -> uvicorn.Server:
         date_header=False,
         timeout_keep_alive=listener.keep_alive_timeout,  # type: ignore[arg-type]  # a float works
         timeout_graceful_shutdown=max(0.1, grace),  # type: ignore[arg-type]  # a float works
+        # The listener's own context (its certificate swapped on reload), not uvicorn's.
+        ssl_context_factory=None if tls is None else lambda _config, _default: tls,
     )
     config.load()
-    server = uvicorn.Server(config)
+    server = _Server(config, handshake_timeout=listener.head_timeout)
     # Server.serve() would install its own signal handlers; startup() is called
     # directly instead, so the lifespan object serve() creates is created here.
     server.lifespan = config.lifespan_class(config)
     return server
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, whose TLS handshakes time out like a request head does.
+
+    ``startup`` is uvicorn's for pre-bound sockets, with the handshake and TLS
+    shutdown timeouts passed to ``create_server`` (uvicorn passes neither)."""
+
+    def __init__(self, config: uvicorn.Config, *, handshake_timeout: float) -> None:
+        super().__init__(config)
+        self.handshake_timeout = handshake_timeout
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if sockets is None or self.config.ssl is None:
+            await super().startup(sockets)
+            return
+        await self.lifespan.startup()
+        if self.lifespan.should_exit:
+            sys.exit(3)  # uvicorn's STARTUP_FAILURE
+        config = self.config
+
+        def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config,
+                server_state=self.server_state,
+                app_state=self.lifespan.state,
+                _loop=_loop,
+            )
+
+        loop = asyncio.get_running_loop()
+        self.servers = [
+            await loop.create_server(
+                create_protocol,
+                sock=sock,
+                ssl=config.ssl,
+                backlog=config.backlog,
+                ssl_handshake_timeout=self.handshake_timeout,
+                ssl_shutdown_timeout=self.handshake_timeout,
+            )
+            for sock in sockets
+        ]
+        self.started = True
 
 
 async def serve(
