@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from tests.tls_certs import Authority, encrypted_key_pem
 
-from fairgate.config.tls import tls_warnings
+from fairgate.config.tls import tls_report
 
 from .conftest import Load, Problems, with_minimal
 
@@ -144,9 +144,10 @@ def test_an_expired_certificate_loads_with_a_warning(
     expired.write(tmp_path, "server")
     config = load(listen_tls())
     now = datetime.now(UTC)
-    (warning,) = tls_warnings({"listen": config.listen.tls, "admin_listen": None}, now)
+    errors, (warning,) = tls_report({"listen": config.listen.tls, "admin_listen": None}, now)
+    assert errors == []
     assert warning.startswith(
         f"listen.tls.cert_file: {tmp_path / 'server.crt'}: the certificate expired on"
     )
     assert f"serial {expired.serial:x}" in warning
-    assert list(tls_warnings({"listen": config.listen.tls}, now - timedelta(days=9))) == []
+    assert tls_report({"listen": config.listen.tls}, now - timedelta(days=9)) == ([], [])

@@ -31,13 +31,18 @@ def check_config(
         help="Do not read the vault: vault references are checked for form only.",
     ),
 ) -> None:
-    from fairgate.config.tls import tls_warnings
+    from fairgate.config.tls import tls_report
     from fairgate.vault import vault_references
 
     cfg = load_or_exit(config, read_vault=not skip_vault)
     listeners = {"listen": cfg.listen.tls, "admin_listen": cfg.admin_listen.tls}
-    for warning in tls_warnings(listeners, datetime.now(UTC)):
+    errors, warnings = tls_report(listeners, datetime.now(UTC))
+    for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
+    if errors:  # TLS material held in the vault, read after the file's checks
+        for diagnostic in errors:
+            typer.echo(f"{cfg.path}: {diagnostic.message}", err=True)
+        raise typer.Exit(1)
     upstreams = sum(len(model.upstreams) for model in cfg.models)
     vault = len({ref.vault for ref in vault_references(cfg)})
     read = "not read" if skip_vault else "read"

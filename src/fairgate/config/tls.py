@@ -4,13 +4,12 @@ All three are secret references. The loader checks them together once each is
 readable (:func:`tls_diagnostics`): a certificate that does not parse, a key that
 is missing, encrypted or does not match the certificate, or a client CA that
 does not load is an error naming the reference; an expired certificate is only a
-warning (:func:`tls_warnings`), since refusing to start would not make the
+warning (:func:`tls_report`), since refusing to start would not make the
 certificate any newer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
 
 from fairgate.config.diagnostics import ConfigError, Diagnostic
@@ -25,7 +24,7 @@ __all__ = [
     "TlsMaterial",
     "TlsRefused",
     "tls_diagnostics",
-    "tls_warnings",
+    "tls_report",
 ]
 
 
@@ -50,8 +49,8 @@ class TlsRefused(ConfigError):
 
     def __init__(self, where: str, key: str, ref: SecretRef, reason: str) -> None:
         self.key = key
-        message = f"{where}.tls.{key}: {reason}: {ref.path}"
-        super().__init__([Diagnostic(str(ref.path), 0, 0, message)])
+        message = f"{where}.tls.{key}: {reason}: {ref}"
+        super().__init__([Diagnostic(str(ref), 0, 0, message)])
 
 
 class TlsMaterial:
@@ -91,20 +90,30 @@ def tls_diagnostics(doc: Document, sections: dict[str, ListenerTls | None]) -> l
     return found
 
 
-def tls_warnings(sections: dict[str, ListenerTls | None], now: datetime) -> Iterator[str]:
-    """A warning per listener whose certificate has expired or is not valid yet."""
+def tls_report(
+    sections: dict[str, ListenerTls | None], now: datetime
+) -> tuple[list[Diagnostic], list[str]]:
+    """Errors and warnings for the listeners' TLS once every secret is read.
+
+    The loader checks file references; a vault reference is read only after the
+    load, so ``check-config`` calls this then: the errors are those material that
+    cannot serve (vault secrets included), the warnings certificates that expired."""
+    errors: list[Diagnostic] = []
+    warnings: list[str] = []
     for where, settings in sections.items():
         if settings is None:
             continue
         try:
             leaf = TlsMaterial(where, settings).leaf
-        except ConfigError:
-            continue  # an error, reported as one
+        except ConfigError as error:
+            errors += error.diagnostics
+            continue
         if leaf.expired(now):
-            yield (
-                f"{where}.tls.cert_file: {settings.cert_file.path}: the certificate expired "
+            warnings.append(
+                f"{where}.tls.cert_file: {settings.cert_file}: the certificate expired "
                 f"on {leaf.not_after:%Y-%m-%d %H:%M:%S} UTC (serial {leaf.serial:x})"
             )
+    return errors, warnings
 
 
 def _refs(settings: ListenerTls) -> dict[str, SecretRef]:
