@@ -29,6 +29,7 @@ class GatewayProcess(ServerProcess):
         env: Mapping[str, str] | None = None,
         startup_timeout: float = 30.0,
         stop_timeout: float = 30.0,
+        stderr: Path | None = None,
     ) -> None:
         self.config = Path(config)
         argv: Sequence[str] = [sys.executable, "-m", "fairgate", "serve", "-c", str(config), *args]
@@ -38,6 +39,7 @@ class GatewayProcess(ServerProcess):
             env=env,
             startup_timeout=startup_timeout,
             stop_timeout=stop_timeout,
+            stderr=stderr,
         )
         self.admin_url = ""
 

@@ -11,13 +11,15 @@ with SIGTERM (then SIGKILL after ``stop_timeout``). ``SimProcess`` runs
         assert sim.stats()["finished"] == 1
 
 Both are sync and async context managers (the async form runs start and stop in
-a thread). The child's stderr is inherited; its stdout is drained after the ready
-line so a chatty child can never block on a full pipe.
+a thread). The child's stderr is inherited, or appended to the file ``stderr``
+names; its stdout is drained after the ready line so a chatty child can never
+block on a full pipe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import signal
@@ -28,6 +30,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
@@ -55,8 +58,10 @@ class ServerProcess:
         env: Mapping[str, str] | None = None,
         startup_timeout: float = 20.0,
         stop_timeout: float = 10.0,
+        stderr: Path | None = None,
     ) -> None:
         self.argv = list(argv)
+        self.stderr = stderr
         self.ready_prefix = ready_prefix
         self.env = dict(env) if env else None
         self.startup_timeout = startup_timeout
@@ -81,9 +86,11 @@ class ServerProcess:
 
     def start(self) -> Self:
         env = {**os.environ, **self.env} if self.env else None
-        proc = subprocess.Popen(  # noqa: S603 - argv comes from the caller, not a shell
-            self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env
-        )
+        with contextlib.ExitStack() as files:
+            err = None if self.stderr is None else files.enter_context(self.stderr.open("ab"))
+            proc = subprocess.Popen(  # noqa: S603 - argv comes from the caller, not a shell
+                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, env=env
+            )
         self._proc = proc
         lines: queue.Queue[bytes] = queue.Queue()
         assert proc.stdout is not None
