@@ -86,6 +86,7 @@ from fairgate.proxy.records import RecordBuilder
 from fairgate.proxy.relay import Deadlines, Relay
 from fairgate.proxy.request import Caps
 from fairgate.proxy.reservation import OutputPolicy
+from fairgate.proxy.responses import ResponseScope
 from fairgate.proxy.routes import RouteTable
 from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
@@ -93,7 +94,13 @@ from fairgate.routing import strategy_for
 from fairgate.server.connections import ConnectionCaps
 from fairgate.server.runner import Listener, bind, serve
 from fairgate.server.tls import ServedTls, TlsCollector, listener_tls, reload_on_hangup
-from fairgate.state import MemoryCounterStore, RedisCounterStore, RedisNotices
+from fairgate.state import (
+    MemoryCounterStore,
+    MemoryResponseOwners,
+    RedisCounterStore,
+    RedisNotices,
+    RedisResponseOwners,
+)
 from fairgate.store import (
     PostgresChangeListener,
     Store,
@@ -154,6 +161,10 @@ class Gateway:
         # Idle connections are dropped before the engines' own keep-alive timeout
         # (uvicorn's 5 s for vLLM), so a reused connection is rarely closed under us.
         self.pool = UpstreamPool(connect_timeout=limits.connect_timeout, idle_timeout=4.0)
+        self.state = _state_store(config)
+        self.responses = ResponseScope(
+            _response_owners(config, self.state), config.cache_isolation.scope
+        )
         self.relay = Relay(
             Deadlines(
                 connect=limits.connect_timeout,
@@ -166,12 +177,12 @@ class Gateway:
             ),
             self.pool,
             self.metrics.streams_open,
+            self.responses,
         )
         # Tenancy: the store is opened in start(); nothing on the request path reads it
         # except a key-cache miss.
         clock = self.clock = SystemClock()
         self.store = build_store(config)
-        self.state = _state_store(config)
         # Counters held in this process are saved to the store to survive a restart.
         self.snapshots = (
             CounterSnapshots(self.store, self.state, clock)
@@ -298,6 +309,7 @@ class Gateway:
             salt=_salter(config),
             session_header=config.routing.session_header.encode("latin-1"),
             tags_header=config.tags.header.encode("latin-1"),
+            responses=self.responses,
         )
         self.proxy_app = ProxyApp(self.pipeline)
         master = config.master_key_file
@@ -636,6 +648,16 @@ def _state_store(config: Config) -> MemoryCounterStore | RedisCounterStore:
             lease_ttl=st.lease_ttl,
         )
     return MemoryCounterStore()
+
+
+def _response_owners(
+    config: Config, state: MemoryCounterStore | RedisCounterStore
+) -> MemoryResponseOwners | RedisResponseOwners:
+    """Who received each Responses API id, beside the counters (shared with Redis)."""
+    ttl = config.state.response_ttl
+    if isinstance(state, RedisCounterStore):
+        return RedisResponseOwners(state, ttl)
+    return MemoryResponseOwners(ttl)
 
 
 def _fairshare(config: Config) -> FairShare | None:

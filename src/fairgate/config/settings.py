@@ -199,7 +199,8 @@ class State(Section):
     output reserved on a route that has no output-cap field (audio transcription);
     ``budget_refresh`` is how often budgets are re-read from the store;
     ``snapshot_interval`` is how often the memory back end's rate counters are saved
-    to the store (and restored from it at start-up).
+    to the store (and restored from it at start-up); ``response_ttl`` is how long the
+    gateway remembers which scope received a Responses API id (``previous_response_id``).
     """
 
     backend: Literal["memory", "redis"] = "memory"
@@ -212,6 +213,7 @@ class State(Section):
     default_completion_tokens: StrictInt = Field(default=256, ge=0, le=10_000_000)
     budget_refresh: PositiveDuration = 10.0
     snapshot_interval: PositiveDuration = 30.0
+    response_ttl: PositiveDuration = 86400.0
 
     @field_validator("day_zone")
     @classmethod

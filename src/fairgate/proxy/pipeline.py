@@ -27,6 +27,7 @@ from fairgate.proxy.gate import Gate, Ticket
 from fairgate.proxy.relay import AttemptFailed, Relay, SlowReader
 from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, read_body
 from fairgate.proxy.reservation import OutputPolicy, charge
+from fairgate.proxy.responses import ResponseScope
 from fairgate.proxy.routes import ModelEntry, RouteTable
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.share import share_header
@@ -58,6 +59,7 @@ class Pipeline:
         salt: Callable[[Principal], str | None] = lambda _p: None,
         session_header: bytes = b"x-session-id",
         tags_header: bytes = b"x-fairgate-tags",
+        responses: ResponseScope | None = None,
     ) -> None:
         self._routes = routes
         self._caps = caps
@@ -73,6 +75,7 @@ class Pipeline:
         self._salt = salt
         self._session_header = session_header
         self._tags_header = tags_header
+        self._responses = responses
 
     async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         client = scope.get("client")
@@ -107,10 +110,12 @@ class Pipeline:
             await self._read(receive, ex, length)
             entry = self._output.reserve(ex, self._routes.model_for(ex))
             _check_fields(ex, entry)
+            ex.cache_salt = self._salt(ex.principal)
+            if self._responses is not None:
+                await self._responses.check(ex)  # a state read only with previous_response_id
             watcher = _watch_disconnect(scope, receive, ex)
             if self._gate is not None:
                 ticket = await self._gate.enter(ex, tags)
-            ex.cache_salt = self._salt(ex.principal)
             await self._forward(ex, entry, send, ticket)
         except GatewayError as error:
             ex.status = error.status

@@ -36,6 +36,7 @@ from prometheus_client import Gauge
 from fairgate.core.errors import BadGateway, GatewayError, GatewayTimeout
 from fairgate.proxy.encoding import TooLarge, Undecodable, decode, is_encoded, scrub
 from fairgate.proxy.exchange import Exchange, Outcome
+from fairgate.proxy.responses import RESPONSES_ROUTE, ResponseScope
 from fairgate.proxy.sse import SseSplitter, classify, error_event
 from fairgate.proxy.usage import usage_in_body
 from fairgate.upstream import (
@@ -118,11 +119,16 @@ class Relay:
     """Opens attempts on replicas and relays their answers; one per Gateway."""
 
     def __init__(
-        self, deadlines: Deadlines, pool: UpstreamPool, streams_open: Gauge | None = None
+        self,
+        deadlines: Deadlines,
+        pool: UpstreamPool,
+        streams_open: Gauge | None = None,
+        responses: ResponseScope | None = None,
     ) -> None:
         self.deadlines = deadlines
         self._pool = pool
         self._streams_open = streams_open
+        self._responses = responses  # remembers who received each Responses API id
 
     def _remaining(self, ex: Exchange, limit: float, *, sent: bool = True) -> float:
         left = ex.started + self.deadlines.total - time.monotonic()
@@ -292,6 +298,8 @@ class Relay:
         of a compressed one)."""
         if opened.status == 200 and opened.content_type.startswith(b"application/json"):
             ex.usage = usage_in_body(opened.plain or opened.body)
+        if self._responses is not None:
+            await self._responses.relayed_body(ex, opened.status, opened.plain or opened.body)
         headers = [
             (b"content-type", opened.content_type),
             (b"content-length", str(len(opened.body)).encode()),
@@ -318,6 +326,7 @@ class Relay:
         """Relay an SSE stream event by event until the engine ends it or a deadline fires."""
         response = opened.response
         key = opened.key
+        watch = self._responses if ex.route == RESPONSES_ROUTE else None
         splitter = SseSplitter()
         terminal = False
         completed = False
@@ -360,6 +369,9 @@ class Relay:
                         ex.reason = "engine_error_event"
                     elif kind == "usage" and strip_usage:
                         continue
+                    if watch is not None and b'"response.created"' in raw:
+                        await watch.relayed_event(ex, raw)  # before the client can see it
+                        watch = None
                     # an event is whole here, so a key split across reads is caught
                     out.append(scrub(raw, key))
                 if out:

@@ -420,6 +420,15 @@ class RedisCounterStore:
         """Run one script under the timeout and the breaker."""
         return await self._guarded(lambda: script(keys=keys, args=args))
 
+    @property
+    def client(self) -> Redis:
+        """The connection pool's client, for siblings sharing it (``state.owners``)."""
+        return self._redis
+
+    async def guarded(self, command: Callable[[], Awaitable[Any]]) -> Any:
+        """``_guarded`` for siblings sharing this store's timeout and breaker."""
+        return await self._guarded(command)
+
     async def _guarded(self, command: Callable[[], Awaitable[Any]]) -> Any:
         """Run one Redis command under the timeout and the breaker; the failure policy
         of this store."""
