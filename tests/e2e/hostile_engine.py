@@ -15,6 +15,7 @@ message's content; the key echoed is the one the gateway presented in
                            pieces cut in the middle of each key
     stream-key             an SSE stream whose error event quotes the key, split across writes
     gzip-stream            an SSE stream sent gzip although identity was asked for
+    content-type-key       a completion whose Content-Type quotes the key
     bomb                   512 MiB of zeros as 0.5 MiB of gzip
 """
 
@@ -129,6 +130,10 @@ async def chat(request: web.Request) -> web.StreamResponse:
         event = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
         headers = {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
         return await _pieces(request, gzip.compress(event), [], **headers)
+    if mode == "content-type-key":
+        response = web.Response(status=200, body=completion("plain"))
+        response.headers["Content-Type"] = f"application/json; charset=utf-8; key={key}"
+        return response
     if mode == "bomb":
         return _plain(200, BOMB, "gzip")
     return _plain(200, completion("plain"))

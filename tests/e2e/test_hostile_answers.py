@@ -129,6 +129,13 @@ def test_a_stream_error_event_split_across_writes_is_scrubbed(env: Env) -> None:
     assert b"Bearer [redacted]" in answer.body
 
 
+def test_the_content_type_relayed_is_scrubbed_too(env: Env) -> None:
+    answer = ask(env.gateway, "content-type-key")
+    assert answer.status == 200
+    assert_no_key(answer)
+    assert answer.header("content-type") == "application/json; charset=utf-8; key=[redacted]"
+
+
 @pytest.mark.parametrize(("mode", "coding"), [("gzip-ok", "gzip"), ("deflate-ok", "deflate")])
 def test_a_compressed_answer_is_relayed_intact(env: Env, mode: str, coding: str) -> None:
     answer = ask(env.gateway, mode, "gzip, deflate")

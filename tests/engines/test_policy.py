@@ -13,9 +13,12 @@ from hypothesis import strategies as st
 from fairgate.engines import (
     LLAMA_SERVER_POLICY,
     OPENAI_POLICY,
+    STRIPPED_FIELDS,
     VLLM_POLICY,
     FieldRefused,
     RequestPolicy,
+    UpstreamRequestBody,
+    adapter_for,
     parse_form,
     policy_for,
 )
@@ -222,3 +225,43 @@ def test_another_case_is_another_field_the_engines_ignore(key: str, upper: list[
     if spelled == key:
         return
     VLLM_POLICY.check({**CHAT, spelled: 1})  # vLLM's pydantic field names are exact
+
+
+# -- the vLLM rewrite: what the engine receives ---------------------------------------
+
+STEERING = sorted(STRIPPED_FIELDS - {"extra_body"})
+
+
+@st.composite
+def steering_bodies(draw: st.DrawFn) -> bytes:
+    """A raw JSON body carrying steering fields under any spelling: escaped, duplicated,
+    inside ``extra_body``."""
+    members = ['"model":"m"', '"prompt":"x"']
+    for field in draw(st.lists(st.sampled_from(STEERING), min_size=1, max_size=4)):
+        key = _escaped(field, draw(st.lists(st.booleans(), max_size=len(field))))
+        value = draw(st.sampled_from(["-100", '"chosen"', "{}", "null"]))
+        where = draw(st.sampled_from(["top", "twice", "extra_body"]))
+        if where == "twice":
+            members += [f'"{field}":1', f"{key}:{value}"]
+        elif where == "extra_body":
+            members.append('"extra_body":{' + f"{key}:{value}" + "}")
+        else:
+            members.append(f"{key}:{value}")
+    return ("{" + ",".join(draw(st.permutations(members))) + "}").encode()
+
+
+@given(raw=steering_bodies(), salt=st.sampled_from([None, "gateway-salt"]))
+def test_no_steering_field_survives_the_vllm_rewrite(raw: bytes, salt: str | None) -> None:
+    parsed = orjson.loads(raw)
+    VLLM_POLICY.check(parsed)  # steering fields are removed, not refused
+    sent = adapter_for("vllm").prepare_body(
+        UpstreamRequestBody(raw=raw, parsed=parsed, upstream_model="m", cache_salt=salt)
+    )
+    keys: list[str] = []
+    document = json.loads(
+        sent, object_pairs_hook=lambda pairs: keys.extend(k for k, _ in pairs) or dict(pairs)
+    )
+    survivors = set(keys) & STRIPPED_FIELDS
+    assert survivors == ({"cache_salt"} if salt else set())
+    assert document.get("cache_salt") == salt
+    assert keys.count("cache_salt") == (1 if salt else 0)

@@ -196,6 +196,7 @@ class Relay:
         coding = response.header(b"content-encoding")
         streaming = status == 200 and content_type.startswith(_SSE)
         key = internal_key.encode() if internal_key else None
+        content_type = scrub(content_type, key)  # the one engine header relayed
         try:
             if streaming:
                 if is_encoded(coding):
