@@ -156,3 +156,37 @@ def test_a_model_override_lifts_a_default_denial(env: Env) -> None:
     assert_refused(
         post(env, chat("m-open", '"prompt_embeds":"AAAA"')), "field_not_allowed", "prompt_embeds"
     )
+
+
+def multipart(*fields: tuple[str, str]) -> bytes:
+    out = b""
+    for name, value in fields:
+        out += b'--b\r\nContent-Disposition: form-data; name="' + name.encode() + b'"\r\n\r\n'
+        out += value.encode() + b"\r\n"
+    out += b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+    return out + b"Content-Type: audio/wav\r\n\r\nRIFF\r\n--b--\r\n"
+
+
+@pytest.mark.parametrize(
+    ("fields", "code", "field"),
+    [
+        ((("model", "l"), ("id_slot", "0")), "field_not_allowed", "id_slot"),
+        ((("id_slot", "1"), ("model", "l"), ("id_slot", "2")), "field_not_allowed", "id_slot"),
+        (
+            (("model", "m"), ("mm_processor_kwargs", "{}")),
+            "field_not_allowed",
+            "mm_processor_kwargs",
+        ),
+        ((("model", "m"), ("top_logprobs", "500")), "field_too_large", "top_logprobs"),
+    ],
+)
+def test_a_form_field_is_checked_like_a_json_one(
+    env: Env, fields: tuple[tuple[str, str], ...], code: str, field: str
+) -> None:
+    headers = [("Content-Type", "multipart/form-data; boundary=b")]
+    answer = raw_request(
+        env.gateway.url,
+        request_bytes("POST", "/v1/audio/transcriptions", headers=headers, body=multipart(*fields)),
+    )
+    assert_refused(answer, code, field)
+    assert posted(env.vllm) == [] and posted(env.llama) == []
