@@ -14,6 +14,8 @@ hold today, each really used, so that a leak would have something to leak:
     cache_isolation.key_file       the HMAC key of the prefix-cache salt
     alerts.webhook.token_file      a real webhook receiver checks it
     alerts.smtp.password_file      a real SMTP relay (aiosmtpd) checks it
+    listen.tls.key_file,           the TLS private key of both listeners (every line
+    admin_listen.tls.key_file      of its PEM body is a marker); clients trust its CA
 
 The scenario: answers plain and streamed, an engine error, an engine down, bad
 input of every kind, the admin listings, ``/metrics``, the OpenAPI document,
@@ -48,6 +50,7 @@ from tests.e2e.conftest import TEST_KEY, write_config
 from tests.e2e.robust_wire import until
 from tests.e2e.test_alerts import Webhook
 from tests.e2e.test_limits import OPERATOR, PRICES
+from tests.tls_certs import Authority
 
 from fairgate.config import load_config
 from fairgate.core.money import Money
@@ -258,6 +261,7 @@ def _configure(
     webhook: Webhook,
     relay: Relay,
 ) -> Path:
+    tls = {"cert_file": "server.crt", "key_file": "server.key"}
     parts = urllib.parse.urlsplit(pg_url)
     with_password = parts._replace(netloc=f"postgres:{markers['pg']}@{parts.hostname}:{parts.port}")
     down = f"http://127.0.0.1:{_free_port()}"
@@ -321,6 +325,8 @@ def _configure(
                 "password_file": _write(directory, "smtp.password", markers["smtp"]),
             },
         },
+        listen={"tls": tls},
+        admin_listen={"tls": tls},
         limits={"max_body_bytes": 65536},
         logging={"level": "debug"},
     )
@@ -386,10 +392,11 @@ def _chat(model: str, *, stream: bool = False, max_tokens: int = 10) -> dict[str
     }
 
 
-def _client_scenario(gw: Gateway, written: Written, master: str) -> None:
+def _client_scenario(gw: Gateway, written: Written, master: str, ca: Authority) -> None:
     user = {"authorization": f"Bearer {TEST_KEY}"}
     admin = {"authorization": f"Bearer {master}"}
-    with httpx.Client(base_url=gw.url, timeout=30) as client:
+    assert gw.url.startswith("https://")
+    with httpx.Client(base_url=gw.url, timeout=30, verify=ca.trusting()) as client:
         for i in range(4):  # 10 each: the third crosses the soft limit of 25
             answer = written.answer(
                 f"chat {i}", client.post("/v1/chat/completions", json=_chat("m"), headers=user)
@@ -430,9 +437,9 @@ def _client_scenario(gw: Gateway, written: Written, master: str) -> None:
         written.answer("me", client.get("/me", headers=user))
 
 
-def _admin_scenario(gw: Gateway, written: Written, master: str) -> None:
+def _admin_scenario(gw: Gateway, written: Written, master: str, ca: Authority) -> None:
     admin = {"authorization": f"Bearer {master}"}
-    with httpx.Client(base_url=gw.admin_url, timeout=30) as client:
+    with httpx.Client(base_url=gw.admin_url, timeout=30, verify=ca.trusting()) as client:
         for path in (
             "/admin/keys",
             "/admin/teams",
@@ -489,6 +496,15 @@ def test_no_secret_appears_in_anything_the_gateway_writes(
             Relay(markers["smtp"]) as relay,
         ):
             (tmp_path / "gw").mkdir()
+            ca = Authority("planted secrets CA")
+            server = ca.issue("gateway", server=True)
+            server.write(tmp_path / "gw", "server")
+            body = [
+                line
+                for line in server.key_pem.splitlines()
+                if "-----" not in line and len(line) >= 16  # a short tail could match by chance
+            ]
+            markers.update({f"tls key line {i}": line for i, line in enumerate(body)})
             config = _configure(
                 tmp_path / "gw",
                 markers,
@@ -503,8 +519,8 @@ def test_no_secret_appears_in_anything_the_gateway_writes(
             asyncio.run(_soft_budget(config))
             gw = Gateway(config)
             try:
-                _client_scenario(gw, written, markers["master"])
-                _admin_scenario(gw, written, markers["master"])
+                _client_scenario(gw, written, markers["master"], ca)
+                _admin_scenario(gw, written, markers["master"], ca)
                 # The alerts prove the webhook token and the SMTP password were used.
                 until(lambda: webhook.received and relay.mails, 20, "both alerts arrive")
                 assert webhook.received[0][0] == f"Bearer {markers['webhook']}"
