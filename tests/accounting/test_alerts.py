@@ -407,3 +407,16 @@ def test_a_call_off_the_event_loop_is_logged_not_raised(
     cross(gateway)
     assert gateway.pending == 0
     assert "could not be scheduled" in caplog.text
+
+
+async def test_a_webhook_token_rotated_in_a_vault_is_sent_from_the_next_alert(
+    store: Store, receiver: Receiver
+) -> None:
+    clock = FakeClock(1_760_443_200.0)  # 2025-10-14T12:00:00Z
+    gateway = alerter(store, webhook=WebhookTarget(receiver.url, token=TOKEN), clock=clock)
+    gateway.use_webhook_token("rotated-webhook-token")
+    gateway.start()
+    cross(gateway)
+    assert await gateway.stop(timeout=DEADLINE)
+    ((headers, _),) = receiver.posts
+    assert headers["Authorization"] == "Bearer rotated-webhook-token"

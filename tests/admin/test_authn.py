@@ -9,6 +9,7 @@ from sqlalchemy import event
 from admin.conftest import MASTER_KEY, Api, admin_guard, make_client
 from fairgate.admin import build_admin_app
 from fairgate.auth import sha256
+from fairgate.config import SecretRef
 from fairgate.store import Store, StoreUnavailable
 from fairgate.tenancy import Actor, Tenancy
 from store.backends import FakeClock
@@ -165,3 +166,25 @@ async def test_an_unreachable_store_is_503_not_401() -> None:
     await store.close()
     assert response.status_code == 503
     assert response.json()["error"]["type"] == "service_unavailable"
+
+
+async def test_a_master_key_rotated_in_a_vault_replaces_the_old_one(api: Api, store: Store) -> None:
+    clock = FakeClock()
+    ref = SecretRef.model_validate("vault:secret/admin#master")
+    ref.cell.set(MASTER_KEY)
+    app = build_admin_app(
+        tenancy=Tenancy(store, clock=clock),
+        master_key_sha256=sha256(ref.read()),
+        guard=admin_guard(clock),
+        registry=CollectorRegistry(),
+        models_ready=dict,
+        draining=lambda: False,
+        master_key_changes=ref.cell,
+    )
+    rotated = "fairgate-master-rotated-in-the-vault"
+    async with make_client(app) as client:
+        assert (await client.get("/admin/keys", headers=master())).status_code == 200
+        ref.cell.set(rotated)
+        assert (await client.get("/admin/keys", headers=master())).status_code == 401
+        new = {"authorization": f"Bearer {rotated}"}
+        assert (await client.get("/admin/keys", headers=new)).status_code == 200

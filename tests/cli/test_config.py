@@ -12,6 +12,8 @@ from pathlib import Path
 
 from tests.tls_certs import Authority
 
+from vault_server import VaultServer
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SECRET = "sk-live-never-print-me-4242"
 
@@ -163,4 +165,56 @@ def test_an_expired_certificate_is_a_warning_not_a_failure(tmp_path: Path) -> No
     assert result.stdout.startswith("ok: ")
     assert result.stderr.startswith(
         f"warning: admin_listen.tls.cert_file: {cert}: the certificate expired on "
+    )
+
+
+def vault_config(directory: Path, address: str, token: str) -> Path:
+    (directory / "vault.token").write_text(token + "\n")
+    return write(
+        directory / "gateway.yaml",
+        f"""
+        vault: {{address: "{address}", token_file: vault.token, timeout: 2s}}
+        models:
+          - name: m
+            upstreams:
+              - {{name: u, url: "http://127.0.0.1:8000", key_file: "vault:secret/engines#key"}}
+        """,
+    )
+
+
+def test_check_config_reads_the_vault_and_names_a_refused_reference(tmp_path: Path) -> None:
+    with VaultServer() as vault:
+        vault.put("secret", "engines", {"key": SECRET})
+        allowed = check_config("-c", str(vault_config(tmp_path, vault.url, "root-token")))
+        assert allowed.returncode == 0, allowed.stderr
+        assert allowed.stdout == (
+            "ok: 1 models, 1 upstreams, 0 pools, 0 orgs, 1 vault secrets read\n"
+        )
+        denied_token = vault.token(paths=("secret/other",))
+        denied = check_config("-c", str(vault_config(tmp_path, vault.url, denied_token)))
+        skipped = check_config(
+            "--skip-vault", "-c", str(vault_config(tmp_path, vault.url, denied_token))
+        )
+        reads = vault.count("/v1/secret/data/engines")
+    assert denied.returncode == 1
+    assert denied.stderr == (
+        f"{tmp_path / 'gateway.yaml'}: vault:secret/engines#key: cannot be read: "
+        "permission denied (403): permission denied\n"
+    )
+    assert SECRET not in denied.stderr + allowed.stdout + allowed.stderr
+    assert denied_token not in denied.stderr
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.stdout.endswith(", 1 vault secrets not read\n")
+    assert reads == 2  # the allowed and the denied run; --skip-vault read nothing
+
+
+def test_check_config_names_the_reference_when_the_vault_redirects(tmp_path: Path) -> None:
+    with VaultServer() as vault, VaultServer() as elsewhere:
+        vault.redirect_to = elsewhere.url
+        result = check_config("-c", str(vault_config(tmp_path, vault.url, "root-token")))
+        assert elsewhere.requests == []
+    assert result.returncode == 1
+    assert result.stderr.endswith(
+        "vault:secret/engines#key: cannot be read: the vault answered a redirect (302), "
+        "not followed\n"
     )

@@ -222,6 +222,7 @@ _SEGMENT = st.text(alphabet=string.ascii_letters + string.digits + "._-", min_si
 _NOISE = st.text(alphabet=string.printable + "\u00e9\u2215\uff0e/%#?=.", max_size=40)
 
 
+@pytest.mark.fuzz
 @given(
     st.one_of(
         _NOISE.map(lambda text: "vault:" + text),
@@ -244,6 +245,7 @@ def test_no_reference_that_parses_names_a_path_outside_its_mount(text: str) -> N
     assert str(location) == text
 
 
+@pytest.mark.fuzz
 @given(st.text(max_size=60))
 def test_any_text_as_a_key_file_is_loaded_or_diagnosed(text: str) -> None:
     try:

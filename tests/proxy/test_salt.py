@@ -37,3 +37,13 @@ def test_another_hmac_key_gives_other_salts_and_none_gives_no_salt() -> None:
     assert CacheSalter("none", b"")(A1) is None
     with pytest.raises(ValueError, match="HMAC key"):
         CacheSalter("org", b"")
+
+
+def test_a_rotated_key_changes_every_salt_at_once() -> None:
+    salt = CacheSalter("org", KEY)
+    before = salt(A1)
+    salt.rekey(b"rotated-in-the-vault")
+    assert salt(A1) != before
+    assert salt(A1) == CacheSalter("org", b"rotated-in-the-vault")(A1)
+    with pytest.raises(ValueError, match="non-empty"):
+        salt.rekey(b"")
