@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 
 REFERENCE = "vault:secret/engines/vllm#key"
 KEYS = ("sk-engine-first-1111", "sk-engine-second-2222", "sk-engine-third-3333")
-TOKEN_TTL = 6.0
+TOKEN_TTL = 10.0
 
 
 @pytest.fixture
@@ -59,8 +59,8 @@ def keyed_model(sim: SimProcess) -> dict[str, Any]:
 
 
 def ask(gateway: GatewayProcess) -> str:
-    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=TEST_KEY, max_retries=0)
-    answer = client.completions.create(model="m", prompt="hello", max_tokens=2)
+    with openai.OpenAI(base_url=gateway.url + "/v1", api_key=TEST_KEY, max_retries=0) as client:
+        answer = client.completions.create(model="m", prompt="hello", max_tokens=2)
     return answer.choices[0].text
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+import time
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,21 @@ async def test_tls_is_checked_against_the_ca_file(tmp_path: Path) -> None:
 def test_the_test_servers_tls_context_is_a_server_context(tmp_path: Path) -> None:
     context, _ = tls_pair(tmp_path)
     assert isinstance(context, ssl.SSLContext)
+
+
+async def test_a_token_in_its_last_second_is_renewed_at_once_not_taken_as_eternal(
+    vault: VaultServer, settings: Settings
+) -> None:
+    vault.put("secret", "k", {"key": KEY})
+    token = vault.token(ttl=60, renewable=True)
+    client = VaultClient(settings(token))
+    try:
+        # lookup-self reports whole seconds: ttl 0, with an expire_time
+        vault.tokens[token].expires = time.time() + 0.95
+        await client.keep_token()
+        assert client.renew_in() == 0.0
+        await client.keep_token()
+        assert vault.tokens[token].renewals == 1
+        assert client.renew_in() == pytest.approx(40, abs=1)
+    finally:
+        await client.close()

@@ -135,7 +135,10 @@ class VaultClient:
             status, answer = await self._call("GET", "auth/token/lookup-self")
             _expect(status, answer)
             data = _mapping(answer.get("data"))
-            self._lease(data.get("ttl"), data.get("renewable"))
+            # ttl 0 means "never expires" only without an expire_time: a token in its
+            # last second also reports 0 (whole seconds), and is due for renewal now.
+            expiring = data.get("expire_time") is not None
+            self._lease(data.get("ttl"), data.get("renewable"), expiring=expiring)
             return
         assert s.role_id_file is not None and s.secret_id_file is not None
         body = {
@@ -161,10 +164,13 @@ class VaultClient:
         self._lease(auth.get("lease_duration"), auth.get("renewable"))
         return True
 
-    def _lease(self, ttl: object, renewable: object) -> None:
+    def _lease(self, ttl: object, renewable: object, *, expiring: bool = False) -> None:
         seconds = ttl if isinstance(ttl, int | float) and not isinstance(ttl, bool) else 0
         self._renewable = renewable is True
-        self._renew_at = None if seconds <= 0 else self._clock() + seconds * _RENEW_AT
+        if seconds <= 0:
+            self._renew_at = self._clock() if expiring else None
+        else:
+            self._renew_at = self._clock() + seconds * _RENEW_AT
 
     async def _check_mount(self, mount: str) -> None:
         status, answer = await self._call("GET", f"sys/internal/ui/mounts/{mount}")
