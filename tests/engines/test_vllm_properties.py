@@ -9,13 +9,17 @@ marker ``SMUGGLED``: no byte of it may reach the engine.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+from starlette.datastructures import Headers
+from starlette.formparsers import MultiPartParser
 
 from fairgate.engines import STRIPPED_FIELDS, UpstreamRequestBody, adapter_for
 from fairgate.engines.form import parse_form
@@ -163,6 +167,10 @@ _DISPOSITIONS = st.sampled_from(
         b'CONTENT-DISPOSITION: form-data; name="{}"; filename="a.txt"',
         b'Content-Disposition:   form-data;name="{}"',
         b'Content-Disposition: form-data; other="x"; name="{}"',
+        b'Content-Disposition: form-data; name="x"; name="{}"',  # the last one counts
+        b"Content-Disposition: form-data; name*=UTF-8''x; name=\"{}\"",
+        b'Content-Disposition: form-data; name="{}"\r\nContent-Type: text/plain',
+        b'Content-Disposition: form-data; name="x"\r\nContent-Disposition: form-data; name="{}"',
     ]
 )
 
@@ -193,9 +201,29 @@ def test_no_steering_field_reaches_the_engine_in_a_form(raw: bytes) -> None:
     )
     sent = VLLM.prepare_body(body)
     assert MARKER not in sent
-    form = parse_form(content_type, sent)  # the parser Starlette, and so vLLM, uses
+    form = parse_form(content_type, sent)
     assert form is not None
     assert not {part.name for part in form.parts} & STRIPPED_FIELDS
-    assert [part.data for part in form.fields("model")] == [UPSTREAM_MODEL.encode()] * max(
-        1, len(form.fields("model"))
-    )
+    # And as vLLM reads it: with Starlette's own multipart parser.
+    names, models = asyncio.run(_starlette_form(content_type, sent))
+    assert not names & STRIPPED_FIELDS
+    assert models and set(models) == {UPSTREAM_MODEL}  # every part called model rewritten
+
+
+async def _starlette_form(content_type: bytes, body: bytes) -> tuple[set[str], list[str]]:
+    """The field names Starlette reads in ``body``, and the values of ``model`` (a part
+    with a file name is a file to Starlette: its bytes, then)."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield body
+
+    headers = Headers({"content-type": content_type.decode()})
+    form = await MultiPartParser(headers, chunks()).parse()
+    try:
+        models = [
+            value if isinstance(value, str) else (await value.read()).decode()
+            for value in form.getlist("model")
+        ]
+        return set(form), models
+    finally:
+        await form.close()
