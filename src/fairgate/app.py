@@ -52,10 +52,13 @@ from fairgate.auth import (
 )
 from fairgate.config import Config, Model
 from fairgate.config import Limits as LimitSettings
+from fairgate.core.cidr import NetworkSet, parse_network
+from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.clock import Clock, SystemClock
 from fairgate.core.errors import StoreUnavailable
 from fairgate.core.money import Money
 from fairgate.core.replica import ReplicaSnapshot
+from fairgate.core.route_classes import RouteClass, RouteRules
 from fairgate.engines import EngineAdapter, adapter_for
 from fairgate.fairshare import FairShare
 from fairgate.fairshare.learned_capacity import (
@@ -274,6 +277,8 @@ class Gateway:
             ModelResolver({n: m.name for m in config.models for n in (m.name, *m.aliases)}),
             clock,
         )
+        self.clients = ClientAddresses(NetworkSet(map(parse_network, config.trusted_proxies)))
+        rules = _route_rules(config)
         accounted = self.metrics.accounting
         self.recorder = Recorder(
             StoreUsageWriter(self.store),
@@ -310,9 +315,12 @@ class Gateway:
             session_header=config.routing.session_header.encode("latin-1"),
             tags_header=config.tags.header.encode("latin-1"),
             responses=self.responses,
+            clients=self.clients,
+            rules=rules,
         )
         self.proxy_app = ProxyApp(self.pipeline)
         master = config.master_key_file
+        metrics_token = config.metrics_token_file
         self.admin_app = build_admin_app(
             tenancy=self.tenancy,
             master_key_sha256=sha256(master.read()) if master is not None else None,
@@ -328,6 +336,12 @@ class Gateway:
                     "available": self.gate.state_available,
                 }
             },
+            clients=self.clients,
+            rules=rules,
+            metrics_token_sha256=sha256(metrics_token.read()) if metrics_token else None,
+            metrics_token_changes=(
+                metrics_token.cell if metrics_token is not None and metrics_token.vault else None
+            ),
         )
         self.metrics.state_available.set_function(lambda: float(self.gate.state_available))
         # Vault secrets were read before this; the refresher reads them again every cache_ttl.
@@ -610,6 +624,19 @@ def _alerter(config: Config, store: Store, clock: SystemClock, counter: Counter)
     if mail is not None and mail.password_file is not None and mail.password_file.vault:
         mail.password_file.cell.on_change(alerter.use_smtp_password)
     return alerter
+
+
+def _route_rules(config: Config) -> RouteRules:
+    """The networks of every route class with a rule (``allow: null`` has none)."""
+    classes: tuple[RouteClass, ...] = ("inference", "admin", "metrics", "health")
+    allow = {name: getattr(config.routes, name).allow for name in classes}
+    return RouteRules(
+        {
+            name: NetworkSet(map(parse_network, networks))
+            for name, networks in allow.items()
+            if networks is not None
+        }
+    )
 
 
 def _guard(config: Config, clock: Clock, metrics: AuthMetrics, listener: str) -> AuthGuard:
@@ -931,6 +958,7 @@ def _listener(
         total=limits.max_connections,
         per_network=limits.max_connections_per_network,
         on_refused=lambda reason: refused.labels(name, reason).inc(),
+        exempt=gateway.clients.trusted,  # a trusted proxy carries many clients
     )
     metrics.connections_open.labels(name).set_function(lambda: caps.open_connections)
     return Listener(

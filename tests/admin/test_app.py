@@ -15,10 +15,18 @@ async def test_health_readiness_and_metrics_answer_on_the_admin_app(api: Api) ->
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
 
 
-async def test_the_openapi_document_lists_the_admin_routes_and_needs_no_credential(
+async def test_the_openapi_document_lists_the_admin_routes_to_an_admin_caller_only(
     api: Api,
 ) -> None:
-    response = await api.client.get("/admin/openapi.json")
+    refused = await api.client.get("/admin/openapi.json")
+    assert refused.status_code == 401
+    assert refused.json()["error"]["code"] == "invalid_admin_credential"
+    assert "paths" not in refused.text
+    wrong = await api.client.get(
+        "/admin/openapi.json", headers={"authorization": "Bearer not-the-master-key"}
+    )
+    assert wrong.status_code == 401
+    response = await api.client.get("/admin/openapi.json", headers=api.master)
     assert response.status_code == 200
     paths = response.json()["paths"]
     for path in (

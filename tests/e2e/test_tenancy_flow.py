@@ -224,5 +224,10 @@ def test_the_admin_api_takes_the_master_key_from_its_file(shared: Shared) -> Non
     )
     assert wrong.status_code == 401
     assert "not-the-master-key" not in wrong.text
-    spec = httpx.get(gateway.admin_url + "/admin/openapi.json", timeout=30)
+    assert httpx.get(gateway.admin_url + "/admin/openapi.json", timeout=30).status_code == 401
+    spec = httpx.get(
+        gateway.admin_url + "/admin/openapi.json",
+        timeout=30,
+        headers={"authorization": f"Bearer {MASTER}"},
+    )
     assert spec.status_code == 200 and "/admin/keys" in str(spec.json()["paths"])

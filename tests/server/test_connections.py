@@ -7,6 +7,7 @@ import logging
 import orjson
 import pytest
 
+from fairgate.core.cidr import NetworkSet, parse_network
 from fairgate.server.connections import ConnectionCaps, Refusal
 
 
@@ -70,3 +71,21 @@ def test_each_refusal_is_counted_by_reason() -> None:
     caps.open("127.0.0.2")
     caps.open("127.0.0.3")
     assert reasons == ["max_connections_per_network", "max_connections"]
+
+
+def test_a_trusted_proxy_is_not_held_to_the_cap_of_one_network_but_to_the_listener_total() -> None:
+    proxies = NetworkSet([parse_network("127.0.0.2")])
+    caps = ConnectionCaps("client", total=6, per_network=1, exempt=proxies)
+    held = [caps.open("127.0.0.2") for _ in range(4)]  # one proxy, four clients behind it
+    assert not any(isinstance(h, Refusal) for h in held)
+    other = caps.open("127.0.0.3")
+    assert not isinstance(other, Refusal)
+    assert code(caps.open("127.0.0.3")) == "too_many_connections_from_network"
+    held.append(caps.open("127.0.0.2"))
+    assert code(caps.open("127.0.0.2")) == "too_many_connections"  # the total still holds
+    for network in held:
+        caps.close(network)
+    assert caps.open_connections == 1
+    assert code(caps.open("127.0.0.3")) == "too_many_connections_from_network"  # still counted
+    caps.close(other)
+    assert caps.open_connections == 0

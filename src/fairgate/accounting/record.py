@@ -28,7 +28,9 @@ class UsageRecord:
     ``cost_micro`` is micro GPU-hours (``fairgate.accounting.cost.Prices``).
     ``ttft_ms`` is the time to the first byte sent to the client (None when
     nothing was sent), ``total_ms`` the time to the last; ``attempts`` counts
-    upstream attempts, retries and fallbacks included.
+    upstream attempts, retries and fallbacks included. ``client_addr`` is the
+    client's address as resolved through trusted proxies
+    (``fairgate.core.client_addr``; empty when unknown).
     """
 
     request_id: str
@@ -52,6 +54,7 @@ class UsageRecord:
     ttft_ms: int | None = None
     total_ms: int = 0
     attempts: int = 0
+    client_addr: str = ""
 
     @property
     def cost(self) -> Money:

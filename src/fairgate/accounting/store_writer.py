@@ -83,4 +83,5 @@ def _row(r: UsageRecord) -> dict[str, Any]:
         "ttft_ms": _ms(r.ttft_ms),
         "total_ms": _ms(r.total_ms) or 0,
         "attempts": min(max(0, r.attempts), _INT32),
+        "client_addr": _text("client_addr", r.client_addr or None),
     }

@@ -7,8 +7,10 @@
         registry=metrics.registry, models_ready=registry.ready, draining=lambda: gw.draining,
     )
 
-OpenAPI is served at ``/admin/openapi.json``; no interactive docs page (it would
-load scripts from elsewhere on a listener that holds the master key). Bodies are
+OpenAPI is served at ``/admin/openapi.json`` to admin callers only (it maps the
+whole API for whoever reads it); no interactive docs page (it would load scripts
+from elsewhere on a listener that holds the master key). With ``door``
+(``fairgate.admin.network``) every request first passes the network rules. Bodies are
 limited to 64 KiB, parameters and body strings hold no control character
 (``fairgate.admin.params``), and every error is the OpenAI envelope (``fairgate.admin.errors``).
 """
@@ -18,23 +20,30 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from fastapi import Depends, FastAPI
+from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
+from starlette.types import ASGIApp
 
 from fairgate.admin.authn import AdminAuthenticator
 from fairgate.admin.body_limit import BodyLimit
 from fairgate.admin.errors import install_error_handlers
 from fairgate.admin.fairshare import FairShareMonitor, fairshare_router
 from fairgate.admin.health import health_routes
+from fairgate.admin.network import AdminDoor
 from fairgate.admin.openapi import ERROR_RESPONSES, install_openapi
 from fairgate.admin.params import plain_text
 from fairgate.admin.routes.audit import audit_router
 from fairgate.admin.routes.budgets import budgets_router
+from fairgate.admin.routes.context import Caller
 from fairgate.admin.routes.keys import keys_router
 from fairgate.admin.routes.people import people_router
 from fairgate.admin.routes.spend import spend_router
 from fairgate.admin.routes.tree import tree_router
 from fairgate.auth import AuthGuard, sha256
 from fairgate.config.secrets import SecretCell
+from fairgate.core.cidr import NetworkSet
+from fairgate.core.client_addr import ClientAddresses
+from fairgate.core.route_classes import RouteRules
 from fairgate.tenancy import Tenancy
 
 __all__ = ["build_admin_app"]
@@ -51,16 +60,25 @@ def build_admin_app(
     fairshare: FairShareMonitor | None = None,
     health_details: Callable[[], Mapping[str, object]] | None = None,
     master_key_changes: SecretCell | None = None,
-) -> BodyLimit:
+    clients: ClientAddresses | None = None,
+    rules: RouteRules | None = None,
+    metrics_token_sha256: bytes | None = None,
+    metrics_token_changes: SecretCell | None = None,
+) -> ASGIApp:
     """The whole admin listener as one ASGI application (``GET /admin/fairshare`` only
     with a ``fairshare`` monitor: without fair share configured the route is absent).
 
     ``master_key_changes``, the cell of a master key held in a vault, makes the
-    master key accepted follow each new value read there."""
+    master key accepted follow each new value read there (``metrics_token_changes``
+    the same for the metrics token). With ``clients`` (the
+    trusted proxies), ``rules`` (the route classes' networks) or a metrics token
+    the application sits behind an :class:`AdminDoor`; without them, every caller
+    is its connection and every class answers everyone (embedding, tests).
+    """
     app = FastAPI(
         title="fairgate admin API",
         version="1",
-        openapi_url="/admin/openapi.json",
+        openapi_url=None,
         docs_url=None,
         redoc_url=None,
         dependencies=[Depends(plain_text)],
@@ -84,4 +102,21 @@ def build_admin_app(
         registry=registry, models_ready=models_ready, draining=draining, details=health_details
     ):
         app.router.routes.append(route)
-    return BodyLimit(app)
+
+    @app.get("/admin/openapi.json", include_in_schema=False)
+    async def openapi(caller: Caller) -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    limited = BodyLimit(app)
+    if clients is None and rules is None and metrics_token_sha256 is None:
+        return limited
+    door = AdminDoor(
+        limited,
+        clients=clients or ClientAddresses(NetworkSet(())),
+        rules=rules or RouteRules({}),
+        guard=guard,
+        metrics_token_sha256=metrics_token_sha256,
+    )
+    if metrics_token_changes is not None:
+        metrics_token_changes.on_change(lambda token: door.set_metrics_token_sha256(sha256(token)))
+    return door

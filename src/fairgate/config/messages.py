@@ -75,7 +75,9 @@ def _unknown_key(loc: Loc) -> str:
     in_parent = f" in '{dotted(parent)}'" if parent else ""
     if _SECRET_NAME.search(key):
         files = [k for k in known if k.endswith("_file")]
-        hint = f" such as '{files[0]}'" if len(files) == 1 else ""
+        # the key's own ``*_file`` twin when there is one (``metrics_token``), else the first
+        named = f"{key}_file" if f"{key}_file" in files else (files[0] if files else None)
+        hint = f" such as '{named}'" if named else ""
         return (
             f"inline secret '{key}'{in_parent} is not allowed: write it to a file and "
             f"reference the file with a '*_file' key{hint}"

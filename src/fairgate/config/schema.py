@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_validator
 from fairgate.config.catalog import Model, Org, Pool
 from fairgate.config.document import Loc
 from fairgate.config.fields import NonEmpty, Section
+from fairgate.config.network import Cidr, Routes
 from fairgate.config.secrets import SecretRef
 from fairgate.config.settings import (
     Accounting,
@@ -73,6 +74,9 @@ class Config(Section):
     accounting: Accounting = Field(default_factory=Accounting)
     landing: Landing = Field(default_factory=Landing)
     vault: VaultSettings | None = None
+    trusted_proxies: tuple[Cidr, ...] = ()
+    routes: Routes = Field(default_factory=Routes)
+    metrics_token_file: SecretRef | None = None
     pools: tuple[Pool, ...] = ()
     orgs: tuple[Org, ...] = ()
     models: Annotated[tuple[Model, ...], NonEmpty]

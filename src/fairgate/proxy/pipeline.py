@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.errors import (
     BadRequest,
     GatewayError,
@@ -20,6 +21,7 @@ from fairgate.core.errors import (
     ServiceUnavailable,
 )
 from fairgate.core.principal import Principal
+from fairgate.core.route_classes import RouteRules, refusal
 from fairgate.engines import FieldRefused, is_json
 from fairgate.proxy.affinity import routing_inputs
 from fairgate.proxy.exchange import Exchange, Outcome
@@ -60,6 +62,8 @@ class Pipeline:
         session_header: bytes = b"x-session-id",
         tags_header: bytes = b"x-fairgate-tags",
         responses: ResponseScope | None = None,
+        clients: ClientAddresses | None = None,
+        rules: RouteRules | None = None,
     ) -> None:
         self._routes = routes
         self._caps = caps
@@ -76,15 +80,19 @@ class Pipeline:
         self._session_header = session_header
         self._tags_header = tags_header
         self._responses = responses
+        self._clients = clients
+        # decided once: without a rule for inference, no request pays for a check
+        self._rules = rules if rules is not None and rules.restricts("inference") else None
 
     async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         client = scope.get("client")
+        peer = client[0] if client else ""
         ex = Exchange(
             request_id=self._ids(),
             method=scope["method"],
             path=scope["path"],
             started=time.monotonic(),
-            client=client[0] if client else "",
+            client=peer if self._clients is None else self._clients.of(peer, scope["headers"]),
         )
         watcher: _Watcher | None = None
         ticket: Ticket | None = None
@@ -92,6 +100,11 @@ class Pipeline:
             # identify: before anything else, whatever the path, so no route can be
             # reached without a key (unknown paths answer 401 too, not 404).
             authorization, length, tags = self._scan_headers(scope, ex)
+            if self._rules is not None and not self._rules.allows("inference", ex.client):
+                log.info(
+                    "refused %s from %s: not in routes.inference.allow", ex.request_id, ex.client
+                )
+                raise refusal()
             ex.principal = await self._authenticate(authorization, ex.client)
             route = self._routes.resolve_path(scope.get("raw_path") or scope["path"].encode())
             ex.route = route.name

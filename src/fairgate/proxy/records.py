@@ -72,5 +72,6 @@ class RecordBuilder:
                 ),
                 total_ms=round((finished - ex.started) * 1000),
                 attempts=ex.attempts,
+                client_addr=ex.client,
             )
         )

@@ -71,7 +71,7 @@ class Settler:
             quiet = ex.outcome == Outcome.REFUSED and ex.status in (401, 429)
             log.log(
                 logging.DEBUG if quiet else logging.INFO,
-                "request %s %s %s ended %s (%s) status=%s replica=%s attempts=%d",
+                "request %s %s %s ended %s (%s) status=%s replica=%s attempts=%d client=%s",
                 ex.request_id,
                 ex.method,
                 ex.path,
@@ -80,10 +80,11 @@ class Settler:
                 status,
                 ex.replica or "-",
                 ex.attempts,
+                ex.client or "-",
             )
         elif self._debug:
             log.debug(
-                "request %s %s model=%s replica=%s status=%s attempts=%d total=%.4fs",
+                "request %s %s model=%s replica=%s status=%s attempts=%d total=%.4fs client=%s",
                 ex.request_id,
                 ex.path,
                 model,
@@ -91,6 +92,7 @@ class Settler:
                 status,
                 ex.attempts,
                 total,
+                ex.client or "-",
             )
 
     def retried(self, model: str) -> None:

@@ -5,8 +5,10 @@ so the connections a listener holds bound the memory its requests can take
 (``docs/operations.md`` gives the figure). A listener holds at most ``total``
 connections, and at most ``per_network`` from one client network (an IPv4 address or
 an IPv6 /64, ``fairgate.core.network``; None: no per-network cap, for a listener
-behind a reverse proxy, where every client is the proxy). The counts are this
-process's: with ``--workers N`` each worker has its own.
+behind a reverse proxy, where every client is the proxy). Connections from
+``exempt`` networks (the trusted proxies: each carries many clients) count toward
+the total only. The counts are this process's: with ``--workers N`` each worker
+has its own.
 
 A connection over a cap is not served: the protocol answers it at once with a 503
 envelope and closes it (``fairgate.server.protocol``). The refusals are logged at
@@ -24,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fairgate.core.cidr import NetworkSet
 from fairgate.core.errors import error_body
 from fairgate.core.network import Network, network_of
 
@@ -32,6 +35,8 @@ __all__ = ["LOG_EVERY", "ConnectionCaps", "Refusal"]
 log = logging.getLogger("fairgate.server")
 
 LOG_EVERY = 10.0
+
+_EXEMPT: Network = -1  # no network is negative (``fairgate.core.network``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,7 @@ class ConnectionCaps:
         total: int,
         per_network: int | None,
         on_refused: Callable[[str], None] | None = None,
+        exempt: NetworkSet | None = None,
     ) -> None:
         if total < 1 or (per_network is not None and per_network < 1):
             raise ValueError("connection caps are at least 1")
@@ -83,6 +89,7 @@ class ConnectionCaps:
         self._on_refused = on_refused  # (reason), for a metric
         self._total = total
         self._per_network = per_network
+        self._exempt = exempt if exempt else None
         self._open = 0
         self._by_network: dict[Network, int] = {}
         self._refused = 0
@@ -96,6 +103,9 @@ class ConnectionCaps:
         """Count a new connection from ``peer`` (its address), or the refusal to answer."""
         if self._open >= self._total:
             return self._refuse(_FULL, peer)
+        if self._exempt is not None and self._exempt.holds(peer):
+            self._open += 1
+            return _EXEMPT
         network = network_of(peer)
         count = self._by_network.get(network, 0)
         if self._per_network is not None and count >= self._per_network:
@@ -107,6 +117,8 @@ class ConnectionCaps:
     def close(self, network: Network) -> None:
         """Uncount a connection ``open`` counted."""
         self._open -= 1
+        if network == _EXEMPT:
+            return
         count = self._by_network.get(network, 0) - 1
         if count > 0:
             self._by_network[network] = count

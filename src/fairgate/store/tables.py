@@ -229,6 +229,7 @@ usage_records = Table(
     Column("ttft_ms", Integer, nullable=True),  # None: nothing reached the client
     Column("total_ms", Integer, nullable=False),
     Column("attempts", Integer, nullable=False),
+    Column("client_addr", String(64), nullable=True),  # resolved through trusted proxies
 )
 
 usage_record_tags = Table(

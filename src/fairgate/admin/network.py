@@ -1,0 +1,123 @@
+"""The admin listener's door: the client's address, the route classes' networks, the metrics token.
+
+Every request to the admin listener passes here first, before authentication
+and before any byte of its body is read:
+
+1. The client's address is resolved through the trusted proxies
+   (``fairgate.core.client_addr``) and written into the ASGI scope, so the
+   admin authenticator, its failure limiter and the audit log see the client,
+   not the proxy.
+2. ``/metrics`` with ``Authorization: Bearer <metrics token>`` (when a
+   ``metrics_token_file`` is set) is served from any address; the token is
+   compared as SHA-256 digests in constant time, before any failure limit, so
+   a spray never locks the scraper out. Another bearer there is a failed
+   authentication in the admin listener's limiter: 401, or 429 past its limits.
+3. Otherwise the path's route class (``fairgate.core.route_classes``) must
+   allow the address, or the answer is the one 403 every class gives; the log
+   says which class refused whom.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from fairgate.auth import AuthGuard
+from fairgate.auth.secrets import constant_time_equal, sha256
+from fairgate.core.client_addr import ClientAddresses
+from fairgate.core.errors import GatewayError, RateLimited, Unauthorized
+from fairgate.core.route_classes import RouteRules, admin_class, refusal
+
+__all__ = ["AdminDoor"]
+
+log = logging.getLogger("fairgate.admin")
+
+_BEARER = b"bearer "
+
+
+class AdminDoor:
+    """ASGI middleware applying the admin listener's network rules (see the module's docstring).
+
+    ``metrics_token_sha256`` None: no metrics token, ``/metrics`` follows its
+    class's networks only. ``guard`` is the admin listener's own.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        clients: ClientAddresses,
+        rules: RouteRules,
+        guard: AuthGuard,
+        metrics_token_sha256: bytes | None = None,
+    ) -> None:
+        self.app = app
+        self._clients = clients
+        self._rules = rules
+        self._guard = guard
+        self._token = metrics_token_sha256
+
+    def set_metrics_token_sha256(self, digest: bytes) -> None:
+        """Accept another metrics token from now on (one rotated in a vault)."""
+        self._token = digest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        client = scope.get("client")
+        peer = client[0] if client else ""
+        address = self._clients.of(peer, scope["headers"])
+        if address != peer:
+            scope = {**scope, "client": (address, client[1] if client else 0)}
+        route_class = admin_class(scope["path"])
+        if route_class == "metrics" and self._token is not None:
+            presented = _bearer(scope["headers"])
+            if presented is not None:
+                if constant_time_equal(sha256(presented), self._token):
+                    await self.app(scope, receive, send)
+                else:
+                    await _answer(send, self._wrong_token(address))
+                return
+        if not self._rules.allows(route_class, address):
+            log.info(
+                "refused %s from %s: not in routes.%s.allow", scope["path"], address, route_class
+            )
+            await _answer(send, refusal())
+            return
+        await self.app(scope, receive, send)
+
+    def _wrong_token(self, address: str) -> GatewayError:
+        log.info("refused /metrics from %s: not the metrics token", address)
+        wait = self._guard.invalid(address, looked_up=False)
+        if wait is not None:
+            return RateLimited(
+                "too many failed authentications; retry later",
+                code="auth_rate_limited",
+                retry_after=wait,
+            )
+        return Unauthorized("invalid metrics credential", code="invalid_metrics_credential")
+
+
+def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The bearer credential of the first ``Authorization`` header, or None."""
+    for name, value in headers:
+        if name == b"authorization":
+            if value[:7].lower() != _BEARER:
+                return None
+            return value[7:].strip().decode("latin-1")
+    return None
+
+
+async def _answer(send: Send, error: GatewayError) -> None:
+    body = error.body()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *error.headers(),
+    ]
+    # the body, if any, is never read: the connection cannot be reused after it
+    headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
