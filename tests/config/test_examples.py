@@ -39,6 +39,9 @@ def test_gateway_example_has_the_full_shape() -> None:
     assert cfg.cache_isolation.key_file is not None
     assert cfg.fairshare.half_life == 168 * 3600.0
     assert cfg.landing.contact == "llm-support@example.org"
+    assert cfg.trusted_proxies == ("10.0.0.5/32",)
+    assert cfg.routes.metrics.allow == ("10.1.0.0/16",)
+    assert cfg.routes.health.allow == ("127.0.0.0/8", "::1/128")
 
 
 def test_minimal_example_is_one_model_on_one_local_engine() -> None:
