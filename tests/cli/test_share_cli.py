@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.tls_certs import Authority
+
 MINIMAL = """
 models:
   - name: m
@@ -79,6 +81,30 @@ def test_the_admin_address_comes_from_the_configuration(tmp_path: Path) -> None:
     path = config(tmp_path, "master_key_file: master.key\nadmin_listen: {port: 0}\n")
     assert one_line(share("-c", str(path))) == (
         "fairgate: admin_listen.port is 0 (any free port): pass the address with --url"
+    )
+
+
+def test_an_admin_listener_with_tls_is_reached_by_https_and_one_with_client_ca_refused(
+    tmp_path: Path,
+) -> None:
+    ca = Authority("share CA")
+    ca.issue("gateway", server=True).write(tmp_path, "server")
+    ca.write(tmp_path / "operators.pem")
+    (tmp_path / "master.key").write_text("fgm-some-master-key\n")
+    port = closed_port()
+    tls = "{cert_file: server.crt, key_file: server.key}"
+    path = config(
+        tmp_path, f"master_key_file: master.key\nadmin_listen: {{port: {port}, tls: {tls}}}\n"
+    )
+    line = one_line(share("-c", str(path)))
+    assert line.startswith(
+        f"fairgate: cannot reach the admin listener at https://127.0.0.1:{port}: "
+    )
+    mutual = "{cert_file: server.crt, key_file: server.key, client_ca_file: operators.pem}"
+    path = config(tmp_path, f"master_key_file: master.key\nadmin_listen: {{tls: {mutual}}}\n")
+    assert one_line(share("-c", str(path))) == (
+        "fairgate: the admin listener requires client certificates "
+        "(admin_listen.tls.client_ca_file), which fairgate share does not present"
     )
 
 

@@ -313,3 +313,29 @@ async def test_a_reload_swaps_the_client_ca(pki: Pki, listen: Any, tmp_path: Pat
     new_client = pki.other.issue("operator").client_context(pki.ca, pki.directory)
     _, received = await get(address, new_client, "/scheme")
     assert received.endswith(b"https")
+
+
+async def test_a_certificate_held_in_the_vault_follows_its_new_value(
+    pki: Pki, listen: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The vault refresher stores each new value in the reference's cell; the listener
+    reloads once both halves of a rotated pair have arrived, without a SIGHUP."""
+    cert = SecretRef.model_validate("vault:secret/gateway/tls#cert")
+    key = SecretRef.model_validate("vault:secret/gateway/tls#key")
+    cert.cell.set(pki.server.cert_pem)  # as read_vault_secrets does before serving
+    key.cell.set(pki.server.key_pem)
+    tls = ServedTls("client", "listen", AdminTls(cert_file=cert, key_file=key))
+    address = await listen(tls)
+    assert (await get(address, pki.client(), "/scheme"))[0] == pki.server.serial
+    renewed = pki.ca.issue("gateway", server=True)
+    with caplog.at_level(logging.ERROR, logger="fairgate.server.tls"):
+        cert.cell.set(renewed.cert_pem)  # the refresher reads the two one after the other
+        await asyncio.sleep(0.05)
+        key.cell.set(renewed.key_pem)
+        for _ in range(50):  # bounded: VAULT_SETTLE is 1 s
+            await asyncio.sleep(0.1)
+            if tls.reloads["ok"]:
+                break
+    assert tls.reloads == {"ok": 1, "failed": 0}  # one reload, of the whole pair
+    assert caplog.text == ""
+    assert (await get(address, pki.client(), "/scheme"))[0] == renewed.serial

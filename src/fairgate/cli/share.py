@@ -101,8 +101,16 @@ def _target(url: str | None, token_file: Path | None, config: Path | None) -> tu
         host, port = loaded.admin_listen.host, loaded.admin_listen.port
         if port == 0:
             raise fail("admin_listen.port is 0 (any free port): pass the address with --url")
+        tls = loaded.admin_listen.tls
+        if tls is not None and tls.client_ca_file is not None:
+            raise fail(
+                "the admin listener requires client certificates (admin_listen.tls."
+                "client_ca_file), which fairgate share does not present"
+            )
         host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104
-        url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        # A private CA is trusted through SSL_CERT_FILE, as for any OpenSSL client.
+        scheme = "http" if tls is None else "https"
+        url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
     if token_file is not None:
         try:
             token = token_file.read_text(encoding="utf-8").strip()

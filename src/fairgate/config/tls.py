@@ -23,6 +23,7 @@ __all__ = [
     "ListenerTls",
     "TlsMaterial",
     "TlsRefused",
+    "references",
     "tls_diagnostics",
     "tls_report",
 ]
@@ -61,7 +62,7 @@ class TlsMaterial:
 
     def __init__(self, where: str, settings: ListenerTls) -> None:
         self.where = where
-        refs = _refs(settings)
+        refs = references(settings)
         texts = {key: ref.read() for key, ref in refs.items()}
         try:
             self.context = server_context(
@@ -80,7 +81,7 @@ def tls_diagnostics(doc: Document, sections: dict[str, ListenerTls | None]) -> l
     reports it already."""
     found = []
     for where, settings in sections.items():
-        if settings is None or any(ref.problem() for ref in _refs(settings).values()):
+        if settings is None or any(ref.problem() for ref in references(settings).values()):
             continue
         try:
             TlsMaterial(where, settings)
@@ -116,7 +117,8 @@ def tls_report(
     return errors, warnings
 
 
-def _refs(settings: ListenerTls) -> dict[str, SecretRef]:
+def references(settings: ListenerTls) -> dict[str, SecretRef]:
+    """The listener's secret references by key: cert_file, key_file, client_ca_file if set."""
     refs = {"cert_file": settings.cert_file, "key_file": settings.key_file}
     ca = getattr(settings, "client_ca_file", None)
     if ca is not None:

@@ -10,6 +10,11 @@ stream is dropped. Building a new context rather than loading into the live one
 matters: OpenSSL loads a certificate and its key in two steps, and a key that
 does not match would leave the live context half changed.
 
+A reference held in a vault is followed too: when the vault refresher reads a
+new value for any of a listener's references, the listener reloads a moment
+later (``VAULT_SETTLE`` seconds, so that a certificate and its key rotated
+together are read as a pair), as on SIGHUP.
+
 A reload that fails (a reference unreadable, a certificate that does not parse,
 a key that does not match) changes nothing; the error names the reference and
 the reason, never the content. Each listener reports the certificate it serves
@@ -30,12 +35,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from fairgate.config import Config, ConfigError
-from fairgate.config.tls import ListenerTls, TlsMaterial
+from fairgate.config.tls import ListenerTls, TlsMaterial, references
 from fairgate.core.tls import Certificate
 
 __all__ = ["ServedTls", "TlsCollector", "listener_tls", "reload_on_hangup"]
 
 log = logging.getLogger("fairgate.server.tls")
+
+VAULT_SETTLE = 1.0
+"""Seconds between a vault secret of a listener changing and its reload."""
 
 
 class ServedTls:
@@ -53,7 +61,26 @@ class ServedTls:
         self._current = first.context
         self.leaf: Certificate = first.leaf
         self.reloads = {"ok": 0, "failed": 0}
+        self._pending: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[bool]] = set()
+        for ref in references(settings).values():
+            if ref.vault is not None:
+                ref.cell.on_change(self._vault_changed)
         self._announce("serves")
+
+    def _vault_changed(self, _value: str) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # read outside the serving loop: the next build reads it anyway
+            return
+        if self._pending is None:
+            self._pending = loop.call_later(VAULT_SETTLE, self._reload_after_vault)
+
+    def _reload_after_vault(self) -> None:
+        self._pending = None
+        task = asyncio.get_running_loop().create_task(self.reload())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _hand_over(
         self, ssl_object: ssl.SSLObject, _server_name: str | None, _context: ssl.SSLContext
