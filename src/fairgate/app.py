@@ -120,6 +120,7 @@ from fairgate.tenancy import (
     redis_notices,
 )
 from fairgate.tenancy.budgets import budget_book
+from fairgate.tenancy.runtime import key_hasher
 from fairgate.upstream import (
     Breaker,
     HealthChecker,
@@ -248,10 +249,12 @@ class Gateway:
             if self.fairshare_monitor is not None
             else None
         )
+        hasher = key_hasher(config)
         self.tenancy = Tenancy(
             self.store,
             models=model_catalogue(config),
             declared_teams=declared_teams(config.orgs),
+            hasher=hasher,
         )
         a = config.auth
         auth_metrics = AuthMetrics(self.metrics.registry)
@@ -276,6 +279,7 @@ class Gateway:
             _guard(config, clock, auth_metrics, "client"),
             ModelResolver({n: m.name for m in config.models for n in (m.name, *m.aliases)}),
             clock,
+            hasher,
         )
         self.clients = ClientAddresses(NetworkSet(map(parse_network, config.trusted_proxies)))
         rules = _route_rules(config)

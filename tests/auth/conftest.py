@@ -85,16 +85,26 @@ class MemoryDirectory:
         )
         return secret
 
-    async def find_key(self, secret_sha256: bytes, now: float) -> KeyRecord | None:
+    async def find_key(
+        self, secret_sha256: bytes, now: float, legacy: bytes | None = None
+    ) -> KeyRecord | None:
         self.calls[secret_sha256] += 1
         if self.gate is not None:
             await self.gate.wait()
         if self.down:
             raise StoreUnavailable("connection refused")
+        digests = {secret_sha256} if legacy is None else {secret_sha256, legacy}
         for record in self._records.values():
-            if secret_sha256 in (record.secret_sha256, record.previous_sha256):
+            if digests & {record.secret_sha256, record.previous_sha256}:
                 return record
         return None
+
+    async def rehash(self, key_id: str, old: bytes, new: bytes) -> None:
+        record = self._records[key_id]
+        if record.secret_sha256 == old:
+            self.update(key_id, secret_sha256=new)
+        elif record.previous_sha256 == old:
+            self.update(key_id, previous_sha256=new)
 
 
 @pytest.fixture

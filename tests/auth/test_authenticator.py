@@ -383,8 +383,10 @@ class AnswersLate(MemoryDirectory):
         super().__init__()
         self.delivered = asyncio.Event()
 
-    async def find_key(self, secret_sha256: bytes, now: float) -> KeyRecord | None:
-        record = await super().find_key(secret_sha256, now)
+    async def find_key(
+        self, secret_sha256: bytes, now: float, legacy: bytes | None = None
+    ) -> KeyRecord | None:
+        record = await super().find_key(secret_sha256, now, legacy)
         await self.delivered.wait()
         return record
 

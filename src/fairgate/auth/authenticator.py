@@ -23,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from dataclasses import replace
 
 from fairgate.auth.allowlist import ResolveModels, allowed_models
 from fairgate.auth.cache import Grant, KeyCache
 from fairgate.auth.ceiling import Slot
 from fairgate.auth.directory import KeyDirectory
 from fairgate.auth.guard import MALFORMED, MISSING, AuthGuard, Refusal
+from fairgate.auth.pepper import KeyHasher
 from fairgate.auth.secrets import constant_time_equal, looks_like_key, sha256
 from fairgate.core.clock import Clock
 from fairgate.core.errors import (
@@ -63,6 +65,13 @@ class Authenticator:
     lookup (asked again only if the request that asked goes away first).
     ``resolve_models`` maps configured model names to canonical ones (see
     ``ModelResolver``); it is called on each store lookup, not per request.
+
+    The cache is keyed by the SHA-256 of the secret, pepper or not, so a cached
+    key costs what it did without a pepper. ``hasher`` (``KeyHasher``) turns the
+    secret into the store's digest on each store lookup only; a key found by its
+    pre-pepper digest is re-hashed in the store then (once: later lookups find
+    the new digest), and a store that cannot take the re-hash does not refuse the
+    key (it is tried again on the next lookup).
     """
 
     def __init__(
@@ -72,8 +81,10 @@ class Authenticator:
         guard: AuthGuard,
         resolve_models: ResolveModels,
         clock: Clock,
+        hasher: KeyHasher | None = None,
     ) -> None:
         self._directory = directory
+        self._hasher = hasher or KeyHasher()
         self._cache = cache
         self._guard = guard
         self._resolve = resolve_models
@@ -103,12 +114,15 @@ class Authenticator:
         if isinstance(slot, Refusal):
             log.debug("authentication refused from %s: %s", client_addr, slot.reason)
             raise _too_many(slot.retry_after)
-        return await self._look_up(digest, client_addr, slot)
+        return await self._look_up(digest, secret, client_addr, slot)
 
-    async def _look_up(self, digest: bytes, client_addr: str, slot: Slot | None) -> Principal:
+    async def _look_up(
+        self, digest: bytes, secret: str, client_addr: str, slot: Slot | None
+    ) -> Principal:
         now = self._clock.wall()
+        stored = self._hasher.digest(secret)
         try:
-            record, epoch = await self._find(digest, now)
+            record, epoch = await self._find(digest, secret, stored, now)
         except StoreUnavailable as exc:
             self._guard.unavailable(slot)
             log.warning("authentication unavailable: the key store did not answer: %s", exc)
@@ -118,7 +132,7 @@ class Authenticator:
         except BaseException:
             self._guard.abandoned(slot)
             raise
-        grant = self._grant(record, digest, now, client_addr)
+        grant = self._grant(record, stored, now, client_addr)
         if grant is None:
             self._cache.add_miss(digest)
             raise self._refused(client_addr, looked_up=True)
@@ -131,7 +145,9 @@ class Authenticator:
         wait = self._guard.invalid(client_addr, looked_up=looked_up)
         return _invalid() if wait is None else _too_many(wait)
 
-    async def _find(self, digest: bytes, now: float) -> tuple[KeyRecord | None, int]:
+    async def _find(
+        self, digest: bytes, secret: str, stored: bytes, now: float
+    ) -> tuple[KeyRecord | None, int]:
         """The directory's answer for ``digest``, shared with concurrent callers, and the
         cache's epoch when it was asked (a change applied since: the answer is not cached)."""
         shared = self._pending.get(digest)
@@ -141,16 +157,18 @@ class Authenticator:
             if not isinstance(outcome, _Abandoned):
                 return outcome
             # The caller that asked went away before the answer: ask again ourselves.
-        return await self._ask(digest, now)
+        return await self._ask(digest, secret, stored, now)
 
-    async def _ask(self, digest: bytes, now: float) -> tuple[KeyRecord | None, int]:
+    async def _ask(
+        self, digest: bytes, secret: str, stored: bytes, now: float
+    ) -> tuple[KeyRecord | None, int]:
         epoch = self._cache.epoch
         if digest in self._pending:  # someone else asks already; do not wait twice
-            return await self._directory.find_key(digest, now), epoch
+            return await self._stored_record(secret, stored, now), epoch
         shared: asyncio.Future[tuple[KeyRecord | None, int] | _Abandoned]
         shared = self._pending[digest] = asyncio.get_running_loop().create_future()
         try:
-            record = await self._directory.find_key(digest, now)
+            record = await self._stored_record(secret, stored, now)
         except StoreUnavailable as exc:
             shared.set_exception(exc)
             shared.exception()  # retrieved, even when nobody else was waiting
@@ -162,6 +180,29 @@ class Authenticator:
             del self._pending[digest]
         shared.set_result((record, epoch))
         return record, epoch
+
+    async def _stored_record(self, secret: str, stored: bytes, now: float) -> KeyRecord | None:
+        """The directory's record for ``secret``, a pre-pepper digest re-hashed on the way."""
+        legacy = self._hasher.legacy(secret)
+        if legacy is None:
+            return await self._directory.find_key(stored, now)
+        record = await self._directory.find_key(stored, now, legacy)
+        if record is None:
+            return None
+        if constant_time_equal(record.secret_sha256, legacy):
+            record = replace(record, secret_sha256=stored)
+        elif record.previous_sha256 is not None and constant_time_equal(
+            record.previous_sha256, legacy
+        ):
+            record = replace(record, previous_sha256=stored)
+        else:
+            return record
+        try:
+            await self._directory.rehash(record.key_id, legacy, stored)
+            log.info("key %s (%s) re-hashed with the key pepper", record.key_id, record.prefix)
+        except StoreUnavailable as exc:
+            log.warning("key %s not re-hashed with the key pepper: %s", record.key_id, exc)
+        return record
 
     def _grant(
         self, record: KeyRecord | None, digest: bytes, now: float, client_addr: str

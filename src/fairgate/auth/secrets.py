@@ -6,8 +6,9 @@ A secret is a prefix and 256 random bits from the operating system's CSPRNG
     fg-  + 43 characters    a virtual key (client API)
     fga- + 43 characters    an admin token (admin API)
 
-Only its SHA-256 is stored. A fast hash is right here, unlike for passwords:
-256 random bits cannot be guessed, so a slow hash would only slow every request.
+Only its SHA-256 is stored (HMAC-SHA-256 with ``auth.key_pepper_file``: see
+``fairgate.auth.pepper``). A fast hash is right here, unlike for passwords: 256
+random bits cannot be guessed, so a slow hash would only slow every request.
 The display prefix (``fg-`` and the next 8 characters, 48 of the 256 bits) is
 what listings show; it identifies a key to its owner and leaves 208 bits unknown.
 """

@@ -11,7 +11,7 @@ from fairgate.cli.tenancy import csv, run, show
 
 __all__ = ["HELP", "app"]
 
-HELP = "Virtual keys (fg-…): stored as SHA-256 only; the secret is printed once, at creation."
+HELP = "Virtual keys (fg-…): stored hashed only; the secret is printed once, at creation."
 
 app = typer.Typer(help=HELP, no_args_is_help=True)
 

@@ -12,7 +12,7 @@ from fairgate.cli.tenancy import run, show
 __all__ = ["HELP", "TOKENS_HELP", "app", "tokens_app"]
 
 HELP = "Users of the admin API and their roles (proxy_admin … viewer; see docs/tenancy.md)."
-TOKENS_HELP = "Admin tokens (fga-…) for the admin API: stored as SHA-256, printed once."
+TOKENS_HELP = "Admin tokens (fga-…) for the admin API: stored hashed, printed once."
 
 app = typer.Typer(help=HELP, no_args_is_help=True)
 tokens_app = typer.Typer(help=TOKENS_HELP, no_args_is_help=True)

@@ -389,7 +389,9 @@ class Auth(Section):
     message), so a revoked key stops working everywhere within that interval;
     ``key_cache_ttl`` is only the backstop, for a process that cannot read the
     feed. The failure limits and the lookup ceiling apply to each listener
-    separately.
+    separately. ``key_pepper_file`` (at least 32 bytes) makes the store keep
+    HMAC-SHA-256(pepper, secret) of keys and admin tokens instead of SHA-256
+    (``fairgate.auth.pepper``); it is read once, at start.
     """
 
     key_cache_ttl: PositiveDuration = 30.0
@@ -403,6 +405,7 @@ class Auth(Section):
     failures_per_minute_ipv6_48: StrictInt = Field(default=600, ge=0, le=1_000_000)
     failures_per_minute_ipv6_32: StrictInt = Field(default=6000, ge=0, le=1_000_000)
     lookups_per_minute: StrictInt = Field(default=6000, ge=0, le=10_000_000)
+    key_pepper_file: SecretRef | None = None
 
     @field_validator("change_poll_interval")
     @classmethod

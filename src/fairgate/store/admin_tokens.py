@@ -1,4 +1,6 @@
-"""Admin tokens (``fga-…``): a user's bearer credential for the admin API, stored as SHA-256.
+"""Admin tokens (``fga-…``): a user's bearer credential for the admin API, stored hashed.
+
+The digest is SHA-256, or HMAC-SHA-256 with the key pepper (``fairgate.auth.pepper``).
 
 There is no cache: the admin API resolves the token on every request, so a
 revoked token, a disabled user or a removed role binding applies at once.
@@ -6,6 +8,7 @@ revoked token, a disabled user or a removed role binding applies at once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -14,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store.tables import admin_tokens, users
 
-__all__ = ["AdminToken", "insert_token", "list_tokens", "resolve", "revoke_token"]
+__all__ = ["AdminToken", "insert_token", "list_tokens", "rehash_token", "resolve", "revoke_token"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,18 +98,26 @@ async def revoke_token(
 
 
 async def resolve(
-    conn: AsyncConnection, secret_sha256: bytes, now: datetime
-) -> tuple[int, str] | None:
-    """``(user id, user name)`` of a live token of an enabled user with this digest, else None."""
+    conn: AsyncConnection, digests: Sequence[bytes], now: datetime
+) -> tuple[int, str, bytes] | None:
+    """``(user id, user name, stored digest)`` of a live token of an enabled user stored
+    under one of ``digests`` (its peppered and its plain digest), else None."""
     query = (
-        select(users.c.id, users.c.name)
+        select(users.c.id, users.c.name, admin_tokens.c.secret_sha256)
         .join_from(admin_tokens, users, admin_tokens.c.user_id == users.c.id)
         .where(
-            admin_tokens.c.secret_sha256 == secret_sha256,
+            admin_tokens.c.secret_sha256.in_(digests),
             admin_tokens.c.revoked_at.is_(None),
             or_(admin_tokens.c.expires_at.is_(None), admin_tokens.c.expires_at > now),
             users.c.disabled_at.is_(None),
         )
     )
-    row = (await conn.execute(query)).one_or_none()
-    return None if row is None else (row.id, row.name)
+    row = (await conn.execute(query)).first()
+    return None if row is None else (row.id, row.name, bytes(row.secret_sha256))
+
+
+async def rehash_token(conn: AsyncConnection, old: bytes, new: bytes) -> None:
+    """Store ``new`` in place of the digest ``old`` (a re-hash with the key pepper)."""
+    await conn.execute(
+        update(admin_tokens).where(admin_tokens.c.secret_sha256 == old).values(secret_sha256=new)
+    )

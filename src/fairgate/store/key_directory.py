@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, update
 
 from fairgate.core.principal import KeyRecord
 from fairgate.limits.key_limits import Limits
@@ -62,25 +62,40 @@ class StoreKeyDirectory:
     """Implements ``fairgate.auth.KeyDirectory`` over a connected :class:`Store`.
 
     ``find_key`` returns the record matched by the current or the previous
-    digest (``None`` when no key has it) with ``team_models``, ``org`` and the
-    team's limits applied: a key's own limit bounded by its team's per-key limit
-    (``Limits.within``), and the team's totals across its keys.
+    digest, or by their pre-pepper SHA-256 (``None`` when no key has it), with
+    ``team_models``, ``org`` and the team's limits applied: a key's own limit
+    bounded by its team's per-key limit (``Limits.within``), and the team's
+    totals across its keys.
     ``key_changes(since)`` lists the ids of keys revoked, rotated or otherwise
     changed after ``since`` (Unix seconds), including those of a team or
     organisation disabled or edited since. Both raise ``StoreUnavailable`` when
-    the database cannot answer, never ``None``.
+    the database cannot answer, never ``None``; so does ``rehash``, which
+    re-hashes a pre-pepper digest in place (``changed_at`` untouched: a re-hash
+    withdraws nothing).
     """
 
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    async def find_key(self, secret_sha256: bytes, now: float) -> KeyRecord | None:
+    async def find_key(
+        self, secret_sha256: bytes, now: float, legacy: bytes | None = None
+    ) -> KeyRecord | None:
+        digests = [secret_sha256] if legacy is None else [secret_sha256, legacy]
         query = _QUERY.where(
-            or_(keys.c.secret_sha256 == secret_sha256, keys.c.previous_sha256 == secret_sha256)
+            or_(keys.c.secret_sha256.in_(digests), keys.c.previous_sha256.in_(digests))
         )
         async with self._store.read() as conn:
             row = (await conn.execute(query)).first()
         return None if row is None else _record(row)
+
+    async def rehash(self, key_id: str, old: bytes, new: bytes) -> None:
+        async with self._store.write() as conn:
+            for column in ("secret_sha256", "previous_sha256"):
+                await conn.execute(
+                    update(keys)
+                    .where(keys.c.id == key_id, keys.c[column] == old)
+                    .values({column: new})
+                )
 
     async def key_changes(self, since: float) -> list[str]:
         query = select(keys.c.id).where(keys.c.changed_at > from_unix(since))

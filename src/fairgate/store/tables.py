@@ -14,8 +14,9 @@
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
 guessable from their neighbours); everything else has an integer id. Secrets are
-never stored: keys and admin tokens keep only the SHA-256 of their secret and a
-short display prefix. Every timestamp is UTC (:class:`UtcDateTime`).
+never stored: keys and admin tokens keep only the SHA-256 of their secret (or its
+HMAC-SHA-256 with the key pepper; the columns keep their name) and a short
+display prefix. Every timestamp is UTC (:class:`UtcDateTime`).
 
 The migrations in ``store/migrations/`` create exactly this schema; a test
 compares the two on both back ends.

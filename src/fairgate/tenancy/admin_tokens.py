@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairgate.auth.secrets import new_admin_token, sha256
+from fairgate.auth.secrets import new_admin_token
 from fairgate.store import admin_tokens, from_unix, new_ulid, role_bindings, users
 from fairgate.store.admin_tokens import AdminToken
 from fairgate.store.users import User
@@ -62,7 +62,8 @@ class AdminTokens(Service):
             raise BadRequest("a token's lifetime is at most 366 days", code="invalid_expiry")
         now = self._now()
         expires_at = None if expires_in is None else from_unix(self._clock.wall() + expires_in)
-        secret, digest, prefix = new_admin_token()
+        secret, _, prefix = new_admin_token()
+        digest = self._hasher.digest(secret)
         async with self._store.write() as conn:
             holder = await self._holder(conn, actor, user)
             token = await admin_tokens.insert_token(
@@ -106,14 +107,24 @@ class AdminTokens(Service):
             )
 
     async def authenticate(self, secret: str, *, remote: str | None = None) -> Actor | None:
-        """The actor behind a presented ``fga-`` token, or None for any refused token."""
+        """The actor behind a presented ``fga-`` token, or None for any refused token.
+
+        With a key pepper, a token stored before it is found by its plain SHA-256
+        and re-hashed with the pepper in the same step (a race with another
+        gateway re-hashing it too changes the row once).
+        """
         now = self._now()
+        stored, legacy = self._hasher.digest(secret), self._hasher.legacy(secret)
+        digests = [stored] if legacy is None else [stored, legacy]
         async with self._store.read() as conn:
-            found = await admin_tokens.resolve(conn, sha256(secret), now)
+            found = await admin_tokens.resolve(conn, digests, now)
             if found is None:
                 return None
-            user_id, name = found
+            user_id, name, matched = found
             bound = await role_bindings.bindings_of(conn, user_id)
+        if legacy is not None and matched == legacy:
+            async with self._store.write() as conn:
+                await admin_tokens.rehash_token(conn, legacy, stored)
         holds = tuple(Holding(Role(b.role), b.scope_kind, b.scope_id) for b in bound)
         return Actor(name=f"user:{name}", user_id=user_id, holds=holds, remote=remote)
 

@@ -95,7 +95,8 @@ class Keys(Service):
         limits = limits or KeyLimits()
         scope = self._scope(actor)
         now = self._now()
-        secret, digest, prefix = new_key()
+        secret, _, prefix = new_key()
+        digest = self._hasher.digest(secret)
         async with self._store.write() as conn:
             owner_team = await teams.by_name(conn, team, scope.teams_read())
             if owner_team is None:
@@ -155,7 +156,8 @@ class Keys(Service):
             raise BadRequest("grace must be between 0s and 720h", code="invalid_grace")
         scope = self._scope(actor)
         now = self._now()
-        secret, digest, prefix = new_key()
+        secret, _, prefix = new_key()
+        digest = self._hasher.digest(secret)
         until = from_unix(self._clock.wall() + grace) if grace > 0 else None
         async with self._store.write() as conn:
             rotated = await keys.rotate(

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fairgate.config import Config
+from fairgate.auth.pepper import KeyHasher
+from fairgate.config import Config, ConfigError, Diagnostic, Mark
 from fairgate.core.clock import Clock
 from fairgate.state.notices import RedisNotices
 from fairgate.store import Store, access_changes, upgrade
@@ -24,6 +25,7 @@ from fairgate.tenancy.services import Tenancy
 
 __all__ = [
     "build_store",
+    "key_hasher",
     "model_catalogue",
     "model_names",
     "open_tenancy",
@@ -43,6 +45,22 @@ def store_url(config: Config) -> str:
 def build_store(config: Config, *, timeout: float = 5.0) -> Store:
     """An unconnected Store for ``config``; ValueError for an unusable URL."""
     return Store(store_url(config), base_dir=config.path.resolve().parent, timeout=timeout)
+
+
+def key_hasher(config: Config) -> KeyHasher:
+    """How secrets are stored: HMAC-SHA-256 with ``auth.key_pepper_file``, else SHA-256.
+
+    ``ConfigError`` naming the reference (never the content) when the pepper cannot be
+    read or is shorter than 32 bytes.
+    """
+    ref = config.auth.key_pepper_file
+    if ref is None:
+        return KeyHasher()
+    try:
+        return KeyHasher(ref.read().encode())
+    except ValueError as exc:
+        reason = f"auth.key_pepper_file: {exc}"
+        raise ConfigError([Diagnostic.at(Mark(str(ref), 0, 0), reason)]) from None
 
 
 def redis_notices(config: Config, store: Store) -> RedisNotices | None:
@@ -87,6 +105,7 @@ async def open_tenancy(
             clock=clock,
             models=model_catalogue(config),
             declared_teams=declared_teams(config.orgs),
+            hasher=key_hasher(config),
         )
         if sync:
             await tenancy.sync_orgs(config.orgs)

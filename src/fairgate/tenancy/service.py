@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairgate.auth.pepper import KeyHasher
 from fairgate.core.clock import Clock
 from fairgate.store import Store, audit_events, from_unix
 from fairgate.tenancy.actor import Actor
@@ -33,9 +34,11 @@ class Service:
         clock: Clock,
         *,
         models: Collection[str] | Mapping[str, str] | None = None,
+        hasher: KeyHasher | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
+        self._hasher = hasher or KeyHasher()
         self._models = None if models is None else frozenset(models)
         self._canonical: Mapping[str, str] | None = (
             None

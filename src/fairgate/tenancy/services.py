@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
+from fairgate.auth.pepper import KeyHasher
 from fairgate.core.clock import Clock, SystemClock
 from fairgate.store import Store
 from fairgate.tenancy.admin_tokens import AdminTokens
@@ -30,6 +31,8 @@ class Tenancy:
     per-model budget.
     ``declared_teams``: the team names the configuration declares, which
     ``teams.create`` refuses (``fairgate.tenancy.orgs.declared_teams``).
+    ``hasher``: how key and admin-token secrets are stored (``fairgate.auth.pepper``;
+    plain SHA-256 by default, HMAC with ``auth.key_pepper_file``).
     """
 
     def __init__(
@@ -39,16 +42,18 @@ class Tenancy:
         clock: Clock | None = None,
         models: Collection[str] | Mapping[str, str] | None = None,
         declared_teams: Collection[str] = (),
+        hasher: KeyHasher | None = None,
     ) -> None:
         clock = clock or SystemClock()
         self.store = store
+        self.hasher = hasher or KeyHasher()
         self.orgs = Orgs(store, clock, models=models)
         self.teams = Teams(store, clock, models=models, reserved=declared_teams)
         self.projects = Projects(store, clock, models=models)
-        self.keys = Keys(store, clock, models=models)
+        self.keys = Keys(store, clock, models=models, hasher=self.hasher)
         self.users = Users(store, clock, models=models)
         self.roles = Roles(store, clock, models=models)
-        self.admin_tokens = AdminTokens(store, clock, models=models)
+        self.admin_tokens = AdminTokens(store, clock, models=models, hasher=self.hasher)
         self.audit = Audit(store, clock, models=models)
         self.budgets = Budgets(store, clock, models=models)
 
