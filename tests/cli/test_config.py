@@ -218,3 +218,35 @@ def test_check_config_names_the_reference_when_the_vault_redirects(tmp_path: Pat
         "vault:secret/engines#key: cannot be read: the vault answered a redirect (302), "
         "not followed\n"
     )
+
+
+def test_listener_tls_held_in_the_vault_is_checked_once_read(tmp_path: Path) -> None:
+    ca = Authority("check-config CA")
+    issued, stranger = ca.issue("gateway", server=True), ca.issue("other", server=True)
+    (tmp_path / "vault.token").write_text("root-token\n")
+    path = write(
+        tmp_path / "gateway.yaml",
+        """
+        vault: {address: "ADDRESS", token_file: vault.token, timeout: 2s}
+        listen:
+          tls: {cert_file: "vault:secret/tls#cert", key_file: "vault:secret/tls#key"}
+        models:
+          - name: m
+            upstreams: [{name: u, url: "http://10.0.0.1:8000"}]
+        """,
+    )
+    with VaultServer() as vault:
+        path.write_text(path.read_text().replace("ADDRESS", vault.url))
+        vault.put("secret", "tls", {"cert": issued.cert_pem, "key": issued.key_pem})
+        good = check_config("-c", str(path))
+        vault.put("secret", "tls", {"cert": issued.cert_pem, "key": stranger.key_pem})
+        mismatched = check_config("-c", str(path))
+        skipped = check_config("--skip-vault", "-c", str(path))
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.endswith(", 2 vault secrets read\n")
+    assert mismatched.returncode == 1
+    assert "listen.tls.key_file" in mismatched.stderr
+    assert "vault:secret/tls#key" in mismatched.stderr
+    assert "PRIVATE KEY" not in mismatched.stderr
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.stdout.endswith(", 2 vault secrets not read\n")

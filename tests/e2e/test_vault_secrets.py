@@ -174,3 +174,33 @@ def test_a_gateway_whose_secret_the_vault_refuses_does_not_start_and_names_it(
     assert token not in run.stderr + run.stdout
     assert "listening" not in run.stdout
     assert vault.count("/v1/secret/data/engines/vllm") == 1
+
+
+def test_approle_logs_in_again_when_its_token_cannot_be_renewed(
+    vault: VaultServer, start_sim: StartSim, tmp_path: Path
+) -> None:
+    vault.put("secret", "engines/vllm", {"key": KEYS[0]})
+    secret_id = vault.approle("gateway", paths=("secret/engines/",), token_ttl=3, renewable=False)
+    (tmp_path / "role-id").write_text("gateway\n")
+    (tmp_path / "secret-id").write_text(secret_id + "\n")
+    approle = {
+        "address": vault.url,
+        "role_id_file": str(tmp_path / "role-id"),
+        "secret_id_file": str(tmp_path / "secret-id"),
+        "cache_ttl": "1s",
+        "timeout": "1s",
+    }
+    sims = [start_sim("--model", "m", "--speed", "0", "--api-key", KEYS[0])]
+    config = write_config(tmp_path, [keyed_model(sims[0])], vault=approle)
+    with GatewayProcess(config) as gateway:
+        try:
+            assert ask(gateway)
+            logins = vault.roles["gateway"].logins
+            time.sleep(4.0)  # past the first token's TTL: only a new login reads now
+            sims.append(rotate(vault, sims[-1], KEYS[1]))
+            served_within(gateway, seconds=10)
+            assert vault.roles["gateway"].logins > logins
+            assert vault.count("/v1/auth/token/renew-self") == 0
+        finally:
+            for started in sims[1:]:
+                started.stop()
