@@ -308,3 +308,48 @@ def test_sighup_serves_a_new_certificate_and_keeps_open_streams(pki: Pki, tmp_pa
         ) as client:
             assert [m.id for m in client.models.list().data] == ["m"]
         assert gateway.stop() == 0
+
+
+def served_by(gateway: GatewayProcess, ca: Authority) -> tuple[int, str]:
+    """(the serial a new connection is served, the answering worker's request-id prefix)."""
+    sock = ca.trusting().wrap_socket(
+        connect(gateway.host, gateway.port), server_hostname="127.0.0.1"
+    )
+    try:
+        serial = peer_serial(sock)
+        post(sock, "/v1/chat/completions", chat_body(stream=False, max_tokens=1))
+        head = read_until(sock, lambda got: b"\r\n\r\n" in got, 30).split(b"\r\n\r\n")[0]
+    finally:
+        sock.close()
+    assert head.startswith(b"HTTP/1.1 200"), head
+    (request_id,) = [
+        line.split(b":", 1)[1].strip().decode()
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"x-request-id:")
+    ]
+    return serial, request_id[:12]
+
+
+def test_sighup_to_the_parent_of_workers_reloads_every_worker(
+    pki: Pki, tmp_path: Path, redis_state: dict[str, Any]
+) -> None:
+    with ExitStack() as stack:
+        sim = stack.enter_context(SimProcess("--model", "m", "--speed", "0"))
+        directory = tmp_path / "gw"
+        sections = tls_config(directory, pki, health=PATIENT_HEALTH, state=redis_state)
+        config = write_config(directory, [model("m", sim)], **sections)
+        gateway = stack.enter_context(GatewayProcess(config, "--workers", "2"))
+        assert gateway.pid is not None
+        seen: dict[str, int] = {}
+
+        def both_workers(serial: int) -> bool:
+            got, worker = served_by(gateway, pki.ca)
+            seen[worker] = got  # the last serial each worker served
+            return len(seen) == 2 and set(seen.values()) == {serial}
+
+        until(lambda: both_workers(pki.server.serial), 30, "both workers answering")
+        renewed = pki.ca.issue("gateway", server=True)
+        renewed.write(directory, "server")
+        os.kill(gateway.pid, signal.SIGHUP)  # the parent, which forwards it
+        until(lambda: both_workers(renewed.serial), 30, "both workers on the renewed certificate")
+        assert gateway.stop() == 0  # SIGHUP stopped neither the parent nor a worker
