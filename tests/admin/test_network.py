@@ -150,6 +150,9 @@ async def test_the_metrics_token_opens_metrics_anywhere_and_a_wrong_one_is_a_fai
         assert (await neighbour.get("/metrics", headers=bad)).status_code == 401
     async with door.client("127.0.0.1") as local:
         assert (await local.get("/metrics")).status_code == 200  # loopback needs no token
+        # and an allowed network is served whatever bearer it sends (an admin tool's)
+        assert (await local.get("/metrics", headers=bad)).status_code == 200
+        assert (await local.get("/metrics", headers=MASTER)).status_code == 200
 
 
 async def test_failed_admin_logins_behind_a_proxy_lock_out_their_client_only(

@@ -16,6 +16,7 @@ hold today, each really used, so that a leak would have something to leak:
     alerts.smtp.password_file      a real SMTP relay (aiosmtpd) checks it
     listen.tls.key_file,           the TLS private key of both listeners (every line
     admin_listen.tls.key_file      of its PEM body is a marker); clients trust its CA
+    metrics_token_file             /metrics is scraped with it (and with a wrong one)
 
 The scenario: answers plain and streamed, an engine error, an engine down, bad
 input of every kind, the admin listings, ``/metrics``, the OpenAPI document,
@@ -62,7 +63,18 @@ from vault_server import Token, VaultServer
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 JSON = "application/json"
-FIELDS = ("master", "pg", "redis", "vault", "engine", "echo", "salt", "webhook", "smtp")
+FIELDS = (
+    "master",
+    "pg",
+    "redis",
+    "vault",
+    "engine",
+    "echo",
+    "salt",
+    "webhook",
+    "smtp",
+    "metrics",
+)
 
 
 def _free_port() -> int:
@@ -294,6 +306,7 @@ def _configure(
             },
         ],
         master_key_file=_write(directory, "master.key", markers["master"]),
+        metrics_token_file=_write(directory, "metrics.token", markers["metrics"]),
         store={"url_file": _write(directory, "pg.url", urllib.parse.urlunsplit(with_password))},
         state={
             "backend": "redis",
@@ -437,7 +450,9 @@ def _client_scenario(gw: Gateway, written: Written, master: str, ca: Authority) 
         written.answer("me", client.get("/me", headers=user))
 
 
-def _admin_scenario(gw: Gateway, written: Written, master: str, ca: Authority) -> None:
+def _admin_scenario(
+    gw: Gateway, written: Written, master: str, ca: Authority, metrics_token: str
+) -> None:
     admin = {"authorization": f"Bearer {master}"}
     with httpx.Client(base_url=gw.admin_url, timeout=30, verify=ca.trusting()) as client:
         for path in (
@@ -457,6 +472,16 @@ def _admin_scenario(gw: Gateway, written: Written, master: str, ca: Authority) -
             answer = written.answer(path, client.get(path, headers=admin))
             # /readyz: 503 while the model whose engine is down cannot be served
             assert answer.status_code == (503 if path == "/readyz" else 200), (path, answer.text)
+        scraped = written.answer(
+            "/metrics with its token",
+            client.get("/metrics", headers={"authorization": f"Bearer {metrics_token}"}),
+        )
+        assert scraped.status_code == 200, scraped.text
+        wrong = written.answer(
+            "/metrics with a wrong token",
+            client.get("/metrics", headers={"authorization": f"Bearer x{metrics_token}"}),
+        )
+        assert wrong.status_code == 200, wrong.text  # loopback: served by its network rule
         created = written.answer(
             "key created", client.post("/admin/keys", json={"team": "t"}, headers=admin)
         )
@@ -520,7 +545,7 @@ def test_no_secret_appears_in_anything_the_gateway_writes(
             gw = Gateway(config)
             try:
                 _client_scenario(gw, written, markers["master"], ca)
-                _admin_scenario(gw, written, markers["master"], ca)
+                _admin_scenario(gw, written, markers["master"], ca, markers["metrics"])
                 # The alerts prove the webhook token and the SMTP password were used.
                 until(lambda: webhook.received and relay.mails, 20, "both alerts arrive")
                 assert webhook.received[0][0] == f"Bearer {markers['webhook']}"

@@ -7,14 +7,16 @@ and before any byte of its body is read:
    (``fairgate.core.client_addr``) and written into the ASGI scope, so the
    admin authenticator, its failure limiter and the audit log see the client,
    not the proxy.
-2. ``/metrics`` with ``Authorization: Bearer <metrics token>`` (when a
-   ``metrics_token_file`` is set) is served from any address; the token is
+2. The path's route class (``fairgate.core.route_classes``) allowing the
+   address, the request goes on (whatever ``Authorization`` it carries: the
+   admin API checks its own credential).
+3. From anywhere else, ``/metrics`` with ``Authorization: Bearer <metrics
+   token>`` (when a ``metrics_token_file`` is set) is served; the token is
    compared as SHA-256 digests in constant time, before any failure limit, so
    a spray never locks the scraper out. Another bearer there is a failed
    authentication in the admin listener's limiter: 401, or 429 past its limits.
-3. Otherwise the path's route class (``fairgate.core.route_classes``) must
-   allow the address, or the answer is the one 403 every class gives; the log
-   says which class refused whom.
+4. Everything else gets the one 403 every class gives; the log says which
+   class refused whom.
 """
 
 from __future__ import annotations
@@ -72,6 +74,9 @@ class AdminDoor:
         if address != peer:
             scope = {**scope, "client": (address, client[1] if client else 0)}
         route_class = admin_class(scope["path"])
+        if self._rules.allows(route_class, address):
+            await self.app(scope, receive, send)
+            return
         if route_class == "metrics" and self._token is not None:
             presented = _bearer(scope["headers"])
             if presented is not None:
@@ -80,13 +85,8 @@ class AdminDoor:
                 else:
                     await _answer(send, self._wrong_token(address))
                 return
-        if not self._rules.allows(route_class, address):
-            log.info(
-                "refused %s from %s: not in routes.%s.allow", scope["path"], address, route_class
-            )
-            await _answer(send, refusal())
-            return
-        await self.app(scope, receive, send)
+        log.info("refused %s from %s: not in routes.%s.allow", scope["path"], address, route_class)
+        await _answer(send, refusal())
 
     def _wrong_token(self, address: str) -> GatewayError:
         log.info("refused /metrics from %s: not the metrics token", address)
