@@ -17,6 +17,8 @@ hold today, each really used, so that a leak would have something to leak:
     listen.tls.key_file,           the TLS private key of both listeners (every line
     admin_listen.tls.key_file      of its PEM body is a marker); clients trust its CA
     metrics_token_file             /metrics is scraped with it (and with a wrong one)
+    auth.key_pepper_file           the HMAC key of stored virtual keys and admin tokens
+                                   (the client key is re-hashed with it on first use)
 
 The scenario: answers plain and streamed, an engine error, an engine down, bad
 input of every kind, the admin listings, ``/metrics``, the OpenAPI document,
@@ -74,6 +76,7 @@ FIELDS = (
     "webhook",
     "smtp",
     "metrics",
+    "pepper",
 )
 
 
@@ -306,6 +309,7 @@ def _configure(
             },
         ],
         master_key_file=_write(directory, "master.key", markers["master"]),
+        auth={"key_pepper_file": _write(directory, "pepper.key", markers["pepper"])},
         metrics_token_file=_write(directory, "metrics.token", markers["metrics"]),
         store={"url_file": _write(directory, "pg.url", urllib.parse.urlunsplit(with_password))},
         state={
