@@ -219,6 +219,28 @@ def test_route_classes_refuse_by_network_and_the_metrics_token_opens_metrics(
             # refused before authentication: no key needed to be told, none leaked
             assert direct.get(models, headers=AUTH).json() == FORBIDDEN
             assert direct.get(models).status_code == 403
+        # refused from the head: a body announced and never sent is not waited for
+        answer = head_only(gateway, DIRECT, "/v1/chat/completions", 100_000_000)
+        assert answer.startswith(b"HTTP/1.1 403 "), answer[:200]
+        assert b"connection: close" in answer.lower()
+        assert answer.endswith(orjson.dumps(FORBIDDEN))
+
+
+def head_only(gateway: GatewayProcess, address: str, path: str, length: int) -> bytes:
+    """The whole answer to a POST whose head announces ``length`` bytes of body, none sent
+    (the socket's timeout fails the test if the gateway waits for the body)."""
+    with socket.create_connection(
+        (gateway.host, gateway.port), timeout=10, source_address=(address, 0)
+    ) as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nhost: g\r\ncontent-type: application/json\r\n"
+            f"authorization: {AUTH['authorization']}\r\n"
+            f"content-length: {length}\r\n\r\n".encode()
+        )
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
 
 
 def _run(*args: str) -> None:
