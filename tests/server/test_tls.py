@@ -301,6 +301,43 @@ async def test_a_reload_serves_the_new_certificate_and_keeps_open_streams(
     assert tls.reloads == {"ok": 1, "failed": 2}
 
 
+def blocking_get(
+    address: tuple[str, int], context: ssl.SSLContext, session: ssl.SSLSession | None
+) -> tuple[bytes, ssl.SSLSession | None, bool]:
+    """GET /scheme offering ``session`` for resumption: (bytes read, the session, resumed)."""
+    with socket.create_connection(address, timeout=10) as raw:
+        sock = context.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
+        with sock:
+            sock.sendall(b"GET /scheme HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            received = b""
+            while chunk := sock.recv(65536):
+                received += chunk
+            return received, sock.session, sock.session_reused
+
+
+async def test_a_client_ca_listener_resumes_no_session_and_speaks_only_tls_1_3(
+    pki: Pki, listen: Any, tmp_path: Path
+) -> None:
+    tls = ServedTls("admin", "admin_listen", tls_settings(tmp_path, pki.server, client_ca=pki.ca))
+    address = await listen(tls)
+    operator = pki.client(issued=pki.ca.issue("operator"))
+    received, session, _ = await asyncio.to_thread(blocking_get, address, operator, None)
+    assert received.endswith(b"https")
+    # The operators' CA is replaced: the old client's session must not stand in for
+    # a certificate the new CA never issued.
+    pki.other.write(tmp_path / "clients.pem")
+    assert await tls.reload()
+    try:
+        received, _, resumed = await asyncio.to_thread(blocking_get, address, operator, session)
+    except (ssl.SSLError, ConnectionError):
+        received, resumed = b"", False
+    assert not resumed and received == b""
+    # TLS 1.2 is not spoken where client certificates are verified.
+    old = pki.other.issue("operator").client_context(pki.ca, pki.directory)
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    assert await refused(address, old)
+
+
 async def test_a_reload_swaps_the_client_ca(pki: Pki, listen: Any, tmp_path: Path) -> None:
     tls = ServedTls("admin", "admin_listen", tls_settings(tmp_path, pki.server, client_ca=pki.ca))
     address = await listen(tls)

@@ -9,7 +9,9 @@ with mode 0600 in a fresh directory with mode 0700 is used and removed as soon
 as OpenSSL has read it. The client CA goes in as ``cadata``, no file at all.
 
 Every context refuses TLS before 1.2, compression and renegotiation, offers
-only forward-secret AEAD suites for TLS 1.2, and speaks HTTP/1.1 by ALPN.
+only forward-secret AEAD suites for TLS 1.2, and speaks HTTP/1.1 by ALPN. A
+context that verifies client certificates speaks TLS 1.3 only and resumes no
+session (see ``_no_resumption``).
 """
 
 from __future__ import annotations
@@ -100,7 +102,21 @@ def server_context(cert_pem: str, key_pem: str, client_ca_pem: str | None = None
         except (ssl.SSLError, ValueError) as exc:
             raise TlsProblem("client_ca", f"the CA certificates do not load: {_why(exc)}") from None
         context.verify_mode = ssl.CERT_REQUIRED
+        _no_resumption(context)
     return context
+
+
+def _no_resumption(context: ssl.SSLContext) -> None:
+    """Every connection proves its client certificate against the CA current then.
+
+    A resumed session skips the certificate: a client certified by a CA an
+    operator has since removed could resume for as long as its session lives.
+    TLS 1.3 without tickets resumes nothing; TLS 1.2 would still resume from the
+    server's session cache, which Python offers no way to turn off — so a context
+    that verifies clients speaks TLS 1.3 only."""
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.options |= ssl.OP_NO_TICKET
+    context.num_tickets = 0
 
 
 class _EncryptedKey(Exception):
