@@ -349,7 +349,10 @@ class Gateway:
         )
         self.metrics.state_available.set_function(lambda: float(self.gate.state_available))
         # Vault secrets were read before this; the refresher reads them again every cache_ttl.
-        self.secrets = refresher_for(config, SecretMetrics(self.metrics.registry))
+        # (the vault metrics exist only with a vault: a 0 gauge would read as an outage)
+        self.secrets = (
+            refresher_for(config, SecretMetrics(self.metrics.registry)) if config.vault else None
+        )
         self.health = HealthChecker(
             self.registry,
             self.sessions,
