@@ -11,7 +11,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from tests.tls_certs import Authority, encrypted_key_pem
 
-from fairgate.config.tls import tls_report
+from fairgate.config.secrets import SecretRef
+from fairgate.config.tls import ListenerTls, tls_report
 
 from .conftest import Load, Problems, with_minimal
 
@@ -151,3 +152,21 @@ def test_an_expired_certificate_loads_with_a_warning(
     )
     assert f"serial {expired.serial:x}" in warning
     assert tls_report({"listen": config.listen.tls}, now - timedelta(days=9)) == ([], [])
+
+
+def test_material_held_in_the_vault_is_checked_once_read(ca: Authority) -> None:
+    """The loader cannot read a vault secret; check-config checks the pair again after
+    the vault was read, and names the vault reference, never the value."""
+    cert = SecretRef.model_validate("vault:secret/gateway/tls#cert")
+    key = SecretRef.model_validate("vault:secret/gateway/tls#key")
+    cert.cell.set(ca.issue("gw", server=True).cert_pem)
+    stranger = ca.issue("someone else", server=True)
+    key.cell.set(stranger.key_pem)
+    settings = ListenerTls(cert_file=cert, key_file=key)
+    (error,), warnings = tls_report({"listen": settings}, datetime.now(UTC))
+    assert warnings == []
+    assert error.message == (
+        "listen.tls.key_file: the private key does not match the certificate: "
+        "vault:secret/gateway/tls#key"
+    )
+    assert stranger.key_pem.splitlines()[1] not in str(error)
