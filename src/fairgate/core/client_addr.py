@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from fairgate.core.cidr import NetworkSet, parse_address
+from fairgate.core.cidr import NetworkSet, address_value, parse_address
 
 __all__ = ["MAX_HOPS", "ClientAddresses"]
 
@@ -83,14 +83,16 @@ class ClientAddresses:
         # Split from the right and no further than the walk may go: a header of
         # thousands of entries costs no more than one of MAX_HOPS + 1.
         entries = joined.rsplit(",", MAX_HOPS)
-        client = peer
+        client: str | None = None
         for hop, entry in enumerate(reversed(entries)):
             if hop == MAX_HOPS:
                 break
-            ip = parse_address(entry.strip(" \t"))
-            if ip is None:
+            text = entry.strip(" \t")
+            value = address_value(text)
+            if value is None:
                 break
-            client = str(ip)
-            if not self._trusted.holds_ip(ip):
+            client = text
+            if not self._trusted.holds_value(value):
                 break
-        return client
+        # normalised once, for the entry chosen only
+        return peer if client is None else str(parse_address(client))
