@@ -410,3 +410,55 @@ async def test_a_lookup_that_races_a_revocation_is_not_cached_past_it(clock: Man
     assert (await first).key_id == record.key_id
     assert (await joined).key_id == record.key_id
     assert (await refusal(auth, bearer(secret))).status == 401
+
+
+async def test_a_key_used_outside_its_ip_allowlists_gets_one_403_whichever_list_refused(
+    directory: MemoryDirectory, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    own, _ = directory.add(key_id="k-own", cidrs=("192.0.2.10/32",))
+    teams, _ = directory.add(key_id="k-team", team_cidrs=("192.0.2.0/24",), cidrs=None)
+    orgs, _ = directory.add(
+        key_id="k-org", org_cidrs=("198.51.100.0/24",), team_cidrs=("192.0.2.0/24",)
+    )
+    auth, _ = make_authenticator(directory, clock)
+    assert (await auth.authenticate(bearer(own), ADDR)).key_id == "k-own"
+    assert (await auth.authenticate(bearer(teams), ADDR)).key_id == "k-team"
+    caplog.set_level(logging.INFO, logger="fairgate.auth")
+    answers = set()
+    for secret in (own, teams):
+        refused = await refusal(auth, bearer(secret), "192.0.3.1")  # cached: still refused
+        answers.add(answer(refused))
+    refused = await refusal(auth, bearer(orgs), ADDR)  # team list holds it, the org's not
+    answers.add(answer(refused))
+    (only,) = answers
+    assert only[0] == 403
+    assert b'"code":"address_not_allowed"' in only[1]
+    assert b'"type":"permission_error"' in only[1]
+    assert b"org" not in only[1] and b"team" not in only[1]  # which list: in the log only
+    logged = caplog.text
+    assert "key k-own is outside the IP allowlist of key k-own" in logged
+    assert "key k-team is outside the IP allowlist of team t" in logged
+    assert "key k-org is outside the IP allowlist of org o" in logged
+    assert own not in logged
+
+
+async def test_a_refused_address_is_no_failed_authentication(
+    directory: MemoryDirectory, clock: ManualClock
+) -> None:
+    restricted, _ = directory.add(cidrs=("10.0.0.0/8",))
+    auth, cache = make_authenticator(directory, clock, failures_per_minute=2)
+    for _ in range(20):
+        assert (await refusal(auth, bearer(restricted))).status == 403
+    assert (await auth.authenticate(bearer(restricted), "10.1.2.3")).key_id == "k1"
+    other, _ = directory.add()
+    assert (await auth.authenticate(bearer(other), ADDR)).key_id == "k2"  # ADDR not limited
+    assert cache.sizes() == (2, 0)
+
+
+async def test_an_ipv4_client_on_a_dual_stack_socket_passes_an_ipv4_allowlist(
+    directory: MemoryDirectory, clock: ManualClock
+) -> None:
+    secret, _ = directory.add(org_cidrs=("192.0.2.0/24",))
+    auth, _ = make_authenticator(directory, clock)
+    assert (await auth.authenticate(bearer(secret), "::ffff:192.0.2.10")).key_id == "k1"
+    assert (await refusal(auth, bearer(secret), "::ffff:192.0.3.10")).status == 403

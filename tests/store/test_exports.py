@@ -16,6 +16,7 @@ def test_exported_members() -> None:
         "StoreUnavailable",
         "access_changes",
         "admin_tokens",
+        "allowlists",
         "audit_events",
         "budgets",
         "current_revision",

@@ -12,10 +12,14 @@
                                                is over its limits), cached as a miss, counted
     valid                                    → Principal, cached as a hit, whatever the
                                                network's failure count
+    valid, client address outside an IP      → 403 address_not_allowed (cached or looked
+    allowlist of its org, team or key          up; no failure counted, the list logged)
 
 Every refusal of a key, whatever its reason, is the same 401 with the same
 bytes, so a caller cannot tell a revoked key from one that never existed. The
-reason is logged (key id and display prefix at most, never the secret).
+reason is logged (key id and display prefix at most, never the secret). A
+valid key used from outside one of its IP allowlists gets one 403 whichever
+list refused it; which one is logged.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from fairgate.auth.directory import KeyDirectory
 from fairgate.auth.guard import MALFORMED, MISSING, AuthGuard, Refusal
 from fairgate.auth.pepper import KeyHasher
 from fairgate.auth.secrets import constant_time_equal, looks_like_key, sha256
+from fairgate.core.address_lists import AddressRule
 from fairgate.core.clock import Clock
 from fairgate.core.errors import (
+    Forbidden,
     GatewayError,
     RateLimited,
     ServiceUnavailable,
@@ -48,6 +54,9 @@ log = logging.getLogger("fairgate.auth")
 
 _MISSING = "missing API key: send it as 'Authorization: Bearer <key>'"
 _INVALID = "invalid API key"
+_OUTSIDE = "requests with this key are not allowed from this address"
+ADDRESS_NOT_ALLOWED = "address_not_allowed"
+"""The refusal reason (and error code) of a valid key used from outside an IP allowlist."""
 
 
 class Authenticator:
@@ -64,7 +73,10 @@ class Authenticator:
     Concurrent requests with the same uncached secret share one directory
     lookup (asked again only if the request that asked goes away first).
     ``resolve_models`` maps configured model names to canonical ones (see
-    ``ModelResolver``); it is called on each store lookup, not per request.
+    ``ModelResolver``); it is called on each store lookup, not per request, and
+    so are the IP allowlists parsed: per request, a key with lists costs one
+    address parse and a set lookup per prefix length of each list, a key without
+    lists nothing.
 
     The cache is keyed by the SHA-256 of the secret, pepper or not, so a cached
     key costs what it did without a pepper. ``hasher`` (``KeyHasher``) turns the
@@ -105,7 +117,7 @@ class Authenticator:
         grant = self._cache.hit(digest)
         if grant is not None:
             if self._clock.wall() < grant.until:
-                return grant.principal
+                return self._placed(grant.principal, client_addr)
             self._cache.invalidate(digest)  # expired or grace over since it was cached
         if self._cache.is_miss(digest):
             log.debug("authentication refused from %s: known miss", client_addr)
@@ -114,7 +126,24 @@ class Authenticator:
         if isinstance(slot, Refusal):
             log.debug("authentication refused from %s: %s", client_addr, slot.reason)
             raise _too_many(slot.retry_after)
-        return await self._look_up(digest, secret, client_addr, slot)
+        return self._placed(await self._look_up(digest, secret, client_addr, slot), client_addr)
+
+    def _placed(self, principal: Principal, client_addr: str) -> Principal:
+        """``principal``, if ``client_addr`` lies within every IP allowlist of its key."""
+        rule = principal.addresses
+        if rule is None:
+            return principal
+        refused_by = rule.refusal(client_addr)
+        if refused_by is None:
+            return principal
+        log.info(
+            "request refused from %s: key %s is outside the IP allowlist of %s",
+            client_addr,
+            principal.key_id,
+            refused_by,
+        )
+        self._guard.refused(ADDRESS_NOT_ALLOWED)
+        raise Forbidden(_OUTSIDE, code=ADDRESS_NOT_ALLOWED)
 
     async def _look_up(
         self, digest: bytes, secret: str, client_addr: str, slot: Slot | None
@@ -245,6 +274,13 @@ class Authenticator:
             total_tpm=record.total_tpm,
             total_rpd=record.total_rpd,
             total_max_in_flight=record.total_max_in_flight,
+            addresses=AddressRule.of(
+                (
+                    (f"org {record.org}", record.org_cidrs),
+                    (f"team {record.team}", record.team_cidrs),
+                    (f"key {record.key_id}", record.cidrs),
+                )
+            ),
         )
 
 

@@ -31,9 +31,11 @@ class KeyDirectory(Protocol):
     - Raises ``fairgate.core.errors.StoreUnavailable`` when the store cannot
       answer (connection lost, timeout, pool exhausted): never ``None`` for
       that, because ``None`` is cached as "no such key" and answered 401.
-    - Fills ``team_models`` with the key's team allowlist and ``org`` with the
-      team's organisation, so that one lookup yields everything authentication
-      needs; the request path reads nothing else from the store.
+    - Fills ``team_models`` with the key's team allowlist, ``org`` with the
+      team's organisation and ``cidrs``, ``team_cidrs``, ``org_cidrs`` with the IP
+      allowlists of the key, its team and its organisation, so that one lookup
+      yields everything authentication needs; the request path reads nothing
+      else from the store.
 
 
     ``rehash(key_id, old, new)`` replaces the digest ``old`` of ``key_id`` (its

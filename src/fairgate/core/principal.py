@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fairgate.core.address_lists import AddressRule
+
 __all__ = ["KeyRecord", "Principal"]
 
 
@@ -23,6 +25,8 @@ class KeyRecord:
     canonical or alias. ``rpm``, ``tpm``, ``rpd`` and ``max_in_flight`` are the key's
     effective limits (its own bounded by its team's per-key limits); the ``total_*``
     fields are its team's limits across all the team's keys together.
+    ``cidrs``, ``team_cidrs`` and ``org_cidrs`` are the IP allowlists of the key, its
+    team and its organisation (``None`` = no list), networks in their normal form.
     """
 
     key_id: str
@@ -46,6 +50,9 @@ class KeyRecord:
     total_tpm: int | None = None
     total_rpd: int | None = None
     total_max_in_flight: int | None = None
+    cidrs: tuple[str, ...] | None = None
+    team_cidrs: tuple[str, ...] | None = None
+    org_cidrs: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +63,8 @@ class Principal:
     key list, aliases resolved), or ``None`` when neither list restricts it.
     ``rpm``, ``tpm``, ``rpd`` and ``max_in_flight`` are the key's limits as the
     store gave them (``None`` = not set), so the limit stage needs no lookup; the
-    ``total_*`` fields are the team's limits shared by all its keys.
+    ``total_*`` fields are the team's limits shared by all its keys. ``addresses`` is
+    every IP allowlist that applies to the key, ready to match (``None``: none applies).
     """
 
     key_id: str
@@ -74,3 +82,4 @@ class Principal:
     total_tpm: int | None = None
     total_rpd: int | None = None
     total_max_in_flight: int | None = None
+    addresses: AddressRule | None = None

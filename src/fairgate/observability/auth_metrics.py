@@ -2,7 +2,8 @@
 
     fairgate_auth_refusals_total{listener, reason}   requests refused by authentication:
         missing_credential, malformed, invalid (the store or the miss cache refused the
-        credential), network_limit and lookup_ceiling (429, no lookup), store_unavailable
+        credential), network_limit and lookup_ceiling (429, no lookup), store_unavailable,
+        address_not_allowed (a valid key from outside one of its IP allowlists, 403)
     fairgate_auth_lookups_total{listener, outcome}   store lookups of credentials made:
         valid, invalid, unavailable
     fairgate_auth_access_changes_total{outcome}      rows of the store's access-change feed:

@@ -10,7 +10,7 @@
 
 One repository module per table (``orgs``, ``teams``, ``projects``, ``users``,
 ``keys``, ``role_bindings``, ``admin_tokens``, ``audit_events``,
-``usage_records``, ``budgets``, ``access_changes``): functions that run inside
+``usage_records``, ``budgets``, ``access_changes``, ``allowlists``): functions that run inside
 the caller's transaction and take the ``where`` clause the tenancy layer builds
 from who is acting, so a write outside the actor's scope matches no row. Nothing
 on the request path reads the store except a key cache miss
@@ -26,6 +26,7 @@ Errors (``fairgate.store.errors``)::
 from fairgate.store import (
     access_changes,
     admin_tokens,
+    allowlists,
     audit_events,
     budgets,
     keys,
@@ -55,6 +56,7 @@ __all__ = [
     "StoreUnavailable",
     "access_changes",
     "admin_tokens",
+    "allowlists",
     "audit_events",
     "budgets",
     "current_revision",

@@ -5,6 +5,9 @@ rotated key), whatever the key's state: authentication decides what a revoked,
 expired or past-grace record means. A key whose project, team or organisation is
 disabled is returned with ``revoked_at`` set to the earliest of those moments,
 so it is refused like a revoked key without authentication knowing the tree.
+The IP allowlists of the key, its team and its organisation come with the same
+row (three outer joins on ``allowlists``), so a key is loaded with every list
+that applies to it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ from sqlalchemy import or_, select, update
 from fairgate.core.principal import KeyRecord
 from fairgate.limits.key_limits import Limits
 from fairgate.store.database import Store
-from fairgate.store.tables import keys, orgs, projects, teams
+from fairgate.store.tables import allowlists, keys, orgs, projects, teams
 from fairgate.store.timestamp import from_unix, to_unix
 
 __all__ = ["StoreKeyDirectory"]
+
+_KEY_LIST = allowlists.alias("key_list")
+_TEAM_LIST = allowlists.alias("team_list")
+_ORG_LIST = allowlists.alias("org_list")
 
 _QUERY = (
     select(
@@ -51,10 +58,16 @@ _QUERY = (
         orgs.c.disabled_at.label("org_disabled_at"),
         projects.c.name.label("project"),
         projects.c.disabled_at.label("project_disabled_at"),
+        _KEY_LIST.c.cidrs.label("cidrs"),
+        _TEAM_LIST.c.cidrs.label("team_cidrs"),
+        _ORG_LIST.c.cidrs.label("org_cidrs"),
     )
     .join_from(keys, teams, keys.c.team_id == teams.c.id)
     .join(orgs, teams.c.org_id == orgs.c.id)
     .outerjoin(projects, keys.c.project_id == projects.c.id)
+    .outerjoin(_KEY_LIST, _KEY_LIST.c.key_id == keys.c.id)
+    .outerjoin(_TEAM_LIST, _TEAM_LIST.c.team_id == teams.c.id)
+    .outerjoin(_ORG_LIST, _ORG_LIST.c.org_id == orgs.c.id)
 )
 
 
@@ -139,4 +152,11 @@ def _record(row: Any) -> KeyRecord:
         total_tpm=row.total_tpm,
         total_rpd=row.total_rpd,
         total_max_in_flight=row.total_max_in_flight,
+        cidrs=_cidrs(row.cidrs),
+        team_cidrs=_cidrs(row.team_cidrs),
+        org_cidrs=_cidrs(row.org_cidrs),
     )
+
+
+def _cidrs(stored: Any) -> tuple[str, ...] | None:
+    return None if stored is None else tuple(stored)

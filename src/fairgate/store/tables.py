@@ -10,6 +10,7 @@
     alert_marks (one row per budget counter and period whose soft-limit alert is claimed)
     counter_snapshots (the memory back end's rate counters as last saved; replaced whole)
     access_changes (append only, pruned: a feed of changes that withdraw or alter access)
+    allowlists (the IP allowlist of an organisation, a team or a key: one row each at most)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
@@ -49,6 +50,7 @@ __all__ = [
     "access_changes",
     "admin_tokens",
     "alert_marks",
+    "allowlists",
     "audit_events",
     "budget_increases",
     "budgets",
@@ -309,4 +311,19 @@ access_changes = Table(
     Column("subject", String(300), nullable=False),  # key id, team, team/project or org name
     Column("at", UtcDateTime, nullable=False, index=True),  # for pruning
     sqlite_autoincrement=True,
+)
+
+allowlists = Table(
+    "allowlists",
+    metadata,
+    # One row per organisation, team or key with a list: exactly one of the three ids is
+    # set, as ``kind`` says. No row: no list (an empty list is never stored).
+    Column("id", Integer, primary_key=True),
+    Column("kind", String(4), nullable=False),  # org | team | key
+    Column("org_id", Integer, ForeignKey("orgs.id"), nullable=True, unique=True),
+    Column("team_id", Integer, ForeignKey("teams.id"), nullable=True, unique=True),
+    Column("key_id", String(26), ForeignKey("keys.id"), nullable=True, unique=True),
+    Column("cidrs", JSON, nullable=False),  # networks in their normal form (core.cidr)
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("updated_by", String(200), nullable=False),
 )

@@ -8,6 +8,7 @@ from fairgate.auth.pepper import KeyHasher
 from fairgate.core.clock import Clock, SystemClock
 from fairgate.store import Store
 from fairgate.tenancy.admin_tokens import AdminTokens
+from fairgate.tenancy.allowlists import Allowlists
 from fairgate.tenancy.audit import Audit
 from fairgate.tenancy.budgets import Budgets
 from fairgate.tenancy.keys import Keys
@@ -22,8 +23,9 @@ __all__ = ["Tenancy"]
 
 class Tenancy:
     """The tenancy services: ``orgs``, ``teams``, ``projects``, ``keys``, ``users``, ``roles``,
-    ``admin_tokens``, ``audit``, ``budgets``. Every method takes the acting :class:`Actor` first
-    (except the start-up sync and token authentication) and enforces its scope in SQL.
+    ``admin_tokens``, ``audit``, ``budgets``, ``allowlists``. Every method takes the acting
+    :class:`Actor` first (except the start-up sync and token authentication) and enforces its
+    scope in SQL.
 
     ``models``: every model name the gateway serves (canonical names and aliases);
     allowlists naming anything else are refused. None accepts any name. A mapping
@@ -56,6 +58,7 @@ class Tenancy:
         self.admin_tokens = AdminTokens(store, clock, models=models, hasher=self.hasher)
         self.audit = Audit(store, clock, models=models)
         self.budgets = Budgets(store, clock, models=models)
+        self.allowlists = Allowlists(store, clock, models=models)
 
     async def sync_orgs(self, declared: Sequence[DeclaredOrg]) -> SyncReport:
         """Make the store's organisations and teams match the configuration's ``orgs``."""

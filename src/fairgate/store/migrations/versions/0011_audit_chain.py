@@ -1,7 +1,7 @@
 """Audit chain: each event sealed with the hash of the one before it.
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 Create Date: 2026-12-01
 
 Events written before this revision are chained here, in id order, from the
@@ -19,7 +19,7 @@ from fairgate.store.audit_chain import GENESIS, event_hash
 from fairgate.store.timestamp import UtcDateTime
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
