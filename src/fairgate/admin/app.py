@@ -32,6 +32,7 @@ from fairgate.admin.health import health_routes
 from fairgate.admin.network import AdminDoor
 from fairgate.admin.openapi import ERROR_RESPONSES, install_openapi
 from fairgate.admin.params import plain_text
+from fairgate.admin.routes.allowlists import allowlists_router
 from fairgate.admin.routes.audit import audit_router
 from fairgate.admin.routes.budgets import budgets_router
 from fairgate.admin.routes.context import Caller
@@ -96,6 +97,7 @@ def build_admin_app(
     app.include_router(audit_router(tenancy))
     app.include_router(spend_router(tenancy.store))
     app.include_router(budgets_router(tenancy))
+    app.include_router(allowlists_router(tenancy))
     if fairshare is not None:
         app.include_router(fairshare_router(fairshare, tenancy))
     for route in health_routes(
