@@ -26,7 +26,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fairgate.core.cidr import NetworkSet, parse_address, parse_network
+from fairgate.core.cidr import NetworkSet, address_value, parse_network
 
 __all__ = ["MAX_CIDRS", "AddressRule", "parse_cidrs"]
 
@@ -85,8 +85,8 @@ class AddressRule:
         A peer that is not a plain IP address (a Unix socket, a zoned address) is
         outside every list.
         """
-        ip = parse_address(addr)
+        value = address_value(addr)
         for name, networks in self.lists:
-            if ip is None or not networks.holds_ip(ip):
+            if value is None or not networks.holds_value(value):
                 return name
         return None
