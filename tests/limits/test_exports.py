@@ -49,8 +49,10 @@ def test_state_exports() -> None:
     assert sorted(fairgate.state.__all__) == [
         "Breaker",
         "MemoryCounterStore",
+        "MemoryResponseOwners",
         "RedisCounterStore",
         "RedisNotices",
+        "RedisResponseOwners",
     ]
     for name in fairgate.state.__all__:
         assert getattr(fairgate.state, name) is not None
