@@ -107,6 +107,7 @@ def _near(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> st.SearchSt
     return st.one_of(st.sampled_from(edges), st.integers(first, last)).map(lambda i: str(cls(i)))
 
 
+@pytest.mark.fuzz
 @given(st.lists(_NETWORKS, min_size=1, max_size=8), st.data())
 def test_parsing_and_matching_agree_with_ipaddress_membership(
     networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network], data: st.DataObject

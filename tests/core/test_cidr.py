@@ -112,6 +112,7 @@ _networks = st.one_of(_v4_networks, _v6_networks)
 _addresses = st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6))
 
 
+@pytest.mark.fuzz
 @given(st.lists(_networks, max_size=8), _addresses)
 def test_membership_agrees_with_the_standard_library(
     networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network],
@@ -124,6 +125,7 @@ def test_membership_agrees_with_the_standard_library(
     assert NetworkSet(networks).holds(str(address)) is expected
 
 
+@pytest.mark.fuzz
 @given(_networks)
 def test_a_network_written_back_reads_as_itself(
     network: ipaddress.IPv4Network | ipaddress.IPv6Network,
@@ -132,6 +134,7 @@ def test_a_network_written_back_reads_as_itself(
     assert parse_network(str(network.network_address)).prefixlen == network.max_prefixlen
 
 
+@pytest.mark.fuzz
 @given(st.text(max_size=60))
 def test_parsing_refuses_with_a_value_error_or_gives_what_it_read(text: str) -> None:
     address = parse_address(text)

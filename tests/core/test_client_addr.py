@@ -120,6 +120,7 @@ def _entries_of(forwarded: list[str]) -> list[str]:
     return [e.strip(" \t") for e in ",".join(forwarded).split(",")] if forwarded else []
 
 
+@pytest.mark.fuzz
 @given(_peers, _headers)
 def test_the_client_is_the_peer_or_an_entry_never_left_of_an_untrusted_one(
     peer: str, forwarded: list[str]
@@ -138,6 +139,7 @@ def test_the_client_is_the_peer_or_an_entry_never_left_of_an_untrusted_one(
     assert len(entries) - position <= MAX_HOPS
 
 
+@pytest.mark.fuzz
 @given(_peers, _headers)
 def test_a_client_may_prepend_anything_without_changing_who_it_is(
     peer: str, forwarded: list[str]
@@ -148,6 +150,7 @@ def test_a_client_may_prepend_anything_without_changing_who_it_is(
     assert spoofed == client
 
 
+@pytest.mark.fuzz
 @given(st.text(max_size=40), st.lists(st.text(max_size=80), max_size=4))
 def test_the_walk_never_raises(peer: str, forwarded: list[str]) -> None:
     assert isinstance(CLIENTS.resolve(peer, forwarded), str)

@@ -6,6 +6,7 @@ import logging
 import sys
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ def test_a_line_without_control_characters_is_left_as_it_is() -> None:
     assert escape_controls(text) is text
 
 
+@pytest.mark.fuzz
 @given(st.text())
 def test_a_plain_record_is_always_one_line_whatever_its_arguments(value: str) -> None:
     line = PlainFormatter().format(_record("path %s model %s", value, value))
