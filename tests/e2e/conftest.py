@@ -190,3 +190,15 @@ def pg_database(pg_url: str) -> Iterator[str]:
                 f"DROP DATABASE IF EXISTS {name}",
             )
         )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The ``store`` section, once for each store: SQLite in the test's directory, or a
+    PostgreSQL database of the test's own (dropped afterwards)."""
+    if request.param == "sqlite":
+        yield {"url": "sqlite:///fairgate.db"}
+        return
+    url: str = request.getfixturevalue("pg_database")
+    (tmp_path / "pg.url").write_text(url)
+    yield {"url_file": "pg.url"}

@@ -2,7 +2,8 @@
 
 The robustness tests need what an HTTP client library hides: a client that never
 reads, a head sent one byte at a time, a socket closed mid-stream. Everything
-here talks to 127.0.0.1 and every wait is bounded.
+here talks to 127.0.0.1 (or, where a test needs distinct clients, from the
+address it names: 127.0.0.2, 127.0.0.3 …) and every wait is bounded.
 """
 
 from __future__ import annotations
@@ -17,15 +18,41 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+import httpx
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
-from tests.e2e.conftest import TEST_KEY
+from tests.e2e.conftest import AUTH, TEST_KEY
+
+from fairgate.server.process import GatewayProcess
 
 T = TypeVar("T")
 
 # Health checks every second, but patient: on a loaded machine an engine may answer
 # its health check late, and a replica wrongly marked down refuses requests (503).
 PATIENT_HEALTH = {"interval": "1s", "timeout": "5s"}
+
+
+@contextmanager
+def client_from(address: str, **headers: str) -> Iterator[httpx.Client]:
+    """An HTTP client whose connections leave from ``address`` (a client network of its own)."""
+    transport = httpx.HTTPTransport(local_address=address)
+    with httpx.Client(transport=transport, headers=headers, timeout=20) as client:
+        yield client
+
+
+def idle_connection(gateway: GatewayProcess, address: str) -> socket.socket:
+    """A connection from ``address`` that the gateway has accepted and served once, kept open."""
+    sock = socket.create_connection(
+        (gateway.host, gateway.port), timeout=20, source_address=(address, 0)
+    )
+    sock.sendall(
+        b"GET /v1/models HTTP/1.1\r\nhost: g\r\nauthorization: "
+        + AUTH["authorization"].encode()
+        + b"\r\n\r\n"
+    )
+    answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    return sock
 
 
 def until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:

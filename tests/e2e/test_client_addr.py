@@ -25,7 +25,7 @@ import orjson
 import pytest
 import sqlalchemy as sa
 from tests.e2e.conftest import AUTH, StartSim, model, write_config
-from tests.e2e.robust_wire import PATIENT_HEALTH, until
+from tests.e2e.robust_wire import PATIENT_HEALTH, client_from, idle_connection, until
 
 from fairgate.auth.secrets import new_key
 from fairgate.config import load_config
@@ -40,13 +40,6 @@ DIRECT = "127.0.0.3"
 MASTER = "master-key-client-addr-0123456789abcdef"
 METRICS_TOKEN = "metrics-token-client-addr-0123456789"
 FORBIDDEN = {"error": {"message": "forbidden", "type": "permission_error", "code": "forbidden"}}
-
-
-@contextmanager
-def client_from(address: str, **headers: str) -> Iterator[httpx.Client]:
-    transport = httpx.HTTPTransport(local_address=address)
-    with httpx.Client(transport=transport, headers=headers, timeout=20) as client:
-        yield client
 
 
 def chat(client: httpx.Client, gateway: GatewayProcess, **headers: str) -> httpx.Response:
@@ -66,16 +59,6 @@ def client_addrs(config: Path) -> dict[str, str | None]:
             return {row[0]: row[1] for row in (await conn.execute(query)).all()}
 
     return asyncio.run(read())
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
-    if request.param == "sqlite":
-        yield {"url": "sqlite:///fairgate.db"}
-        return
-    url: str = request.getfixturevalue("pg_database")
-    (tmp_path / "pg.url").write_text(url)
-    yield {"url_file": "pg.url"}
 
 
 def test_the_usage_record_keeps_the_client_behind_the_proxy_and_ignores_forged_headers(
@@ -122,21 +105,6 @@ def test_the_usage_record_keeps_the_client_behind_the_proxy_and_ignores_forged_h
             over = direct.get(gateway.url + "/v1/models")
         assert over.status_code == 503
         assert over.json()["error"]["code"] == "too_many_connections_from_network"
-
-
-def idle_connection(gateway: GatewayProcess, address: str) -> socket.socket:
-    """A connection from ``address`` the gateway accepted and served once, kept open."""
-    sock = socket.create_connection(
-        (gateway.host, gateway.port), timeout=20, source_address=(address, 0)
-    )
-    sock.sendall(
-        b"GET /v1/models HTTP/1.1\r\nhost: g\r\nauthorization: "
-        + AUTH["authorization"].encode()
-        + b"\r\n\r\n"
-    )
-    answer = sock.recv(65536)
-    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
-    return sock
 
 
 def test_bad_keys_through_the_proxy_lock_out_their_client_not_its_neighbours(

@@ -9,15 +9,13 @@ back makes room again; and the admin listener keeps its own count.
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 from tests.e2e.conftest import AUTH, StartSim, model, write_config
-from tests.e2e.robust_wire import PATIENT_HEALTH, until
+from tests.e2e.robust_wire import PATIENT_HEALTH, client_from, idle_connection, until
 
 from fairgate.server.process import GatewayProcess
 
@@ -27,30 +25,8 @@ PER_NETWORK = 4
 TOTAL = 6
 
 
-@contextmanager
-def client_from(address: str) -> Iterator[httpx.Client]:
-    transport = httpx.HTTPTransport(local_address=address)
-    with httpx.Client(transport=transport, headers=AUTH, timeout=20) as client:
-        yield client
-
-
-def idle_connection(gateway: GatewayProcess, address: str) -> socket.socket:
-    """A connection from ``address`` that the gateway has accepted and served once."""
-    sock = socket.create_connection(
-        (gateway.host, gateway.port), timeout=20, source_address=(address, 0)
-    )
-    sock.sendall(
-        b"GET /v1/models HTTP/1.1\r\nhost: g\r\nauthorization: "
-        + AUTH["authorization"].encode()
-        + b"\r\n\r\n"
-    )
-    answer = sock.recv(65536)
-    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
-    return sock
-
-
 def models_status(gateway: GatewayProcess, address: str) -> tuple[int, str | None]:
-    with client_from(address) as client:
+    with client_from(address, **AUTH) as client:
         answer = client.get(gateway.url + "/v1/models")
     code = answer.json()["error"]["code"] if answer.status_code != 200 else None
     return answer.status_code, code

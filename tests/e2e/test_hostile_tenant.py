@@ -48,7 +48,7 @@ import contextlib
 import select
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -585,18 +585,6 @@ def records(config: Path) -> dict[str, dict[str, Any]]:
         return found
 
     return asyncio.run(read())
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """The ``store`` section: SQLite in the test's directory, or a PostgreSQL database of
-    the test's own (dropped afterwards)."""
-    if request.param == "sqlite":
-        yield {"url": "sqlite:///fairgate.db"}
-        return
-    url: str = request.getfixturevalue("pg_database")
-    (tmp_path / "pg.url").write_text(url)
-    yield {"url_file": "pg.url"}
 
 
 def generated(sim: SimProcess) -> int:

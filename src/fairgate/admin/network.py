@@ -26,7 +26,7 @@ import logging
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fairgate.auth import AuthGuard
-from fairgate.auth.secrets import constant_time_equal, sha256
+from fairgate.auth.secrets import bearer_credential, constant_time_equal, sha256
 from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.errors import GatewayError, RateLimited, Unauthorized
 from fairgate.core.route_classes import RouteRules, admin_class, refusal
@@ -34,8 +34,6 @@ from fairgate.core.route_classes import RouteRules, admin_class, refusal
 __all__ = ["AdminDoor"]
 
 log = logging.getLogger("fairgate.admin")
-
-_BEARER = b"bearer "
 
 
 class AdminDoor:
@@ -78,7 +76,7 @@ class AdminDoor:
             await self.app(scope, receive, send)
             return
         if route_class == "metrics" and self._token is not None:
-            presented = _bearer(scope["headers"])
+            presented = bearer_credential(_authorization(scope["headers"]))
             if presented is not None:
                 if constant_time_equal(sha256(presented), self._token):
                     await self.app(scope, receive, send)
@@ -100,13 +98,11 @@ class AdminDoor:
         return Unauthorized("invalid metrics credential", code="invalid_metrics_credential")
 
 
-def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
-    """The bearer credential of the first ``Authorization`` header, or None."""
+def _authorization(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The first ``Authorization`` header's value, or None."""
     for name, value in headers:
         if name == b"authorization":
-            if value[:7].lower() != _BEARER:
-                return None
-            return value[7:].strip().decode("latin-1")
+            return value
     return None
 
 

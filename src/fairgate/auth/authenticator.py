@@ -35,7 +35,7 @@ from fairgate.auth.ceiling import Slot
 from fairgate.auth.directory import KeyDirectory
 from fairgate.auth.guard import MALFORMED, MISSING, AuthGuard, Refusal
 from fairgate.auth.pepper import KeyHasher
-from fairgate.auth.secrets import constant_time_equal, looks_like_key, sha256
+from fairgate.auth.secrets import bearer_credential, constant_time_equal, looks_like_key, sha256
 from fairgate.core.address_lists import AddressRule
 from fairgate.core.clock import Clock
 from fairgate.core.errors import (
@@ -105,7 +105,7 @@ class Authenticator:
 
     async def authenticate(self, authorization: bytes | None, client_addr: str) -> Principal:
         """The principal the header's key stands for; see the module docstring for refusals."""
-        secret = _bearer(authorization)
+        secret = bearer_credential(authorization)
         if secret is None:
             self._guard.refused(MISSING)
             raise Unauthorized(_MISSING, code="missing_api_key")
@@ -301,17 +301,6 @@ def _refusal(record: KeyRecord, digest: bytes, now: float) -> str | None:
     if record.previous_until is None or now >= record.previous_until:
         return "was presented with its old secret after the rotation's grace period"
     return None
-
-
-def _bearer(authorization: bytes | None) -> str | None:
-    """The credential of an ``Authorization: Bearer <credential>`` header, or None."""
-    if not authorization:
-        return None
-    scheme, _, credential = authorization.partition(b" ")
-    credential = credential.strip(b" \t")
-    if scheme.lower() != b"bearer" or not credential:
-        return None
-    return credential.decode("latin-1")
 
 
 def _invalid() -> Unauthorized:

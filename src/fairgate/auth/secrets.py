@@ -24,6 +24,7 @@ __all__ = [
     "ADMIN_TOKEN_PREFIX",
     "KEY_PREFIX",
     "PREFIX_CHARS",
+    "bearer_credential",
     "constant_time_equal",
     "looks_like_key",
     "new_admin_token",
@@ -69,6 +70,21 @@ def sha256(secret: str) -> bytes:
 def constant_time_equal(a: bytes, b: bytes) -> bool:
     """``a == b`` in a time that does not depend on where they first differ."""
     return hmac.compare_digest(a, b)
+
+
+def bearer_credential(authorization: bytes | None) -> str | None:
+    """The credential of an ``Authorization: Bearer <credential>`` header, or None.
+
+    One reading for every door (client API, metrics token), so a credential
+    one of them accepts is never spelled differently at another.
+    """
+    if not authorization:
+        return None
+    scheme, _, credential = authorization.partition(b" ")
+    credential = credential.strip(b" \t")
+    if scheme.lower() != b"bearer" or not credential:
+        return None
+    return credential.decode("latin-1")
 
 
 def looks_like_key(s: str, *, prefix: str = KEY_PREFIX) -> bool:
