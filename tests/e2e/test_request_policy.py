@@ -131,6 +131,11 @@ def test_the_same_requests_without_the_field_are_served(env: Env) -> None:
         ("l", '"n_probs":1000', "n_probs"),
         ("l", '"n_probs":1,"n_probs":1000', "n_probs"),
         ("m-open", '"top_logprobs":3', "top_logprobs"),
+        # vLLM reads -1 as "every token of the vocabulary" and passes its own check
+        # when the engine was started with --max-logprobs -1
+        ("m", '"logprobs":true,"top_logprobs":-1', "top_logprobs"),
+        ("m", '"prompt_logprobs":-1', "prompt_logprobs"),
+        ("m", '"logprobs":true,"top_logprobs":"-1"', "top_logprobs"),
     ],
 )
 def test_a_cap_exceeded_is_refused(env: Env, model_name: str, extra: str, field: str) -> None:

@@ -84,6 +84,16 @@ def test_a_cap_lets_smaller_values_and_non_numbers_through(value: Any) -> None:
     VLLM_POLICY.check({**CHAT, "top_logprobs": value})  # non-numbers: the engine refuses them
 
 
+@pytest.mark.parametrize("field", ["top_logprobs", "prompt_logprobs", "logprobs"])
+@pytest.mark.parametrize("value", [-1, -1.0, "-1", -2, float("-inf")])
+def test_a_cap_refuses_negative_counts_which_vllm_reads_as_the_whole_vocabulary(
+    field: str, value: Any
+) -> None:
+    error = refusal(VLLM_POLICY, {**CHAT, field: value})
+    assert error.code == "field_too_large" and error.field == field
+    assert error.message == f"'{field}' must be between 0 and 20"
+
+
 def test_llama_n_probs_is_capped() -> None:
     assert refusal(LLAMA_SERVER_POLICY, {"prompt": "x", "n_probs": 1000}).field == "n_probs"
     LLAMA_SERVER_POLICY.check({"prompt": "x", "n_probs": 20})

@@ -27,7 +27,8 @@ and a capped key's checked value is the one the engine uses. Case: both engines
 look keys up exactly (pydantic field names, ``json_value(body, "id_slot", …)``),
 so ``ID_SLOT`` is a different field the engine ignores and is not refused.
 A numeric cap also applies to a number written as a string (``"n": "100"``):
-pydantic's lax mode would read it as 100.
+pydantic's lax mode would read it as 100. A cap refuses negative numbers too:
+vLLM takes ``top_logprobs``/``prompt_logprobs`` -1 for the whole vocabulary.
 
     >>> policy = VLLM_POLICY.merged(allow=("chat_template",), caps={"n": 2})
     >>> policy.check({"n": 3})
@@ -173,7 +174,15 @@ def _number(value: Any) -> float | None:
 
 def _check_number(name: str, value: Any, cap: int) -> None:
     number = _number(value)
-    if number is not None and (math.isnan(number) or number > cap):
+    if number is None:
+        return
+    if number < 0:
+        # a capped field counts something, and vLLM reads a logprob count of -1 as
+        # "every token of the vocabulary": a negative number is no smaller than the cap
+        raise FieldRefused(
+            f"'{name}' must be between 0 and {cap}", code="field_too_large", field=name
+        )
+    if math.isnan(number) or number > cap:
         raise FieldRefused(f"'{name}' must be at most {cap}", code="field_too_large", field=name)
 
 
