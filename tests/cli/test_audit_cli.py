@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import getpass
 import secrets
-import textwrap
+import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import asyncpg
 import orjson
 import pytest
 from sqlalchemy import delete, update
@@ -22,42 +24,90 @@ from sqlalchemy.engine import make_url
 from cli.test_tenancy_cli import fairgate
 from fairgate.store import Store
 from fairgate.store.tables import audit_events
-from store.backends import _create_database, _drop_database
+from store.backends import _admin_dsn, _create_database, _drop_database
+
+_CONFIG = """
+store: {{url: "{url}"}}
+orgs:
+  - {{name: etabA, share: 0.6, teams: [lab-nlp]}}
+models:
+  - name: llama-8b
+    upstreams: [{{name: u, url: "http://127.0.0.1:9"}}]
+"""
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+@dataclass(frozen=True)
+class Seed:
+    """A store holding the configuration's events and three keys created through the CLI."""
+
+    url: str  # SQLite: the file's URL; PostgreSQL: the template database's
+    pg_url: str | None
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def seed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Seed]:
+    """Seeded once per store (a CLI call is a process of a few seconds); each test reads or
+    tampers with a copy of its own."""
+    folder = tmp_path_factory.mktemp("audit-seed")
+    pg_url: str | None = None
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/fairgate.db"
-        return
-    pg_url: str = request.getfixturevalue("pg_url")
-    name = f"fairgate_test_{secrets.token_hex(6)}"
-    asyncio.run(_create_database(pg_url, name))
+        url = f"sqlite:///{folder}/seed.db"
+    else:
+        pg_url = request.getfixturevalue("pg_url")
+        name = f"fairgate_test_{secrets.token_hex(6)}"
+        asyncio.run(_create_database(pg_url, name))
+        url = make_url(pg_url).set(database=name).render_as_string(hide_password=False)
+    config = folder / "gateway.yaml"
+    config.write_text(_CONFIG.format(url=url))
     try:
-        yield make_url(pg_url).set(database=name).render_as_string(hide_password=False)
+        for name in ("one", "two", "three"):
+            created = fairgate(config, "keys", "create", "--team", "lab-nlp", "--name", name)
+            assert created.returncode == 0, created.stderr
+        yield Seed(url, pg_url)
     finally:
-        asyncio.run(_drop_database(pg_url, name))
+        if pg_url is not None:
+            asyncio.run(_drop_database(pg_url, make_url(url).database or ""))
+
+
+@pytest.fixture
+def store_url(seed: Seed, tmp_path: Path) -> Iterator[str]:
+    """A copy of the seeded store for one test (SQLite's backup API; PostgreSQL's template)."""
+    if seed.pg_url is None:
+        copy = tmp_path / "fairgate.db"
+        source, target = sqlite3.connect(make_url(seed.url).database or ""), sqlite3.connect(copy)
+        try:
+            source.backup(target)
+        finally:
+            source.close()
+            target.close()
+        yield f"sqlite:///{copy}"
+        return
+    name = f"fairgate_test_{secrets.token_hex(6)}"
+    template = make_url(seed.url).database
+    asyncio.run(_run_admin(seed.pg_url, f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+    try:
+        yield make_url(seed.pg_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(_drop_database(seed.pg_url, name))
 
 
 @pytest.fixture
 def config(tmp_path: Path, store_url: str) -> Path:
     path = tmp_path / "gateway.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            store: {{url: "{store_url}"}}
-            orgs:
-              - {{name: etabA, share: 0.6, teams: [lab-nlp]}}
-            models:
-              - name: llama-8b
-                upstreams: [{{name: u, url: "http://127.0.0.1:9"}}]
-            """
-        )
-    )
-    for name in ("one", "two", "three"):
-        created = fairgate(path, "keys", "create", "--team", "lab-nlp", "--name", name)
-        assert created.returncode == 0, created.stderr
+    path.write_text(_CONFIG.format(url=store_url))
     return path
+
+
+async def _run_admin(url: str, statement: str) -> None:
+    conn = await asyncpg.connect(_admin_dsn(url), timeout=10)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
 
 
 def _events(config: Path, *args: str) -> list[dict[str, object]]:
@@ -82,9 +132,9 @@ def _tamper(url: str, statement: object) -> None:
 
 def _middle_key_event(config: Path) -> tuple[dict[str, object], dict[str, object]]:
     """The second of the three ``key.created`` events, and the event right after it."""
-    created = _events(config, "--action", "key.created")
-    victim = created[1]
-    following = next(e for e in _events(config) if e["seq"] == victim["seq"] + 1)  # type: ignore[operator]
+    everything = _events(config)  # one CLI call: the filters have their own test
+    victim = [e for e in everything if e["action"] == "key.created"][1]
+    following = next(e for e in everything if e["seq"] == victim["seq"] + 1)  # type: ignore[operator]
     return victim, following
 
 
