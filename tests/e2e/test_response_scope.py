@@ -25,7 +25,7 @@ from fairgate.sim.process import SimProcess
 pytestmark = pytest.mark.slow
 
 ORGS = [
-    {"name": "test-org", "share": 0.5, "teams": ["t"]},
+    {"name": "test-org", "share": 0.5, "teams": ["t", "t2"]},
     {"name": "org-b", "share": 0.5, "teams": ["tb"]},
 ]
 
@@ -68,26 +68,33 @@ def posted(sim: SimProcess) -> int:
 
 
 @pytest.fixture
-def gateways(tmp_path: Path, state: dict[str, Any]) -> Iterator[tuple[SimProcess, list[str], str]]:
-    """The simulator, one gateway (two sharing Redis with the redis back end), B's key."""
+def gateways(
+    tmp_path: Path, state: dict[str, Any]
+) -> Iterator[tuple[SimProcess, list[str], str, str]]:
+    """The simulator, one gateway (two sharing Redis with the redis back end), B's key,
+    and a key of A's other team."""
     with ExitStack() as stack:
         sim = stack.enter_context(SimProcess("--speed", "0", "--model", "m"))
         config = write_config(tmp_path, [model("m", sim)], orgs=ORGS, state=state)
         key_b = add_key(config, "tb")
+        key_a2 = add_key(config, "t2")
         replicas = 2 if state["backend"] == "redis" else 1
         urls = [stack.enter_context(GatewayProcess(config)).url for _ in range(replicas)]
-        yield sim, urls, key_b
+        yield sim, urls, key_b, key_a2
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_only_the_owner_continues_a_response(
-    gateways: tuple[SimProcess, list[str], str], stream: bool
+    gateways: tuple[SimProcess, list[str], str, str], stream: bool
 ) -> None:
-    sim, urls, key_b = gateways
+    sim, urls, key_b, key_a2 = gateways
     first = response_id(create(urls[0], TEST_KEY, stream=stream))
     assert first.startswith("resp_")
     last = urls[-1]  # the other replica when there are two
     assert create(last, TEST_KEY, previous=first).status_code == 200
+    # the scope is the organisation (cache_isolation.scope's default): another key of
+    # another team of A continues it too
+    assert create(last, key_a2, previous=first).status_code == 200
     seen = posted(sim)
     foreign = assert_refused(create(last, key_b, previous=first))
     unknown = assert_refused(create(last, key_b, previous="resp_" + "0" * 32))
@@ -100,9 +107,9 @@ def test_only_the_owner_continues_a_response(
 
 
 def test_a_malformed_id_is_refused_and_requests_without_one_are_untouched(
-    gateways: tuple[SimProcess, list[str], str],
+    gateways: tuple[SimProcess, list[str], str, str],
 ) -> None:
-    _sim, urls, _key_b = gateways
+    _sim, urls, _key_b, _key_a2 = gateways
     answer = httpx.post(
         urls[0] + "/v1/responses",
         json={"model": "m", "input": "hi", "max_output_tokens": 2, "previous_response_id": 7},
