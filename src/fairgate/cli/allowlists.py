@@ -57,7 +57,8 @@ def set_allowlist(
     config: ConfigOption = None,
 ) -> None:
     """Replace a list with the --cidr networks; every gateway on this store applies it
-    within auth.change_poll_interval. A network with bits beyond its prefix is refused."""
+    within auth.change_poll_interval. A network with bits beyond its prefix, an IPv4-mapped
+    one, or more than 256 networks are refused."""
     kind, name = _scope(scope)
     if not cidrs:
         raise fail("give at least one --cidr (`fairgate allowlists clear` removes a list)")

@@ -50,7 +50,9 @@ def list_events(
     action: Annotated[
         str | None, typer.Option("--action", help="Only this action: key.revoked.")
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most.")] = 100,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=1000, help="At most this many events, the newest.")
+    ] = 100,
     config: ConfigOption = None,
     as_json: Json = False,
 ) -> None:
@@ -66,7 +68,12 @@ def list_events(
 
 
 @app.command("verify")
-def verify(config: ConfigOption = None, as_json: Json = False) -> None:
+def verify(
+    config: ConfigOption = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the result as one JSON object (broken too).")
+    ] = False,
+) -> None:
     """Recompute the hash chain: print its head, or the first broken link and exit 1."""
     from fairgate.store.audit_chain import Break
 

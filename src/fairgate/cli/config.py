@@ -28,7 +28,10 @@ def check_config(
     skip_vault: bool = typer.Option(
         False,
         "--skip-vault",
-        help="Do not read the vault: vault references are checked for form only.",
+        help=(
+            "Do not read the vault: vault references are checked for form only, and TLS"
+            " material held in the vault is not checked."
+        ),
     ),
 ) -> None:
     from fairgate.config.tls import tls_report
