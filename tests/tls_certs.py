@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["Authority", "Issued", "encrypted_key_pem", "legacy_client_hello"]
+__all__ = ["Authority", "Issued", "Pki", "encrypted_key_pem", "legacy_client_hello"]
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -162,6 +162,28 @@ class Authority:
                 critical=False,
             )
         return Issued(builder.sign(self.key, hashes.SHA256()), key)
+
+
+@dataclass(frozen=True)
+class Pki:
+    """A test's certificates: ``ca`` issued the gateway's ``server`` certificate and is the
+    one clients trust; ``other`` is a CA nobody trusts; client files go in ``directory``."""
+
+    ca: Authority
+    other: Authority
+    server: Issued
+    directory: Path
+
+    @classmethod
+    def make(cls, directory: Path) -> Pki:
+        ca = Authority("fairgate test CA")
+        return cls(ca, Authority("another CA"), ca.issue("gateway", server=True), directory)
+
+    def client(self, issued: Issued | None = None) -> ssl.SSLContext:
+        """A client trusting ``ca``, presenting ``issued`` if given."""
+        if issued is None:
+            return self.ca.trusting()
+        return issued.client_context(self.ca, self.directory)
 
 
 def encrypted_key_pem(issued: Issued, password: bytes) -> str:

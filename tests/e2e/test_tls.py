@@ -36,7 +36,7 @@ from tests.e2e.robust_wire import (
     stderr_into,
     until,
 )
-from tests.tls_certs import Authority, Issued, legacy_client_hello
+from tests.tls_certs import Authority, Issued, Pki, legacy_client_hello
 
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
@@ -48,23 +48,9 @@ HEAD_TIMEOUT = 2.0
 CUT_AFTER = 2.0  # limits.slow_reader_timeout
 
 
-@dataclass(frozen=True)
-class Pki:
-    ca: Authority
-    other: Authority
-    server: Issued
-    directory: Path
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    ca = Authority("fairgate e2e CA")
-    return Pki(
-        ca,
-        Authority("someone else's CA"),
-        ca.issue("gateway", server=True),
-        tmp_path_factory.mktemp("clients"),
-    )
+    return Pki.make(tmp_path_factory.mktemp("clients"))
 
 
 def tls_config(directory: Path, pki: Pki, **sections: Any) -> dict[str, Any]:

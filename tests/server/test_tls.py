@@ -15,14 +15,13 @@ import socket
 import ssl
 import warnings
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography import x509
 from tests.server.test_protocol import HEAD_TIMEOUT, read_all, slow_stream
-from tests.tls_certs import Authority, Issued, legacy_client_hello
+from tests.tls_certs import Authority, Issued, Pki, legacy_client_hello
 
 from fairgate.config.secrets import SecretRef
 from fairgate.config.tls import AdminTls
@@ -31,29 +30,9 @@ from fairgate.server.runner import Listener, bind, serve
 from fairgate.server.tls import ServedTls
 
 
-@dataclass
-class Pki:
-    ca: Authority
-    other: Authority
-    server: Issued
-    directory: Path
-
-    def client(self, ca: Authority | None = None, issued: Issued | None = None) -> ssl.SSLContext:
-        """A client trusting our CA, presenting ``issued`` if given."""
-        if issued is None:
-            return self.ca.trusting()
-        return issued.client_context(self.ca, self.directory)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    ca = Authority("fairgate test CA")
-    return Pki(
-        ca,
-        Authority("another CA"),
-        ca.issue("gateway", server=True),
-        tmp_path_factory.mktemp("pki"),
-    )
+    return Pki.make(tmp_path_factory.mktemp("pki"))
 
 
 def tls_settings(directory: Path, issued: Issued, client_ca: Authority | None = None) -> AdminTls:
