@@ -16,6 +16,8 @@ message's content; the key echoed is the one the gateway presented in
     stream-key             an SSE stream whose error event quotes the key, split across writes
     gzip-stream            an SSE stream sent gzip although identity was asked for
     content-type-key       a completion whose Content-Type quotes the key
+    two-codings-error-key  400, the key quoted, gzip, its coding in two header lines
+                           (``identity`` then ``gzip``: together they mean gzip)
     bomb                   512 MiB of zeros as 0.5 MiB of gzip
 """
 
@@ -133,6 +135,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
     if mode == "content-type-key":
         response = web.Response(status=200, body=completion("plain"))
         response.headers["Content-Type"] = f"application/json; charset=utf-8; key={key}"
+        return response
+    if mode == "two-codings-error-key":
+        response = _plain(400, gzip.compress(error(key)))
+        response.headers.add("Content-Encoding", "identity")
+        response.headers.add("Content-Encoding", "gzip")
         return response
     if mode == "bomb":
         return _plain(200, BOMB, "gzip")

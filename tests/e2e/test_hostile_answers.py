@@ -106,6 +106,15 @@ def test_a_compressed_error_quoting_the_key_is_relayed_decompressed_without_it(
     assert message == "invalid header Authorization: Bearer [redacted]"
 
 
+def test_a_coding_split_over_two_header_lines_is_not_taken_for_plain_bytes(env: Env) -> None:
+    # "identity" then "gzip" is the list "identity, gzip": the body is gzip. Read as
+    # plain (the first line only), it went out unscrubbed, for the client to gunzip.
+    answer = ask(env.gateway, "two-codings-error-key", "gzip")
+    assert answer.status == 502
+    assert_no_key(answer)
+    assert orjson.loads(answer.body)["error"]["message"] == "the model's answer could not be read"
+
+
 def test_a_compressed_success_quoting_the_key_is_scrubbed(env: Env) -> None:
     answer = ask(env.gateway, "gzip-ok-key", "gzip")
     assert answer.status == 200

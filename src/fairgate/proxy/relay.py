@@ -193,7 +193,7 @@ class Relay:
     ) -> Opened:
         status = response.status
         content_type = response.header(b"content-type") or b"application/json"
-        coding = response.header(b"content-encoding")
+        coding = _coding(response)
         streaming = status == 200 and content_type.startswith(_SSE)
         key = internal_key.encode() if internal_key else None
         content_type = scrub(content_type, key)  # the one engine header relayed
@@ -439,6 +439,17 @@ class _StreamBroken(Exception):
         super().__init__(reason)
         self.outcome = outcome
         self.reason = reason
+
+
+def _coding(response: UpstreamResponse) -> bytes | None:
+    """Every ``Content-Encoding`` line of the answer, as the one list they are together.
+
+    Lines ``identity`` and ``gzip`` mean ``identity, gzip`` (RFC 9110 §5.3): a body read
+    by its first line only would pass for plain bytes and go out unscrubbed, for the
+    client to decompress. A list is no coding the gateway reads, so it is not relayed.
+    """
+    values = [value for name, value in response.headers if name == b"content-encoding"]
+    return b", ".join(values) if values else None
 
 
 def _past(ex: Exchange, total: float) -> bool:
