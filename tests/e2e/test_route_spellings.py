@@ -7,7 +7,9 @@ The gateway listens dual-stack (``::``), so an IPv4 client arrives as
 slashes, case, percent escapes, dot segments, an absolute URI, ``*``) with HEAD,
 OPTIONS and POST too, and always gets the same 403 bytes; 127.0.0.1, arriving
 IPv4-mapped as well, is served, so the refusals are the rule's and not the
-listener's.
+listener's. And 127.0.0.1, when it is no trusted proxy, forwards nothing: the
+HTTP server's own proxy-header handling (uvicorn's, on by default for loopback)
+stays off.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from tests.e2e.conftest import model, write_config
+from tests.e2e.conftest import StartGateway, StartSim, model, write_config
 from tests.e2e.robust_wire import PATIENT_HEALTH
 
 from fairgate.server.process import GatewayProcess
@@ -149,3 +151,21 @@ def test_answers_the_gateway_gives_itself_are_refused_outside_the_inference_netw
         head = f"GET {path} HTTP/1.1\r\nhost: g\r\nauthorization: Bearer fg-anything\r\n"
         status, body = status_and_body(exchange(ports.client, OUTSIDE, head, mapped=mapped))
         assert (status, body) == (b"HTTP/1.1 403 Forbidden", FORBIDDEN), path
+
+
+def test_a_loopback_peer_that_is_no_trusted_proxy_forwards_nothing(
+    start_sim: StartSim, start_gateway: StartGateway
+) -> None:
+    # uvicorn's own proxy-header handling, on by default for 127.0.0.1 on an IPv4
+    # listener, would take the forwarded address as the client
+    sim = start_sim("--model", "m", "--speed", "0")
+    gateway = start_gateway(
+        [model("m", sim)],
+        health=PATIENT_HEALTH,
+        trusted_proxies=[f"{PROXY}/32"],
+        routes={"metrics": {"allow": [f"{ALLOWED}/32"]}},
+    )
+    port = int(gateway.admin_url.rsplit(":", 1)[1])
+    forwarded = f"GET /metrics HTTP/1.1\r\nhost: g\r\nx-forwarded-for: {OUTSIDE}\r\n"
+    status, _ = status_and_body(exchange(port, ALLOWED, forwarded, mapped=False))
+    assert status == b"HTTP/1.1 200 OK"
