@@ -16,6 +16,9 @@ message's content; the key echoed is the one the gateway presented in
     stream-key             an SSE stream whose error event quotes the key, split across writes
     gzip-stream            an SSE stream sent gzip although identity was asked for
     content-type-key       a completion whose Content-Type quotes the key
+    gzip-ok-key-in-header  a gzip success whose plain text is clean, the key written in
+                           the gzip header's file name and comment (bytes that are not
+                           compressed and that decompressing drops)
     two-codings-error-key  400, the key quoted, gzip, its coding in two header lines
                            (``identity`` then ``gzip``: together they mean gzip)
     bomb                   512 MiB of zeros as 0.5 MiB of gzip
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import struct
 import sys
 import zlib
 
@@ -59,6 +63,15 @@ def _bomb() -> bytes:
 
 
 BOMB = _bomb()
+
+
+def _gzip_header_quoting(key: str, data: bytes) -> bytes:
+    """A gzip member of ``data`` whose header carries ``key`` as FNAME and FCOMMENT."""
+    header = b"\x1f\x8b\x08" + bytes([0x08 | 0x10]) + b"\0\0\0\0\0\xff"
+    header += key.encode() + b"\0" + key.encode() + b"\0"
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    trailer = struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF)
+    return header + packer.compress(data) + packer.flush() + trailer
 
 
 def _plain(status: int, body: bytes, coding: str | None = None) -> web.Response:
@@ -136,6 +149,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
         response = web.Response(status=200, body=completion("plain"))
         response.headers["Content-Type"] = f"application/json; charset=utf-8; key={key}"
         return response
+    if mode == "gzip-ok-key-in-header":
+        return _plain(200, _gzip_header_quoting(key, completion("compressed")), "gzip")
     if mode == "two-codings-error-key":
         response = _plain(400, gzip.compress(error(key)))
         response.headers.add("Content-Encoding", "identity")

@@ -106,6 +106,18 @@ def test_a_compressed_error_quoting_the_key_is_relayed_decompressed_without_it(
     assert message == "invalid header Authorization: Bearer [redacted]"
 
 
+def test_a_compressed_success_quoting_the_key_outside_its_compressed_text_is_scrubbed(
+    env: Env,
+) -> None:
+    # the gzip header's file name and comment are sent as they are and dropped by
+    # decompressing: the key there is in the bytes relayed, not in the text read
+    answer = ask(env.gateway, "gzip-ok-key-in-header", "gzip")
+    assert answer.status == 200
+    assert_no_key(answer)
+    assert answer.header("content-encoding") is None  # relayed decompressed
+    assert orjson.loads(answer.body)["choices"][0]["message"]["content"] == "compressed"
+
+
 def test_a_coding_split_over_two_header_lines_is_not_taken_for_plain_bytes(env: Env) -> None:
     # "identity" then "gzip" is the list "identity, gzip": the body is gzip. Read as
     # plain (the first line only), it went out unscrubbed, for the client to gunzip.

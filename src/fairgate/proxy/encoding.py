@@ -9,8 +9,10 @@ can expand a thousandfold: a decompression bomb must not take the gateway's
 memory), and:
 
 - an error answer (status ≥ 400) is relayed decompressed, the key replaced;
-- a success is relayed compressed, as it came, unless the copy holds the key:
-  then it too is relayed decompressed, the key replaced;
+- a success is relayed compressed, as it came, unless the copy or the
+  compressed bytes hold the key (a gzip header's file name and comment are not
+  compressed, and decompressing drops them): then it too is relayed
+  decompressed, the key replaced;
 - an answer larger than the limit once decompressed, or one that does not
   decompress, is not relayed at all (502): it could not be checked.
 

@@ -214,9 +214,11 @@ class Relay:
             raise
         response.release()
         plain = self._decoded(body, coding)
-        if status >= 400 or plain is body or (key and key in plain):
+        if status >= 400 or plain is body or (key and (key in plain or key in body)):
             # sent decompressed: an error answer is relayed (and retried) as plain
-            # bytes, and an answer holding the key must be rewritten anyway
+            # bytes, and an answer holding the key must be rewritten anyway — also
+            # one holding it outside its compressed text (a gzip header's file name
+            # or comment goes out as it is, and decompressing drops it)
             body, plain, coding = scrub(plain, key), b"", None
         if status in _RETRY_STATUSES:
             raise AttemptFailed(
