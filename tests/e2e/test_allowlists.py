@@ -10,7 +10,6 @@ gives access back.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.e2e.test_admin import metric
-from tests.e2e.test_revocation import WITHIN, Sent, admin, config, new_key, settle
+from tests.e2e.test_revocation import WITHIN, Loop, admin, config, new_key, settle
 
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
@@ -50,40 +49,6 @@ def answers(gateway: GatewayProcess, secret: str, source: str) -> list[httpx.Res
 
 def put(gateway: GatewayProcess, kind: str, name: str, *cidrs: str) -> None:
     admin(gateway, "PUT", "/admin/allowlists", kind=kind, name=name, cidrs=list(cidrs))
-
-
-class Loop:
-    """Requests one after another from ``source`` until stopped (``settle`` reads it)."""
-
-    def __init__(self, gateway: GatewayProcess, secret: str, source: str) -> None:
-        self.sent: list[Sent] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(gateway, secret, source))
-
-    def __enter__(self) -> Loop:
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while sum(s.status == 200 for s in self.sent) < 20:
-            assert time.monotonic() < deadline, f"never served: {[s.status for s in self.sent]}"
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def served_after(self, moment: float) -> list[Sent]:
-        return [s for s in self.sent if s.started > moment and s.status == 200]
-
-    def refused_after(self, moment: float) -> list[Sent]:
-        return [s for s in self.sent if s.started > moment and s.status != 200]
-
-    def _run(self, gateway: GatewayProcess, secret: str, source: str) -> None:
-        with client(gateway, secret, source) as c:
-            while not self._stop.is_set():
-                started = time.monotonic()
-                status = c.post("/v1/chat/completions", json=CHAT).status_code
-                self.sent.append(Sent(started, status))
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +126,8 @@ def test_a_list_set_through_one_gateway_binds_the_other_within_a_second_and_clea
     one, two = (config(d, sim, **shared) for d in directories)
     _, secret = new_key(one)
     with GatewayProcess(one) as first, GatewayProcess(two) as second:
-        with Loop(second, secret, OUTSIDE) as loop:  # served and cached by the second gateway
+        # served and cached by the second gateway
+        with Loop(second, secret, source=OUTSIDE) as loop:
             put(first, "team", "t", f"{INSIDE}/32", "2001:db8::/32")
             settle(loop, time.monotonic())
         assert {s.status for s in loop.refused_after(0)} == {403}

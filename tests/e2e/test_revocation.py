@@ -49,12 +49,15 @@ class Sent:
 
 
 class Loop:
-    """A client sending one request after another with ``key`` until stopped."""
+    """A client sending one request after another with ``key`` until stopped; from the
+    address ``source`` when given (127.0.0.2 …)."""
 
-    def __init__(self, gateway: GatewayProcess, key: str, model_name: str = "a") -> None:
+    def __init__(
+        self, gateway: GatewayProcess, key: str, model_name: str = "a", *, source: str | None = None
+    ) -> None:
         self.sent: list[Sent] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(gateway, key, model_name))
+        self._thread = threading.Thread(target=self._run, args=(gateway, key, model_name, source))
 
     def __enter__(self) -> Loop:
         self._thread.start()
@@ -78,14 +81,17 @@ class Loop:
     def refused_after(self, moment: float) -> list[Sent]:
         return [s for s in self.sent if s.started > moment and s.status != 200]
 
-    def _run(self, gateway: GatewayProcess, key: str, model_name: str) -> None:
+    def _run(self, gateway: GatewayProcess, key: str, model_name: str, source: str | None) -> None:
         body: dict[str, Any] = {
             "model": model_name,
             "messages": [{"role": "user", "content": "hi"}],
             "max_tokens": 1,
         }
         headers = {"authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=gateway.url, headers=headers, timeout=30) as client:
+        transport = None if source is None else httpx.HTTPTransport(local_address=source)
+        with httpx.Client(
+            base_url=gateway.url, headers=headers, timeout=30, transport=transport
+        ) as client:
             while not self._stop.is_set():
                 started = time.monotonic()
                 status = client.post("/v1/chat/completions", json=body).status_code

@@ -10,20 +10,11 @@ from __future__ import annotations
 
 from fairgate.auth import ChangeWatcher, Grant, KeyCache, sha256
 from fairgate.core.principal import Principal
-from fairgate.store import Store, StoreChangeFeed, StoreKeyDirectory, access_changes
+from fairgate.store import Store, StoreChangeFeed, StoreKeyDirectory
 from fairgate.tenancy import Tenancy
 from store.backends import FakeClock
+from tenancy.test_access_changes import feed, newest
 from tenancy.world import DECLARED, OPERATOR
-
-
-async def feed(store: Store, after: int) -> list[tuple[str, str]]:
-    async with store.read() as conn:
-        return [(c.kind, c.subject) for c in await access_changes.since(conn, after)]
-
-
-async def newest(store: Store) -> int:
-    async with store.read() as conn:
-        return await access_changes.latest_id(conn)
 
 
 async def test_a_key_is_loaded_with_every_list_that_applies_to_it(
