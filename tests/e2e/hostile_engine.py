@@ -19,6 +19,7 @@ message's content; the key echoed is the one the gateway presented in
     gzip-ok-key-in-header  a gzip success whose plain text is clean, the key written in
                            the gzip header's file name and comment (bytes that are not
                            compressed and that decompressing drops)
+    coding-key             a success whose Content-Encoding (no coding at all) quotes the key
     two-codings-error-key  400, the key quoted, gzip, its coding in two header lines
                            (``identity`` then ``gzip``: together they mean gzip)
     bomb                   512 MiB of zeros as 0.5 MiB of gzip
@@ -151,6 +152,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
         return response
     if mode == "gzip-ok-key-in-header":
         return _plain(200, _gzip_header_quoting(key, completion("compressed")), "gzip")
+    if mode == "coding-key":
+        return _plain(200, completion("plain"), f"x-{key}")
     if mode == "two-codings-error-key":
         response = _plain(400, gzip.compress(error(key)))
         response.headers.add("Content-Encoding", "identity")

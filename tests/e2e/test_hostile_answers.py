@@ -54,7 +54,7 @@ def start(directory: Path, engine: ServerProcess, stack: ExitStack) -> GatewayPr
         limits={"max_response_bytes": 1 << 20},
         proxy={"retries": 1},
     )
-    return stack.enter_context(GatewayProcess(config))
+    return stack.enter_context(GatewayProcess(config, stderr=directory / "gateway.log"))
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +116,15 @@ def test_a_compressed_success_quoting_the_key_outside_its_compressed_text_is_scr
     assert_no_key(answer)
     assert answer.header("content-encoding") is None  # relayed decompressed
     assert orjson.loads(answer.body)["choices"][0]["message"]["content"] == "compressed"
+
+
+def test_a_coding_quoting_the_key_is_refused_and_logged_without_it(env: Env) -> None:
+    answer = ask(env.gateway, "coding-key", "gzip")
+    assert answer.status == 502
+    assert_no_key(answer)
+    log = (env.directory / "gateway.log").read_text()
+    assert "was not relayed: undecodable_answer" in log
+    assert INTERNAL_KEY not in log and "x-[redacted]" in log
 
 
 def test_a_coding_split_over_two_header_lines_is_not_taken_for_plain_bytes(env: Env) -> None:

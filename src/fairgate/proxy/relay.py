@@ -213,7 +213,7 @@ class Relay:
             response.close()
             raise
         response.release()
-        plain = self._decoded(body, coding)
+        plain = self._decoded(body, coding, key)
         if status >= 400 or plain is body or (key and (key in plain or key in body)):
             # sent decompressed: an error answer is relayed (and retried) as plain
             # bytes, and an answer holding the key must be rewritten anyway — also
@@ -229,7 +229,7 @@ class Relay:
             )
         return Opened(response, status, content_type, body, False, plain, coding, key)
 
-    def _decoded(self, body: bytes, coding: bytes | None) -> bytes:
+    def _decoded(self, body: bytes, coding: bytes | None, key: bytes | None) -> bytes:
         """The answer decompressed (``proxy.encoding``), or ``AttemptFailed`` (not retried:
         the engine ran, and the reservation is charged) when it cannot be checked."""
         try:
@@ -238,7 +238,9 @@ class Relay:
             reason, message = "response_too_large", "the model's answer is too large"
         except Undecodable:
             reason, message = "undecodable_answer", "the model's answer could not be read"
-        log.warning("an engine answer with Content-Encoding %r was not relayed: %s", coding, reason)
+        # the coding is the engine's text: it may quote the internal key too
+        shown = None if coding is None else scrub(coding, key)
+        log.warning("an engine answer with Content-Encoding %r was not relayed: %s", shown, reason)
         raise AttemptFailed(reason, BadGateway(message), retryable=False)
 
     async def _read_first_event(self, ex: Exchange, response: UpstreamResponse) -> bytes:
