@@ -9,8 +9,10 @@ import typer
 
 __all__ = ["HELP", "demo"]
 
-HELP = """Start two simulated vLLM engines and the gateway in front of them on loopback
-ports, make a sample call, print how to make your own, and keep running until Ctrl-C."""
+HELP = (
+    "Start two simulated vLLM engines and the gateway in front of them on loopback"
+    " ports, make a sample call, print how to make your own, and keep running until Ctrl-C."
+)
 
 
 def demo(

@@ -8,20 +8,21 @@ from fairgate.cli.options import ConfigOption, load_or_exit
 
 __all__ = ["HELP", "serve"]
 
-HELP = """Run the gateway: the client listener (OpenAI API) and the admin listener
-(/healthz, /readyz, /metrics).
-
-Stops on SIGTERM or SIGINT: readiness flips to 503 at once, new connections are
-refused, running requests and streams get proxy.shutdown_grace to finish.
-
-SIGHUP re-reads the listeners' TLS certificates, keys and client CAs: new
-connections get the new ones, open connections continue; a reference that does
-not load keeps the previous certificate and logs an error (docs/tls.md).
-
-Exits with status 1, changing nothing, when the configuration declares a team the
-store holds under another organisation and the team was not created by the
-configuration (see docs/tenancy.md, "Declared team names").
-"""
+HELP = (
+    "Run the gateway: the client listener (OpenAI API) and the admin listener"
+    " (/healthz, /readyz, /metrics)."
+    "\n\n"
+    "Stops on SIGTERM or SIGINT: readiness flips to 503 at once, new connections are"
+    " refused, running requests and streams get proxy.shutdown_grace to finish."
+    "\n\n"
+    "SIGHUP re-reads the listeners' TLS certificates, keys and client CAs: new"
+    " connections get the new ones, open connections continue; a reference that does"
+    " not load keeps the previous certificate and logs an error (docs/tls.md)."
+    "\n\n"
+    "Exits with status 1, changing nothing, when the configuration declares a team the"
+    " store holds under another organisation and the team was not created by the"
+    ' configuration (see docs/tenancy.md, "Declared team names").'
+)
 
 
 def serve(
