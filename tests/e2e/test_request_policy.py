@@ -143,6 +143,15 @@ def test_a_cap_exceeded_is_refused(env: Env, model_name: str, extra: str, field:
     assert posted(env.vllm) == [] and posted(env.llama) == []
 
 
+def test_llama_servers_own_count_of_completions_is_capped_like_n(env: Env) -> None:
+    # llama-server reads n_cmpl before n: "n":1 with "n_cmpl":100 asks for 100 completions
+    answer = post(env, chat("l", '"n":1,"n_cmpl":100,"n_predict":2'))
+    assert answer.status == 400, answer.body
+    error = orjson.loads(answer.body)["error"]
+    assert error["code"] == "n_too_large" and "'n_cmpl'" in error["message"]
+    assert posted(env.llama) == []
+
+
 @pytest.mark.parametrize(("model_name", "field"), [("m", "tools"), ("l", "tools")])
 def test_a_grammar_larger_than_its_bound_is_refused(env: Env, model_name: str, field: str) -> None:
     properties = {f"p{i}": {"type": "string"} for i in range(3000)}

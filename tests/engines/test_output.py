@@ -85,6 +85,8 @@ def test_batches_n_and_best_of_multiply_the_sequences() -> None:
     )
     assert _bound({"prompt": "a", "n": 3}, COMPLETION, writable=True) == Bound(3, 300)
     assert _bound({"best_of": 4, "n": 2, "max_tokens": 1}, COMPLETION, writable=True) == Bound(4, 1)
+    # llama-server reads n_cmpl before n: a request for one and three completions runs three
+    assert _bound({"n": 1, "n_cmpl": 3, "max_tokens": 2}, COMPLETION, writable=True) == Bound(3, 2)
     assert Bound(12, 5).tokens(assumed=100) == 60
 
 

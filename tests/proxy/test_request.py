@@ -72,6 +72,9 @@ def test_non_object_json_is_a_400(body: bytes) -> None:
         ({"n": True}, "invalid_value"),
         ({"best_of": 5}, "n_too_large"),
         ({"best_of": -1}, "invalid_value"),
+        # llama-server's own name for n, read before n: its completions are as many
+        ({"n": 1, "n_cmpl": 5}, "n_too_large"),
+        ({"n_cmpl": 0}, "invalid_value"),
         ({"stream": "yes"}, "invalid_value"),
         ({"guided_regex": "a" * 51}, "grammar_too_large"),
         (

@@ -4,7 +4,7 @@ Every generating route has fields the engine reads as its output cap; the
 gateway needs an upper bound of what a request can consume before it admits
 it, so it reads those fields the way the engine does:
 
-    sequences = prompts × max(n, best_of)
+    sequences = prompts × max(n, best_of, n_cmpl)
     reserved output = sequences × cap
 
 ``prompts`` is the number of prompts in a batch field (``/v1/completions``
@@ -128,7 +128,10 @@ def bound(
             f"'{output.prompts}' may hold at most {max_prompts} prompts, this one has {prompts}",
             code="too_many_prompts",
         )
-    sequences = prompts * max(_positive(body, "n"), _positive(body, "best_of"))
+    # llama-server reads n_cmpl before n; no other engine has it, so counting it costs
+    # the others nothing a client does not ask for
+    choices = max(_positive(body, "n"), _positive(body, "best_of"), _positive(body, "n_cmpl"))
+    sequences = prompts * choices
     if not output.fields:
         return Bound(sequences, None)
     present = _present(body, output.fields, ceiling)

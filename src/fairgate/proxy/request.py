@@ -86,7 +86,8 @@ def parse_json(body: bytes) -> dict[str, Any]:
 
 def check_caps(parsed: dict[str, Any], caps: Caps) -> None:
     """Refuse values the operator capped; the message names the field and the cap."""
-    for field in ("n", "best_of"):
+    # n_cmpl: llama-server's own name for n, read before it
+    for field in ("n", "best_of", "n_cmpl"):
         n = parsed.get(field)
         if n is None:
             continue
