@@ -155,6 +155,25 @@ async def test_the_metrics_token_opens_metrics_anywhere_and_a_wrong_one_is_a_fai
         assert (await local.get("/metrics", headers=MASTER)).status_code == 200
 
 
+async def test_the_metrics_token_is_read_as_the_client_api_reads_a_key(
+    door_factory: Callable[..., Door],
+) -> None:
+    """The scheme in any case, blanks around the credential; nothing else opens /metrics,
+    and a header that carries no bearer credential is the network rule's 403, not a
+    failure counted against the scraper."""
+    door = door_factory(token=METRICS_TOKEN)
+    async with door.client("192.0.2.9") as scraper:
+        for spelled in (f"bearer {METRICS_TOKEN}", f"BEARER  {METRICS_TOKEN} \t"):
+            answer = await scraper.get("/metrics", headers={"authorization": spelled})
+            assert answer.status_code == 200, spelled
+        for no_credential in ("Bearer ", "Bearer", f"Basic {METRICS_TOKEN}", METRICS_TOKEN):
+            answer = await scraper.get("/metrics", headers={"authorization": no_credential})
+            assert refused(answer), no_credential
+        other_case = {"authorization": f"Bearer {METRICS_TOKEN.upper()}"}
+        codes = [(await scraper.get("/metrics", headers=other_case)).status_code for _ in range(4)]
+        assert codes == [401, 401, 401, 429]  # only these three failures were counted
+
+
 async def test_failed_admin_logins_behind_a_proxy_lock_out_their_client_only(
     door_factory: Callable[..., Door],
 ) -> None:
