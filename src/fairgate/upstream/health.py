@@ -93,4 +93,8 @@ class HealthChecker:
         except TimeoutError:
             return f"no answer within {self._timeout:g}s"
         except (aiohttp.ClientError, OSError) as exc:
-            return f"{type(exc).__name__}: {exc}"
+            reason = f"{type(exc).__name__}: {exc}"
+            # the client's error can quote the engine's bytes (a broken status line),
+            # and so the internal key an engine echoes there
+            key = replica.internal_key
+            return reason.replace(key, "[redacted]") if key else reason

@@ -75,7 +75,13 @@ class MetricsScraper:
             replica.mark_load_stale()
             if key not in self._failing:
                 self._failing.add(key)
-                _log.warning("metrics of %s/%s unavailable: %s", replica.model, replica.name, exc)
+                # the reason can quote the engine's bytes, and so a key it echoes there
+                reason = str(exc)
+                if replica.internal_key:
+                    reason = reason.replace(replica.internal_key, "[redacted]")
+                _log.warning(
+                    "metrics of %s/%s unavailable: %s", replica.model, replica.name, reason
+                )
             return
         replica.record_load(load, fresh_for=self._stale_after)
         if key in self._failing:
