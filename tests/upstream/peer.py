@@ -158,3 +158,23 @@ async def pool_of(**kwargs: Any) -> AsyncIterator[UpstreamPool]:
         yield pool
     finally:
         await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def key_quoting_engine() -> AsyncIterator[str]:
+    """An engine that answers with a broken status line quoting the request's
+    ``Authorization`` value (the HTTP client's error then quotes it); yields its URL."""
+
+    async def quote_the_key(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        line = next(h for h in head.split(b"\r\n") if h.lower().startswith(b"authorization:"))
+        writer.write(b"HTTP/1.1 2x0 " + line[14:].strip() + b"\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(quote_the_key, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -12,6 +12,7 @@ from fairgate.engines import adapter_for
 from fairgate.upstream import Breaker, HealthChecker, Replica, ReplicaRegistry, UpstreamSessions
 
 from .conftest import FakeEngine
+from .peer import key_quoting_engine
 
 
 @pytest.fixture
@@ -122,22 +123,10 @@ async def test_an_engine_quoting_its_key_in_a_broken_answer_logs_no_key(
     sessions: UpstreamSessions, caplog: pytest.LogCaptureFixture
 ) -> None:
     # the HTTP client's error quotes the broken status line: the key must not reach the log
-    async def echo_the_key(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        line = next(h for h in head.split(b"\r\n") if h.lower().startswith(b"authorization:"))
-        writer.write(b"HTTP/1.1 2x0 " + line[14:].strip() + b"\r\ncontent-length: 0\r\n\r\n")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(echo_the_key, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        replica = _replica(f"http://127.0.0.1:{port}", kind="openai", key="sk-upstream-quoted")
+    async with key_quoting_engine() as url:
+        replica = _replica(url, kind="openai", key="sk-upstream-quoted")
         caplog.set_level(logging.INFO, logger="fairgate.upstream.health")
         await _checker(replica, sessions).check_once()
-    finally:
-        server.close()
-        await server.wait_closed()
     assert not replica.healthy
     (message,) = [r.getMessage() for r in caplog.records]
     assert "Bad status line" in message and "Bearer [redacted]" in message

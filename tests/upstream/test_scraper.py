@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -12,6 +11,7 @@ from fairgate.engines import EngineLoad, MetricNames, adapter_for
 from fairgate.upstream import Breaker, MetricsScraper, Replica, ReplicaRegistry, UpstreamSessions
 
 from .conftest import FakeEngine
+from .peer import key_quoting_engine
 
 
 class Clock:
@@ -130,23 +130,12 @@ async def test_an_engine_quoting_its_key_in_a_broken_answer_logs_no_key(
     sessions: UpstreamSessions, caplog: pytest.LogCaptureFixture
 ) -> None:
     # the HTTP client's error quotes the broken status line: the key must not reach the log
-    async def echo_the_key(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        line = next(h for h in head.split(b"\r\n") if h.lower().startswith(b"authorization:"))
-        writer.write(b"HTTP/1.1 2x0 " + line[14:].strip() + b"\r\ncontent-length: 0\r\n\r\n")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(echo_the_key, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    replica = Replica("gpu01", "m", url, 1, "sk-upstream-quoted", adapter_for("vllm"), Breaker())
-    try:
+    async with key_quoting_engine() as url:
+        replica = Replica(
+            "gpu01", "m", url, 1, "sk-upstream-quoted", adapter_for("vllm"), Breaker()
+        )
         caplog.set_level(logging.INFO, logger="fairgate.upstream.scraper")
         await _scraper(replica, sessions).scrape_once()
-    finally:
-        server.close()
-        await server.wait_closed()
     (message,) = [r.getMessage() for r in caplog.records]
     assert "Bad status line" in message and "Bearer [redacted]" in message
     assert "sk-upstream-quoted" not in message
