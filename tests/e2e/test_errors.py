@@ -243,6 +243,25 @@ def test_an_accept_header_the_engine_could_misread_is_400(env: Env) -> None:
     assert env.sim.requests() == []
 
 
+@pytest.mark.parametrize("valid_first", [True, False])
+def test_of_two_authorization_headers_the_first_counts(env: Env, valid_first: bool) -> None:
+    # every listener reads the same one, so no two components can disagree on the caller
+    credentials = [f"Bearer {TEST_KEY}", "Bearer fg-" + "x" * 43]
+    if not valid_first:
+        credentials.reverse()
+    answer = raw_request(
+        env.gateway.url,
+        request_bytes(
+            "POST",
+            "/v1/chat/completions",
+            body=chat_body(max_tokens=2),
+            headers=[("Content-Type", "application/json")]
+            + [("Authorization", value) for value in credentials],
+        ),
+    )
+    assert answer.status == (200 if valid_first else 401), answer.body
+
+
 def test_body_over_the_limit_is_413_declared_or_chunked(env: Env) -> None:
     big = chat_body(padding="x" * 5000)
     declared = env.post("/v1/chat/completions", big, "application/json")

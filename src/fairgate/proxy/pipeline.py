@@ -178,7 +178,9 @@ class Pipeline:
         session, tags_name = self._session_header, self._tags_header
         for name, value in scope["headers"]:
             if name == b"authorization":
-                authorization = value
+                # the first, as the admin API and the metrics door read it
+                if authorization is None:
+                    authorization = value
             elif name == b"content-type":
                 ex.content_type = value
             elif name == b"content-length":
