@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -19,6 +20,7 @@ from fairgate.store.audit_chain import (
     ChainHead,
     event_hash,
     first_break,
+    row_hash,
 )
 from fairgate.store.audit_events import chain_rows, insert_event
 from fairgate.store.tables import audit_events
@@ -88,18 +90,7 @@ async def test_a_changed_actor_with_a_recomputed_own_hash_breaks_the_next_link(
     async with store.read() as conn:
         rows = [row async for row in chain_rows(conn)]
     row = rows[1]
-    forged = event_hash(
-        seq=row.seq,
-        at=row.at,
-        actor="user:nobody",
-        action=row.action,
-        target=row.target,
-        org_id=row.org_id,
-        team_id=row.team_id,
-        remote=row.remote,
-        detail=row.detail,
-        prev_hash=row.prev_hash,
-    )
+    forged = row_hash(replace(row, actor="user:nobody"))
     async with store.write() as conn:
         await conn.execute(
             update(audit_events)

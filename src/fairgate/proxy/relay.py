@@ -303,7 +303,7 @@ class Relay:
         of a compressed one)."""
         if opened.status == 200 and opened.content_type.startswith(b"application/json"):
             ex.usage = usage_in_body(opened.plain or opened.body)
-        if self._responses is not None:
+        if self._responses is not None and ex.route == RESPONSES_ROUTE:
             await self._responses.relayed_body(ex, opened.status, opened.plain or opened.body)
         headers = [
             (b"content-type", opened.content_type),

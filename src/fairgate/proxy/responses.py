@@ -93,8 +93,9 @@ class ResponseScope:
                 raise _refused()
 
     async def relayed_body(self, ex: Exchange, status: int, body: bytes) -> None:
-        """Remember the id of a plain Responses API answer (before it is relayed)."""
-        if ex.route != RESPONSES_ROUTE or status != 200:
+        """Remember the id of a plain Responses API answer (before it is relayed); the relay
+        calls it on that route only, as it calls ``relayed_event``."""
+        if status != 200:
             return
         try:
             document = orjson.loads(body)

@@ -35,6 +35,7 @@ __all__ = [
     "ChainedRow",
     "event_hash",
     "first_break",
+    "row_hash",
 ]
 
 GENESIS = bytes(32)
@@ -148,7 +149,7 @@ class ChainCheck:
                 "link_broken",
                 f"link broken: its prev_hash is not the hash of {after}",
             )
-        if _recomputed(row) != row.hash:
+        if row_hash(row) != row.hash:
             return Break(
                 row.id, row.seq, "content_changed", "content changed: its hash does not match"
             )
@@ -166,7 +167,8 @@ def first_break(rows: Iterable[ChainedRow]) -> Break | ChainHead:
     return check.head
 
 
-def _recomputed(row: ChainedRow) -> bytes:
+def row_hash(row: ChainedRow) -> bytes:
+    """The hash ``row``'s content and link call for (what an intact chain stored)."""
     return event_hash(
         seq=row.seq,
         at=row.at,
