@@ -82,6 +82,7 @@ from fairgate.observability.routing_metrics import RoutingMetrics
 from fairgate.observability.secret_metrics import SecretMetrics
 from fairgate.proxy.asgi import ProxyApp
 from fairgate.proxy.dispatch import Dispatcher, PoolEngines
+from fairgate.proxy.endpoints import EndpointTable
 from fairgate.proxy.gate import Gate, TagPolicy
 from fairgate.proxy.me import me_handler
 from fairgate.proxy.pipeline import Pipeline
@@ -90,7 +91,6 @@ from fairgate.proxy.relay import Deadlines, Relay
 from fairgate.proxy.request import Caps
 from fairgate.proxy.reservation import OutputPolicy
 from fairgate.proxy.responses import ResponseScope
-from fairgate.proxy.routes import RouteTable
 from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
 from fairgate.routing import strategy_for
@@ -232,7 +232,9 @@ class Gateway:
             ).inc(),
             dispatcher=self.dispatcher,
         )
-        self.routes = RouteTable(config.models, adapters, local={"/me": me_handler(self.gate)})
+        self.endpoints = EndpointTable(
+            config.models, adapters, local={"/me": me_handler(self.gate)}
+        )
         self.fairshare_monitor = (
             FairShareMonitor(
                 self.fairshare,
@@ -299,7 +301,7 @@ class Gateway:
             {m.name: m.pool for m in config.models},
         )
         self.pipeline = Pipeline(
-            routes=self.routes,
+            endpoints=self.endpoints,
             caps=Caps(
                 max_body_bytes=limits.max_body_bytes,
                 body_timeout=limits.client_body_timeout,

@@ -41,7 +41,7 @@ def test_exported_names() -> None:
         "MODEL_UNREADABLE",
         "MetricNames",
         "ModelUnreadable",
-        "RouteKind",
+        "EndpointKind",
         "UpstreamRequestBody",
         "adapter_for",
         "extract_model",

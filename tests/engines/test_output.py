@@ -10,10 +10,10 @@ from fairgate.core.errors import BadRequest
 from fairgate.engines import adapter_for
 from fairgate.engines.output import NO_OUTPUT, UNCAPPED, Bound, Output, bound, count_prompts
 
-CHAT = adapter_for("vllm").route("/v1/chat/completions").output  # type: ignore[union-attr]
-COMPLETION = adapter_for("vllm").route("/v1/completions").output  # type: ignore[union-attr]
-LLAMA = adapter_for("llama-server").route("/completion").output  # type: ignore[union-attr]
-LLAMA_CHAT = adapter_for("llama-server").route("/v1/chat/completions").output  # type: ignore[union-attr]
+CHAT = adapter_for("vllm").endpoint("/v1/chat/completions").output  # type: ignore[union-attr]
+COMPLETION = adapter_for("vllm").endpoint("/v1/completions").output  # type: ignore[union-attr]
+LLAMA = adapter_for("llama-server").endpoint("/completion").output  # type: ignore[union-attr]
+LLAMA_CHAT = adapter_for("llama-server").endpoint("/v1/chat/completions").output  # type: ignore[union-attr]
 
 
 def _bound(

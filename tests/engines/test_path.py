@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.engines.test_routes import ALLOWED, INTERNAL, OMITTED
+from tests.engines.test_endpoints import ALLOWED, INTERNAL, OMITTED
 
 from fairgate.engines import ENGINE_KINDS, adapter_for, normalize_path
 
@@ -170,7 +170,7 @@ def test_no_spelling_of_an_internal_route_is_forwarded(data: st.DataObject, rout
     assert result in (None, route.lower()), raw
     if result is not None:
         assert normalize_path(result) == result
-        assert all(adapter_for(kind).route(result) is None for kind in ENGINE_KINDS), raw
+        assert all(adapter_for(kind).endpoint(result) is None for kind in ENGINE_KINDS), raw
 
 
 @pytest.mark.fuzz

@@ -16,7 +16,7 @@ ALICE = Principal(key_id="key-alice", org="acme", team="lab")
 
 
 def exchange(parsed: Any = None, route: str = "/v1/chat/completions", **fields: Any) -> Exchange:
-    ex = Exchange(request_id="r", method="POST", path=route, started=0.0, route=route)
+    ex = Exchange(request_id="r", method="POST", path=route, started=0.0, endpoint=route)
     ex.principal = fields.pop("principal", ALICE)
     ex.parsed = parsed
     for name, value in fields.items():

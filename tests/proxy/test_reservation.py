@@ -10,9 +10,9 @@ import pytest
 from fairgate.config.catalog import Model
 from fairgate.core.errors import BadRequest
 from fairgate.engines import adapter_for
+from fairgate.proxy.endpoints import EndpointTable
 from fairgate.proxy.exchange import Exchange
 from fairgate.proxy.reservation import OutputPolicy, Reservation, charge
-from fairgate.proxy.routes import RouteTable
 from fairgate.proxy.usage import Usage
 
 POLICY = OutputPolicy(
@@ -29,7 +29,7 @@ def _model(name: str, engine: str, **extra: Any) -> Model:
     return Model.model_validate({**entry, **extra})
 
 
-TABLE = RouteTable(
+TABLE = EndpointTable(
     [
         _model("big", "vllm", fallbacks=["llama", "small"]),
         _model("small", "vllm"),
@@ -41,7 +41,7 @@ TABLE = RouteTable(
 
 def _exchange(body: dict[str, Any], route: str = "/v1/chat/completions") -> Exchange:
     raw = orjson.dumps(body)
-    ex = Exchange(request_id="r", method="POST", path=route, started=0.0, route=route)
+    ex = Exchange(request_id="r", method="POST", path=route, started=0.0, endpoint=route)
     ex.body, ex.parsed, ex.prompt_bytes = raw, body, len(raw)
     ex.content_type = b"application/json"
     return ex

@@ -26,20 +26,20 @@ from starlette.types import ASGIApp
 
 from fairgate.admin.authn import AdminAuthenticator
 from fairgate.admin.body_limit import BodyLimit
+from fairgate.admin.endpoints.allowlists import allowlists_router
+from fairgate.admin.endpoints.audit import audit_router
+from fairgate.admin.endpoints.budgets import budgets_router
+from fairgate.admin.endpoints.context import Caller
+from fairgate.admin.endpoints.keys import keys_router
+from fairgate.admin.endpoints.people import people_router
+from fairgate.admin.endpoints.spend import spend_router
+from fairgate.admin.endpoints.tree import tree_router
 from fairgate.admin.errors import install_error_handlers
 from fairgate.admin.fairshare import FairShareMonitor, fairshare_router
 from fairgate.admin.health import health_routes
 from fairgate.admin.network import AdminDoor
 from fairgate.admin.openapi import ERROR_RESPONSES, install_openapi
 from fairgate.admin.params import plain_text
-from fairgate.admin.routes.allowlists import allowlists_router
-from fairgate.admin.routes.audit import audit_router
-from fairgate.admin.routes.budgets import budgets_router
-from fairgate.admin.routes.context import Caller
-from fairgate.admin.routes.keys import keys_router
-from fairgate.admin.routes.people import people_router
-from fairgate.admin.routes.spend import spend_router
-from fairgate.admin.routes.tree import tree_router
 from fairgate.auth import AuthGuard, sha256
 from fairgate.config.secrets import SecretCell
 from fairgate.core.cidr import NetworkSet

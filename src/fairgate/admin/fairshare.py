@@ -43,7 +43,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from fairgate.admin.routes.context import Caller
+from fairgate.admin.endpoints.context import Caller
 from fairgate.core.clock import Clock
 from fairgate.core.errors import Forbidden, NotFound, ServiceUnavailable
 from fairgate.fairshare import FairShare, Standing

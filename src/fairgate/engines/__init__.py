@@ -3,7 +3,7 @@
 Pure: no I/O, no event loop, no clock. The proxy uses it in this order:
 
     path = normalize_path(scope["raw_path"])            # None → 404
-    route = adapter.route(path) if path else None        # None → 404
+    route = adapter.endpoint(path) if path else None        # None → 404
     model = extract_model(content_type, body, parsed)    # route.carries_model: check, fail-closed
     data = adapter.prepare_body(UpstreamRequestBody(...))
     headers = adapter.headers(internal_key=..., ..., priority=priority, host=replica.host)
@@ -20,8 +20,15 @@ invalid internal key).
 
 from __future__ import annotations
 
-from fairgate.engines.adapter import EngineAdapter, RouteTableAdapter
+from fairgate.engines.adapter import EndpointTableAdapter, EngineAdapter
 from fairgate.engines.body import UpstreamRequestBody
+from fairgate.engines.endpoints import (
+    LLAMA_SERVER_ROUTES,
+    OPENAI_ROUTES,
+    VLLM_ROUTES,
+    EndpointKind,
+    UsageShape,
+)
 from fairgate.engines.form import parse_form
 from fairgate.engines.headers import upstream_headers
 from fairgate.engines.kinds import ENGINE_KINDS, adapter_for
@@ -44,13 +51,6 @@ from fairgate.engines.policy import (
     RequestPolicy,
     policy_for,
 )
-from fairgate.engines.routes import (
-    LLAMA_SERVER_ROUTES,
-    OPENAI_ROUTES,
-    VLLM_ROUTES,
-    RouteKind,
-    UsageShape,
-)
 from fairgate.engines.vllm import STRIPPED_FIELDS, VllmAdapter
 
 __all__ = [
@@ -66,6 +66,8 @@ __all__ = [
     "VLLM_METRICS",
     "VLLM_POLICY",
     "VLLM_ROUTES",
+    "EndpointKind",
+    "EndpointTableAdapter",
     "EngineAdapter",
     "EngineLoad",
     "FieldRefused",
@@ -73,8 +75,6 @@ __all__ = [
     "ModelUnreadable",
     "PassThroughAdapter",
     "RequestPolicy",
-    "RouteKind",
-    "RouteTableAdapter",
     "UpstreamRequestBody",
     "UsageShape",
     "VllmAdapter",

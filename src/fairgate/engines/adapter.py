@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from fairgate.engines.body import UpstreamRequestBody
+from fairgate.engines.endpoints import EndpointKind
 from fairgate.engines.headers import upstream_headers
 from fairgate.engines.metrics import MetricNames
-from fairgate.engines.routes import RouteKind
 
-__all__ = ["EngineAdapter", "RouteTableAdapter"]
+__all__ = ["EndpointTableAdapter", "EngineAdapter"]
 
 
 class EngineAdapter(Protocol):
@@ -46,7 +46,7 @@ class EngineAdapter(Protocol):
     @property
     def health_path(self) -> str: ...
 
-    def route(self, path: str) -> RouteKind | None: ...
+    def endpoint(self, path: str) -> EndpointKind | None: ...
 
     def prepare_body(self, req: UpstreamRequestBody) -> bytes: ...
 
@@ -66,11 +66,11 @@ class EngineAdapter(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class RouteTableAdapter:
-    """Route lookup, headers without priority, metric-name override; subclasses write bodies."""
+class EndpointTableAdapter:
+    """Endpoint lookup, headers without priority, metric-name override; subclasses write bodies."""
 
     kind: str
-    routes: Mapping[str, RouteKind]
+    endpoints: Mapping[str, EndpointKind]
     metric_names: MetricNames
     health_path: str
 
@@ -83,8 +83,8 @@ class RouteTableAdapter:
         """Whether the engine has a priority scheduler that reads ``x-vllm-priority``."""
         return False
 
-    def route(self, path: str) -> RouteKind | None:
-        return self.routes.get(path)
+    def endpoint(self, path: str) -> EndpointKind | None:
+        return self.endpoints.get(path)
 
     def headers(
         self,

@@ -1,15 +1,15 @@
 """Engine kinds by their configuration name: the one place adapters are built.
 
-adapter_for("vllm").route("/v1/chat/completions").streams   is True
-adapter_for("openai").route("/tokenize")                     is None
+adapter_for("vllm").endpoint("/v1/chat/completions").streams   is True
+adapter_for("openai").endpoint("/tokenize")                     is None
 """
 
 from __future__ import annotations
 
 from fairgate.engines.adapter import EngineAdapter
+from fairgate.engines.endpoints import LLAMA_SERVER_ROUTES, OPENAI_ROUTES, VLLM_ROUTES
 from fairgate.engines.metrics import LLAMA_SERVER_METRICS, NO_METRICS, VLLM_METRICS, MetricNames
 from fairgate.engines.passthrough import PassThroughAdapter
-from fairgate.engines.routes import LLAMA_SERVER_ROUTES, OPENAI_ROUTES, VLLM_ROUTES
 from fairgate.engines.vllm import VllmAdapter
 
 __all__ = ["ENGINE_KINDS", "adapter_for"]

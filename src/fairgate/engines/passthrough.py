@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 import orjson
 
-from fairgate.engines.adapter import RouteTableAdapter
+from fairgate.engines.adapter import EndpointTableAdapter
 from fairgate.engines.body import UpstreamRequestBody
 
 __all__ = ["PassThroughAdapter"]
 
 
 @dataclass(frozen=True, slots=True)
-class PassThroughAdapter(RouteTableAdapter):
+class PassThroughAdapter(EndpointTableAdapter):
     """Relays the body untouched unless an alias forces the ``model`` to be replaced."""
 
     def prepare_body(self, req: UpstreamRequestBody) -> bytes:

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from fairgate.engines.adapter import RouteTableAdapter
+from fairgate.engines.adapter import EndpointTableAdapter
 from fairgate.engines.body import UpstreamRequestBody
 
 __all__ = ["STRIPPED_FIELDS", "VllmAdapter"]
@@ -57,7 +57,7 @@ def _with_usage(options: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class VllmAdapter(RouteTableAdapter):
+class VllmAdapter(EndpointTableAdapter):
     """Re-encodes every body (see the module text) and sends ``x-vllm-priority``."""
 
     @property

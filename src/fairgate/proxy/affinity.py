@@ -48,7 +48,7 @@ def routing_inputs(
         session = principal.key_id if principal is not None else None
     if not prefix or not isinstance(ex.parsed, dict):
         return session, ()
-    prompt = _prompt(ex.parsed, ex.route, block_size * max_blocks)
+    prompt = _prompt(ex.parsed, ex.endpoint, block_size * max_blocks)
     if not prompt:
         return session, ()
     salt = ex.cache_salt.encode() if ex.cache_salt else b""

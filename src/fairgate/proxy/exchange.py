@@ -34,7 +34,7 @@ class Exchange:
     started: float  # monotonic
     client: str = ""
     principal: Principal | None = None
-    route: str = ""
+    endpoint: str = ""
     model: str = ""  # canonical name of the model that served (after fallback)
     requested_model: str = ""  # canonical name of the model asked for
     client_model: str = ""  # the name the client used (may be an alias)

@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
+from fairgate.proxy.endpoints import LocalHandler, send_json
 from fairgate.proxy.exchange import Exchange
 from fairgate.proxy.gate import Gate
-from fairgate.proxy.routes import LocalHandler, send_json
 
 __all__ = ["me_handler"]
 

@@ -24,13 +24,13 @@ from fairgate.core.principal import Principal
 from fairgate.core.route_classes import RouteRules, refusal
 from fairgate.engines import FieldRefused, is_json
 from fairgate.proxy.affinity import routing_inputs
+from fairgate.proxy.endpoints import EndpointTable, ModelEntry
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.gate import Gate, Ticket
 from fairgate.proxy.relay import AttemptFailed, Relay, SlowReader
 from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, read_body
 from fairgate.proxy.reservation import OutputPolicy, charge
 from fairgate.proxy.responses import ResponseScope
-from fairgate.proxy.routes import ModelEntry, RouteTable
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.share import share_header
 from fairgate.proxy.sse import error_event
@@ -47,7 +47,7 @@ class Pipeline:
     def __init__(
         self,
         *,
-        routes: RouteTable,
+        endpoints: EndpointTable,
         caps: Caps,
         output: OutputPolicy,
         relay: Relay,
@@ -65,7 +65,7 @@ class Pipeline:
         clients: ClientAddresses | None = None,
         rules: RouteRules | None = None,
     ) -> None:
-        self._routes = routes
+        self._endpoints = endpoints
         self._caps = caps
         self._output = output
         self._relay = relay
@@ -106,8 +106,8 @@ class Pipeline:
                 )
                 raise refusal()
             ex.principal = await self._authenticate(authorization, ex.client)
-            route = self._routes.resolve_path(scope.get("raw_path") or scope["path"].encode())
-            ex.route = route.name
+            route = self._endpoints.resolve_path(scope.get("raw_path") or scope["path"].encode())
+            ex.endpoint = route.name
             if route.local is not None and scope["method"] == "GET":
                 if self._gate is not None:
                     await self._gate.meter(ex)
@@ -121,7 +121,7 @@ class Pipeline:
                 # before the body: a key the limiter would refuse costs no body's memory
                 self._gate.check_head(ex.principal)
             await self._read(receive, ex, length)
-            entry = self._output.reserve(ex, self._routes.model_for(ex))
+            entry = self._output.reserve(ex, self._endpoints.model_for(ex))
             _check_fields(ex, entry)
             ex.cache_salt = self._salt(ex.principal)
             if self._responses is not None:
@@ -293,7 +293,7 @@ class Pipeline:
         adapter = replica.adapter
         body = candidate.body_for(ex)
         headers = candidate.headers_for(ex, replica)
-        target = replica.prefix + candidate.upstream_target(ex.route)
+        target = replica.prefix + candidate.upstream_target(ex.endpoint)
         # what the engine is told: an engine without a priority scheduler gets none
         ex.extra["sent_priority"] = ex.priority if adapter.sends_priority else None
         share = ticket.within_share if ticket is not None else None

@@ -57,7 +57,7 @@ class RecordBuilder:
                 model=ex.model,
                 pool=self._pools.get(ex.model),
                 replica=ex.replica,
-                route=ex.route,
+                route=ex.endpoint,
                 status=status,
                 outcome=ex.outcome,
                 prompt_tokens=usage.prompt_tokens,

@@ -303,7 +303,7 @@ class Relay:
         of a compressed one)."""
         if opened.status == 200 and opened.content_type.startswith(b"application/json"):
             ex.usage = usage_in_body(opened.plain or opened.body)
-        if self._responses is not None and ex.route == RESPONSES_ROUTE:
+        if self._responses is not None and ex.endpoint == RESPONSES_ROUTE:
             await self._responses.relayed_body(ex, opened.status, opened.plain or opened.body)
         headers = [
             (b"content-type", opened.content_type),
@@ -331,7 +331,7 @@ class Relay:
         """Relay an SSE stream event by event until the engine ends it or a deadline fires."""
         response = opened.response
         key = opened.key
-        watch = self._responses if ex.route == RESPONSES_ROUTE else None
+        watch = self._responses if ex.endpoint == RESPONSES_ROUTE else None
         splitter = SseSplitter()
         terminal = False
         completed = False

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from fairgate.core.errors import BadRequest
 from fairgate.engines.output import bound
 from fairgate.limits.estimate import estimate_tokens, prompt_tokens
+from fairgate.proxy.endpoints import ModelEntry
 from fairgate.proxy.exchange import Exchange
-from fairgate.proxy.routes import ModelEntry
 from fairgate.proxy.usage import Usage
 
 __all__ = ["OutputPolicy", "Reservation", "charge"]
@@ -78,7 +78,7 @@ class OutputPolicy:
         completion = 0
         kept = []
         for position, candidate in enumerate(entry.chain):
-            kind = candidate.route_kind(ex.route)
+            kind = candidate.endpoint_kind(ex.endpoint)
             assert kind is not None  # the chain holds only models serving the route
             ceiling = self.ceilings.get(candidate.name)
             default = self.default if ceiling is None else min(self.default, ceiling)

@@ -70,7 +70,7 @@ class ResponseScope:
 
     async def check(self, ex: Exchange) -> None:
         """Refuse a ``previous_response_id`` the caller's scope did not receive."""
-        if ex.route != RESPONSES_ROUTE or ex.parsed is None:
+        if ex.endpoint != RESPONSES_ROUTE or ex.parsed is None:
             return
         values = [ex.parsed.get(_FIELD)]
         nested = ex.parsed.get("extra_body")
@@ -106,7 +106,7 @@ class ResponseScope:
 
     async def relayed_event(self, ex: Exchange, event: bytes) -> None:
         """Remember the id of a stream's ``response.created`` event (before it is relayed)."""
-        if ex.route != RESPONSES_ROUTE or _CREATED not in event:
+        if ex.endpoint != RESPONSES_ROUTE or _CREATED not in event:
             return
         data = b"\n".join(
             line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:")

@@ -35,7 +35,7 @@ class Settler:
                 self._m.child(self._m.accounting, "dropped").inc()
         m = self._m
         model = ex.model or "-"
-        route = ex.route or "-"
+        route = ex.endpoint or "-"
         finished = ex.finished or ex.started
         total = finished - ex.started
         status = (

@@ -18,9 +18,9 @@ from fairgate.store import admin_tokens, from_unix, new_ulid, role_bindings, use
 from fairgate.store.admin_tokens import AdminToken
 from fairgate.store.users import User
 from fairgate.tenancy.actor import Actor, Holding, Role
+from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, Forbidden, NotFound, no_user
 from fairgate.tenancy.names import check_name
-from fairgate.tenancy.service import Service
 
 __all__ = ["AdminTokens", "NewAdminToken"]
 

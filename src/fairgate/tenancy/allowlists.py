@@ -30,9 +30,9 @@ from fairgate.store.allowlists import Allowlist, Kind, Subject
 from fairgate.store.tables import orgs as orgs_table
 from fairgate.store.tables import teams as teams_table
 from fairgate.tenancy.actor import Actor
+from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, Forbidden, NotFound
 from fairgate.tenancy.scope import Scope
-from fairgate.tenancy.service import Service
 
 __all__ = ["KINDS", "Allowlists"]
 

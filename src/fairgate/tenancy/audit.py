@@ -15,8 +15,8 @@ from fairgate.store import StoreUnavailable, audit_events, from_unix
 from fairgate.store.audit_chain import Break, ChainCheck, ChainHead
 from fairgate.store.audit_events import AuditEvent
 from fairgate.tenancy.actor import Actor
+from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, Forbidden
-from fairgate.tenancy.service import Service
 
 __all__ = ["Audit"]
 

@@ -25,11 +25,11 @@ from fairgate.limits.budgets import Budget, BudgetBook
 from fairgate.store import StoreConflict, budgets, from_unix, keys, new_ulid, orgs, projects, teams
 from fairgate.store.budgets import BudgetRow, NewBudgetRow
 from fairgate.tenancy.actor import Actor
+from fairgate.tenancy.base import Service
 from fairgate.tenancy.budget_record import BudgetRecord, limiter_budget, record_of
 from fairgate.tenancy.budget_scope import BudgetScope, budgets_read, budgets_write, may_set
 from fairgate.tenancy.errors import BadRequest, Forbidden, NotFound
 from fairgate.tenancy.names import check_labels
-from fairgate.tenancy.service import Service
 
 if TYPE_CHECKING:
     from fairgate.tenancy.services import Tenancy

@@ -32,11 +32,11 @@ from fairgate.store import from_unix, keys, new_ulid, projects, teams
 from fairgate.store.keys import Key, NewKeyRow
 from fairgate.store.teams import Team
 from fairgate.tenancy.actor import Actor
+from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
 from fairgate.tenancy.limits import KeyLimits
 from fairgate.tenancy.names import check_labels, check_name
 from fairgate.tenancy.scope import Scope
-from fairgate.tenancy.service import Service
 from fairgate.tenancy.teams import UNSET
 
 __all__ = ["MAX_GRACE", "Keys", "NewKey"]

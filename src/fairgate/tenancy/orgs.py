@@ -27,9 +27,9 @@ from fairgate.store import StoreConflict, budgets, orgs, teams
 from fairgate.store.orgs import Org
 from fairgate.store.teams import Team
 from fairgate.tenancy.actor import Actor
+from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, ConfigConflict, Conflict, Forbidden, NotFound
 from fairgate.tenancy.names import check_name
-from fairgate.tenancy.service import Service
 
 __all__ = ["DeclaredOrg", "Orgs", "SyncReport", "declared_teams"]
 

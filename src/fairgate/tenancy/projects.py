@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from fairgate.store import StoreConflict, projects, teams
 from fairgate.store.projects import Project
 from fairgate.tenancy.actor import Actor
+from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
 from fairgate.tenancy.names import check_name
-from fairgate.tenancy.service import Service
 
 __all__ = ["Projects"]
 

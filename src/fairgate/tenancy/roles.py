@@ -17,10 +17,10 @@ from fairgate.store import StoreConflict, orgs, role_bindings, teams, users
 from fairgate.store.role_bindings import Binding
 from fairgate.store.users import User
 from fairgate.tenancy.actor import SCOPES, Actor, Role, ScopeKind
+from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound, no_user
 from fairgate.tenancy.grants import may_grant
 from fairgate.tenancy.scope import Scope
-from fairgate.tenancy.service import Service
 
 __all__ = ["Roles"]
 

@@ -20,11 +20,11 @@ from fairgate.core.clock import Clock
 from fairgate.store import Store, StoreConflict, orgs, teams
 from fairgate.store.teams import Team
 from fairgate.tenancy.actor import Actor
+from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
 from fairgate.tenancy.limits import DEFAULT_KEYS_PER_MEMBER, KeyLimits, check_keys_per_member
 from fairgate.tenancy.names import check_name
 from fairgate.tenancy.scope import Scope
-from fairgate.tenancy.service import Service
 
 __all__ = ["UNSET", "Teams"]
 

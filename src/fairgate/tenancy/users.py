@@ -18,9 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairgate.store import StoreConflict, orgs, users
 from fairgate.store.users import User
 from fairgate.tenancy.actor import Actor
+from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound, no_user
 from fairgate.tenancy.names import check_name
-from fairgate.tenancy.service import Service
 
 __all__ = ["Users"]
 

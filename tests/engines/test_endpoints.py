@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairgate.engines import ENGINE_KINDS, RouteKind, adapter_for, normalize_path
+from fairgate.engines import ENGINE_KINDS, EndpointKind, adapter_for, normalize_path
 
 OPENAI = [
     "/v1/chat/completions",
@@ -84,7 +84,7 @@ INTERNAL = [
     "/models",
     "/cors-proxy",
 ]
-# Served by an engine, left out on purpose (see engines/routes.py).
+# Served by an engine, left out on purpose (see engines/endpoints.py).
 OMITTED = [
     "/v1/responses/resp_123",
     "/v1/responses/resp_123/cancel",
@@ -103,7 +103,7 @@ OMITTED = [
 def test_allowed_routes_map_to_their_canonical_path(kind: str) -> None:
     adapter = adapter_for(kind)
     for path in ALLOWED[kind]:
-        route = adapter.route(path)
+        route = adapter.endpoint(path)
         assert route is not None, path
         assert route.path == path
 
@@ -112,9 +112,9 @@ def test_allowed_routes_map_to_their_canonical_path(kind: str) -> None:
 @pytest.mark.parametrize("path", INTERNAL + OMITTED)
 def test_internal_and_omitted_routes_are_refused(kind: str, path: str) -> None:
     adapter = adapter_for(kind)
-    assert adapter.route(path) is None
+    assert adapter.endpoint(path) is None
     for sub in (path + "/0", path + "/x/y", path + "foo"):
-        assert adapter.route(sub) is None, sub
+        assert adapter.endpoint(sub) is None, sub
 
 
 @pytest.mark.parametrize("kind", ENGINE_KINDS)
@@ -123,7 +123,7 @@ def test_native_routes_of_other_kinds_are_refused(kind: str) -> None:
     others = set(VLLM_NATIVE + LLAMA_NATIVE) - set(ALLOWED[kind])
     assert others, kind
     for path in others:
-        assert adapter.route(path) is None, path
+        assert adapter.endpoint(path) is None, path
 
 
 @pytest.mark.parametrize(
@@ -149,7 +149,7 @@ def test_native_routes_of_other_kinds_are_refused(kind: str) -> None:
 @pytest.mark.parametrize("kind", ENGINE_KINDS)
 def test_no_spelling_of_an_internal_route_gets_through(kind: str, raw: str) -> None:
     path = normalize_path(raw)
-    assert path is None or adapter_for(kind).route(path) is None
+    assert path is None or adapter_for(kind).endpoint(path) is None
 
 
 @pytest.mark.parametrize(
@@ -158,7 +158,7 @@ def test_no_spelling_of_an_internal_route_gets_through(kind: str, raw: str) -> N
 def test_odd_spellings_of_an_allowed_route_reach_the_canonical_path(raw: str) -> None:
     path = normalize_path(raw)
     assert path is not None
-    route = adapter_for("vllm").route(path)
+    route = adapter_for("vllm").endpoint(path)
     assert route is not None
     assert route.path == "/v1/chat/completions"
 
@@ -167,8 +167,8 @@ def test_odd_spellings_of_an_allowed_route_reach_the_canonical_path(raw: str) ->
 def test_every_post_route_carries_a_model_and_models_listing_is_a_get(kind: str) -> None:
     adapter = adapter_for(kind)
     for path in ALLOWED[kind]:
-        route = adapter.route(path)
-        assert isinstance(route, RouteKind)
+        route = adapter.endpoint(path)
+        assert isinstance(route, EndpointKind)
         if path == "/v1/models":
             assert route.method == "GET"
             assert not route.carries_model
@@ -179,7 +179,7 @@ def test_every_post_route_carries_a_model_and_models_listing_is_a_get(kind: str)
 
 def test_usage_shapes_and_streaming_of_the_openai_routes() -> None:
     adapter = adapter_for("openai")
-    shapes = {p: (r.usage, r.streams) for p in OPENAI if (r := adapter.route(p)) is not None}
+    shapes = {p: (r.usage, r.streams) for p in OPENAI if (r := adapter.endpoint(p)) is not None}
     assert shapes == {
         "/v1/chat/completions": ("chat", True),
         "/v1/completions": ("completion", True),
@@ -191,7 +191,7 @@ def test_usage_shapes_and_streaming_of_the_openai_routes() -> None:
 
 def test_llama_native_completions_report_llama_usage_and_read_n_predict_first() -> None:
     for path in ("/completion", "/completions", "/infill", "/v1/infill"):
-        route = adapter_for("llama-server").route(path)
+        route = adapter_for("llama-server").endpoint(path)
         assert route is not None
         assert route.usage == "llama"
         assert route.streams
@@ -202,7 +202,7 @@ def test_every_generating_route_has_an_output_bound() -> None:
     # a route that generates either names its cap fields or is assumed (audio only)
     for kind in ("vllm", "llama-server", "openai"):
         adapter = adapter_for(kind)
-        for path, route in adapter.routes.items():  # type: ignore[attr-defined]
+        for path, route in adapter.endpoints.items():  # type: ignore[attr-defined]
             if route.output.generates and not route.output.fields:
                 assert "audio" in path, (kind, path)
             if route.usage in ("chat", "completion", "response", "llama"):

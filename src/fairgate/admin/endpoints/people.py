@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Response
 
 from fairgate.admin.bodies import GrantBody, TokenBody, UserBody, seconds
-from fairgate.admin.routes.context import Caller, listing
+from fairgate.admin.endpoints.context import Caller, listing
 from fairgate.tenancy import Tenancy, public
 
 __all__ = ["people_router"]

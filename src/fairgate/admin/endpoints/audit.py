@@ -8,8 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from fairgate.admin.endpoints.context import Caller, listing
 from fairgate.admin.params import Moment, RowId
-from fairgate.admin.routes.context import Caller, listing
 from fairgate.tenancy import Tenancy
 
 __all__ = ["audit_router"]

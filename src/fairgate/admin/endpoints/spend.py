@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from fairgate.accounting import MEDIA_TYPES, check_format, render, spend
-from fairgate.admin.routes.context import Caller
+from fairgate.admin.endpoints.context import Caller
 from fairgate.store import Store
 
 __all__ = ["spend_router"]

@@ -1,4 +1,4 @@
-"""Which route a request takes and which models can serve it.
+"""Which endpoint a request calls and which models can serve it.
 
 The path is normalised first (``engines.normalize_path``) and must be on the
 allowlist of at least one configured engine kind, else 404 — engine-internal
@@ -21,10 +21,10 @@ from fairgate.auth import allows
 from fairgate.core.errors import BadRequest, NotFound
 from fairgate.core.principal import Principal
 from fairgate.engines import (
+    EndpointKind,
     EngineAdapter,
     ModelUnreadable,
     RequestPolicy,
-    RouteKind,
     UpstreamRequestBody,
     extract_model,
     normalize_path,
@@ -33,7 +33,7 @@ from fairgate.engines import (
 )
 from fairgate.proxy.exchange import Exchange
 
-__all__ = ["Candidate", "LocalHandler", "ModelEntry", "Route", "RouteTable", "send_json"]
+__all__ = ["Candidate", "EndpointTable", "LocalHandler", "ModelEntry", "send_json"]
 
 LocalHandler = Callable[[dict[str, Any], Exchange, Any], Awaitable[None]]
 _MODEL_PREFIX = b"/v1/models/"
@@ -41,7 +41,7 @@ _MODEL_ROUTE = "/v1/models/{model}"
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
+class Endpoint:
     name: str  # the normalised path
     local: LocalHandler | None = None
 
@@ -55,29 +55,29 @@ class Candidate:
     upstream_model: str
     adapter: EngineAdapter
     policy: RequestPolicy = field(default_factory=RequestPolicy)
-    _routes: dict[str, RouteKind | None] = field(default_factory=dict)
+    _routes: dict[str, EndpointKind | None] = field(default_factory=dict)
 
-    def route_kind(self, route: str) -> RouteKind | None:
+    def endpoint_kind(self, route: str) -> EndpointKind | None:
         try:
             return self._routes[route]
         except KeyError:
-            kind = self._routes[route] = self.adapter.route(route)
+            kind = self._routes[route] = self.adapter.endpoint(route)
             return kind
 
     def upstream_target(self, route: str) -> bytes:
         """The request target for ``route`` (a route this candidate serves)."""
-        kind = self.route_kind(route)
+        kind = self.endpoint_kind(route)
         assert kind is not None
         return kind.path.encode("ascii")
 
     def upstream_path(self, route: str) -> str | None:
-        kind = self.route_kind(route)
+        kind = self.endpoint_kind(route)
         return kind.path if kind is not None else None
 
     def body_for(self, ex: Exchange) -> bytes:
         cached = ex.upstream_bodies.get(self.name)
         if cached is None:
-            kind = self.route_kind(ex.route)
+            kind = self.endpoint_kind(ex.endpoint)
             assert kind is not None
             cached = ex.upstream_bodies[self.name] = self.adapter.prepare_body(
                 UpstreamRequestBody(
@@ -86,7 +86,7 @@ class Candidate:
                     upstream_model=self.upstream_model,
                     client_model=ex.client_model or None,
                     stream=ex.stream,
-                    include_usage=ex.stream and self._usage_in_stream(ex.route),
+                    include_usage=ex.stream and self._usage_in_stream(ex.endpoint),
                     cache_salt=ex.cache_salt,
                     content_type=ex.content_type,
                     max_tokens=ex.output_caps.get(self.name),
@@ -96,7 +96,7 @@ class Candidate:
         return cached
 
     def _usage_in_stream(self, route: str) -> bool:
-        kind = self.route_kind(route)
+        kind = self.endpoint_kind(route)
         return kind is not None and kind.usage in ("chat", "completion")
 
     def headers_for(self, ex: Exchange, replica: Any) -> list[tuple[bytes, bytes]]:
@@ -139,7 +139,7 @@ def _policy(model: Any) -> RequestPolicy:
     )
 
 
-class RouteTable:
+class EndpointTable:
     """Paths and model names resolved against the configuration, built once at start-up."""
 
     def __init__(
@@ -166,27 +166,27 @@ class RouteTable:
         self._listings: dict[frozenset[str] | None, bytes] = {}
         self._created = created
 
-    def resolve_path(self, raw_path: bytes) -> Route:
+    def resolve_path(self, raw_path: bytes) -> Endpoint:
         tail = raw_path[len(_MODEL_PREFIX) :]
         if raw_path.startswith(_MODEL_PREFIX) and tail and b"/" not in tail:
             # One model id; ``org/name`` arrives as ``org%2Fname`` (the SDK encodes
             # it). Answered from configuration and never forwarded, so the path
             # policy's refusal of encoded slashes does not apply here.
-            return Route(_MODEL_ROUTE, self._get_model)
+            return Endpoint(_MODEL_ROUTE, self._get_model)
         path = normalize_path(raw_path)
         if path is None:
             raise NotFound("unknown route", code="unknown_route")
         if path == "/v1/models":
-            return Route(path, self._list_models)
+            return Endpoint(path, self._list_models)
         handler = self._local.get(path)
         if handler is not None:
-            return Route(path, handler)
+            return Endpoint(path, handler)
         if path.startswith("/v1/models/"):
             # The route's name is a metric label: never the client's model id.
-            return Route(_MODEL_ROUTE, self._get_model)
-        if not any(adapter.route(path) is not None for adapter in self._adapters):
+            return Endpoint(_MODEL_ROUTE, self._get_model)
+        if not any(adapter.endpoint(path) is not None for adapter in self._adapters):
             raise NotFound("unknown route", code="unknown_route")
-        return Route(path)
+        return Endpoint(path)
 
     def model_for(self, ex: Exchange) -> ModelEntry:
         """The entry for the model the body names; fills the exchange's model fields."""
@@ -205,7 +205,7 @@ class RouteTable:
         chain = [
             c
             for c in entry.chain
-            if c.upstream_path(ex.route) is not None
+            if c.upstream_path(ex.endpoint) is not None
             and (principal is None or allows(principal, c.name))
         ]
         if not chain:

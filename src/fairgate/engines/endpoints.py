@@ -30,7 +30,7 @@ __all__ = [
     "LLAMA_SERVER_ROUTES",
     "OPENAI_ROUTES",
     "VLLM_ROUTES",
-    "RouteKind",
+    "EndpointKind",
     "UsageShape",
 ]
 
@@ -49,7 +49,7 @@ in the last SSE chunk when streaming with ``stream_options.include_usage``;
 
 
 @dataclass(frozen=True, slots=True)
-class RouteKind:
+class EndpointKind:
     """One allowed route of one engine kind.
 
     ``path`` is the canonical upstream path to send (never the client's
@@ -70,11 +70,11 @@ class RouteKind:
 
 def _post(
     path: str, usage: UsageShape, output: Output = NO_OUTPUT, *, streams: bool = False
-) -> RouteKind:
-    return RouteKind(path=path, carries_model=True, streams=streams, usage=usage, output=output)
+) -> EndpointKind:
+    return EndpointKind(path=path, carries_model=True, streams=streams, usage=usage, output=output)
 
 
-def _table(*routes: RouteKind) -> Mapping[str, RouteKind]:
+def _table(*routes: EndpointKind) -> Mapping[str, EndpointKind]:
     table = {route.path: route for route in routes}
     if len(table) != len(routes):
         raise ValueError("duplicate path in a route table")
@@ -90,22 +90,22 @@ _LLAMA_CHAT = Output(("n_predict", "max_completion_tokens", "max_tokens"))
 _LLAMA_COMPLETION = Output(("n_predict", "max_tokens"), prompts="prompt")
 
 
-def _openai(chat: Output, completion: Output) -> tuple[RouteKind, ...]:
+def _openai(chat: Output, completion: Output) -> tuple[EndpointKind, ...]:
     return (
         _post("/v1/chat/completions", "chat", chat, streams=True),
         _post("/v1/completions", "completion", completion, streams=True),
         _post("/v1/embeddings", "embedding"),
         _post("/v1/responses", "response", _RESPONSE, streams=True),
-        RouteKind("/v1/models", carries_model=False, streams=False, usage="none", method="GET"),
+        EndpointKind("/v1/models", carries_model=False, streams=False, usage="none", method="GET"),
     )
 
 
 _OPENAI = _openai(_CHAT, _COMPLETION)
 
-OPENAI_ROUTES: Mapping[str, RouteKind] = _table(*_OPENAI)
+OPENAI_ROUTES: Mapping[str, EndpointKind] = _table(*_OPENAI)
 """Any OpenAI-compatible server: the five OpenAI routes and nothing else."""
 
-VLLM_ROUTES: Mapping[str, RouteKind] = _table(
+VLLM_ROUTES: Mapping[str, EndpointKind] = _table(
     *_OPENAI,
     _post("/v1/audio/transcriptions", "none", UNCAPPED, streams=True),
     _post("/v1/audio/translations", "none", UNCAPPED, streams=True),
@@ -121,7 +121,7 @@ VLLM_ROUTES: Mapping[str, RouteKind] = _table(
 )
 """vLLM: the OpenAI routes plus its native inference routes."""
 
-LLAMA_SERVER_ROUTES: Mapping[str, RouteKind] = _table(
+LLAMA_SERVER_ROUTES: Mapping[str, EndpointKind] = _table(
     *_openai(_LLAMA_CHAT, _LLAMA_COMPLETION),
     _post("/chat/completions", "chat", _LLAMA_CHAT, streams=True),
     _post("/v1/audio/transcriptions", "none", UNCAPPED, streams=True),

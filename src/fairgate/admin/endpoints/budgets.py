@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from fairgate.admin.bodies import seconds
-from fairgate.admin.routes.context import Caller, listing
+from fairgate.admin.endpoints.context import Caller, listing
 from fairgate.core.errors import BadRequest
 from fairgate.core.money import Money
 from fairgate.tenancy import Tenancy, public

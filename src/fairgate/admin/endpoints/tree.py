@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from fairgate.admin.bodies import NameBody, ProjectBody, TeamBody, TeamChange
-from fairgate.admin.routes.context import Caller, listing
+from fairgate.admin.endpoints.context import Caller, listing
 from fairgate.tenancy import KeyLimits, Tenancy, public
 
 __all__ = ["tree_router"]

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from fairgate.admin.routes.context import Caller, listing
+from fairgate.admin.endpoints.context import Caller, listing
 from fairgate.core.address_lists import MAX_CIDRS
 from fairgate.tenancy import Tenancy
 
