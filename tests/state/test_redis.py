@@ -10,17 +10,25 @@ import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
+from fairgate.core.money import Money
 from fairgate.limits import (
+    Budget,
+    Demand,
     InFlightCharge,
+    Limiter,
+    Limits,
     PeriodCharge,
     StateUnavailable,
+    Subject,
     WindowCharge,
 )
+from fairgate.limits.fairshare_state import ClaimRequest, UsageCharge
 from fairgate.state import Breaker, RedisCounterStore
 
 pytestmark = pytest.mark.redis
@@ -276,6 +284,77 @@ async def test_scripts_flushed_from_the_server_are_loaded_again(
         await admin.script_flush()
         verdict = await store.acquire([WindowCharge("rpm:k", 1, 5)], T0)
         assert verdict.admitted and verdict.totals == (2,)
+    finally:
+        await admin.aclose()
+        await store.aclose()
+
+
+async def _evalsha(admin: Redis) -> int:
+    """EVALSHA calls the server ran so far (INFO commandstats)."""
+    stats = await admin.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def _count_round_trips(store: RedisCounterStore) -> list[int]:
+    """Count each write of a command (or of a pipeline) to the server on ``store``'s
+    connections: its round trips. Returns the one-element counter."""
+    sent = [0]
+    pool = store.client.connection_pool
+    base = pool.connection_class
+
+    class Counting(base):  # type: ignore[valid-type,misc]
+        async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+            sent[0] += 1
+            await super().send_packed_command(command, check_health)
+
+    pool.connection_class = Counting
+    return sent
+
+
+async def test_a_request_costs_one_command_in_and_one_out(private_redis: RedisProcess) -> None:
+    """Rate windows, a day count, an in-flight slot, two budgets and the fair-share
+    claim on the way in; the settle, the slot's release and the usage charge on the
+    way out: one EVALSHA each, as the server counts them (also after a script flush)."""
+    store = RedisCounterStore(private_redis.url, timeout=5.0)
+    admin = Redis.from_url(private_redis.url)
+    subject = Subject(key="k", org="etabA", team="lab-nlp")
+    limits = Limits(rpm=100, tpm=100_000, rpd=1000, max_in_flight=10)
+    budgets = (
+        Budget("team", "lab-nlp", None, "month", Money.from_units("100")),
+        Budget("key", "k", None, "day", Money.from_units("10"), soft=Money.from_units("5")),
+    )
+    demand = Demand(subject, limits, "llama", 200, Money.from_units("0.01"), budgets)
+    limiter = Limiter(store)
+    asked = ClaimRequest("b300", "etabA", 2)
+    usage = UsageCharge("b300", "etabA", 0.01, 86400.0, team="lab-nlp")
+    sent = _count_round_trips(store)
+    try:
+        for round_ in range(3):
+            if round_ == 2:
+                await admin.script_flush()  # as after a Redis restart: loaded again
+            before = sent[0], await _evalsha(admin)
+            admission = await limiter.admit(demand, T0 + round_, claim=asked)
+            way_in = sent[0] - before[0], await _evalsha(admin) - before[1]
+            assert admission.lease is not None and len(admission.lease.charges) == 6
+            assert admission.claim is not None and admission.claim.within_share
+            before = sent[0], await _evalsha(admin)
+            settled = await limiter.settle(
+                admission,
+                tokens=150,
+                cost=Money.from_units("0.008"),
+                now=T0 + round_ + 1,
+                release=admission.claim,
+                charge=usage,
+            )
+            way_out = sent[0] - before[0], await _evalsha(admin) - before[1]
+            assert settled
+            if round_ == 1:  # the first round connected and loaded the scripts
+                assert way_in == (1, 1)  # (round trips, EVALSHA the server ran)
+                assert way_out == (1, 1)
+        assert await store.in_flight("b300", T0 + 5) == {}
+        assert await store.usage("b300", T0 + 3, 86400.0) == pytest.approx(
+            {"etabA": 0.03}, rel=1e-3
+        )
     finally:
         await admin.aclose()
         await store.aclose()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fairgate.limits.fairshare_state import Claim
 from fairgate.limits.window import DEFAULT_GRANULES
 
 __all__ = [
@@ -99,12 +100,17 @@ class Verdict:
     ``retry_after`` the seconds until it would fit if nothing else were charged
     (window: when enough weight leaves; period: when it resets; in-flight: a
     short fixed pause, since nobody knows when a slot frees).
+
+    ``claim`` is the outcome of the fair-share claim made in the same step
+    (``CounterStore.acquire(..., claim=...)``): None when none was asked for or
+    when a limit refused (a refused request claims nothing).
     """
 
     lease: Lease | None
     refused: int | None = None
     retry_after: float | None = None
     totals: tuple[int, ...] = ()
+    claim: Claim | None = None
 
     @property
     def admitted(self) -> bool:

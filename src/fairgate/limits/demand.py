@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
 from fairgate.limits.charges import Lease
+from fairgate.limits.fairshare_state import Claim
 from fairgate.limits.key_limits import Limits
+from fairgate.limits.store import StateUnavailable
 from fairgate.limits.subject import Subject
 
 __all__ = ["Admission", "Demand"]
@@ -45,6 +47,10 @@ class Admission:
     ``soft_crossed`` lists the budgets whose soft limit this request's reservation
     crossed (an alert is due, once per budget and period, by whoever sends them),
     and ``soft_spent`` what each of them holds now, reservation included.
+
+    ``claim`` is the fair-share claim made in the same step (``Limiter.admit``
+    with a claim), None when none was asked for or the back end failed:
+    ``unavailable`` then holds the error (the caller borrows at the lowest rank).
     """
 
     lease: Lease | None
@@ -55,3 +61,5 @@ class Admission:
     soft_spent: tuple[Money, ...] = ()
     degraded: bool = False
     settled: bool = False
+    claim: Claim | None = None
+    unavailable: StateUnavailable | None = None

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Claim", "FairShareState", "Split", "lease_team"]
+__all__ = ["Claim", "ClaimRequest", "FairShareState", "Split", "UsageCharge", "lease_team"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +80,30 @@ class Claim:
     claimed_at: float
     group: str | None = None
     in_org: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """A ``claim`` to make in the same atomic step as a limits acquisition
+    (``CounterStore.acquire(..., claim=...)``): the arguments of ``claim`` but ``now``."""
+
+    pool: str
+    org: str
+    reservation: int
+    split: Split | None = None
+    team: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageCharge:
+    """A ``charge`` to make in the same round trip as a settle
+    (``CounterStore.settle(..., charge=...)``): the arguments of ``charge`` but ``now``."""
+
+    pool: str
+    org: str
+    cost_units: float
+    half_life: float
+    team: str | None = None
 
 
 class FairShareState(Protocol):

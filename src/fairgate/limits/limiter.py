@@ -26,6 +26,7 @@ from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
 from fairgate.limits.charges import Lease, PeriodCharge
 from fairgate.limits.demand import Admission, Demand
+from fairgate.limits.fairshare_state import Claim, ClaimRequest, UsageCharge
 from fairgate.limits.key_limits import Limits
 from fairgate.limits.periods import Calendar
 from fairgate.limits.plan import Plan, Planner
@@ -84,25 +85,39 @@ class Limiter:
         """False from a failed call to the back end until the next one that succeeds."""
         return not self._outage
 
-    async def admit(self, demand: Demand, now: float) -> Admission:
-        """Charge every limit and budget of ``demand`` at once, or refuse it."""
+    async def admit(
+        self, demand: Demand, now: float, claim: ClaimRequest | None = None
+    ) -> Admission:
+        """Charge every limit and budget of ``demand`` at once, or refuse it.
+
+        With ``claim``, the fair-share claim is made in the same call to the back
+        end, only if every limit was charged (``CounterStore.acquire``): the
+        admission's ``claim``. When that call fails, the failure policy decides for
+        the limits as without a claim; a request still served gets no claim and
+        the error in ``unavailable`` (a request with no limit is always served)."""
         plan = self._planner.plan(demand, now)
-        if not plan.charges:
+        if not plan.charges and claim is None:
             return Admission(lease=None)
         try:
-            verdict = await self._store.acquire(plan.charges, now)
+            verdict = await self._store.acquire(plan.charges, now, claim=claim)
         except StateUnavailable as exc:
             self._note_outage(exc)
+            if not plan.charges:  # no limit to enforce: only the claim is lost
+                return Admission(lease=None, unavailable=exc)
             if self._fail_open:
                 self._report("served_without_limits")
-                return Admission(lease=None, degraded=True)
+                return Admission(lease=None, degraded=True, unavailable=exc)
             self._report("refused")
             raise ServiceUnavailable(UNAVAILABLE_MESSAGE, code="limits_unavailable") from exc
         self._note_recovery()
         if verdict.lease is None:
             index = verdict.refused if verdict.refused is not None else 0
             raise plan.refusals[index](verdict.retry_after)
-        return _admission(plan, verdict.lease, verdict.totals, demand)
+        if not plan.charges:
+            return Admission(lease=None, claim=verdict.claim)
+        admission = _admission(plan, verdict.lease, verdict.totals, demand)
+        admission.claim = verdict.claim
+        return admission
 
     async def settle(
         self,
@@ -112,19 +127,28 @@ class Limiter:
         cost: Money | None,
         now: float,
         model: str | None = None,
-    ) -> None:
+        release: Claim | None = None,
+        charge: UsageCharge | None = None,
+    ) -> bool:
         """Release the in-flight slot and correct tokens and cost with the real usage
         (None: keep the estimate), in the windows and periods the admission charged.
         ``model`` is the model that served the request: a per-model budget of another
         model (a fallback that did not serve) is given its reservation back; None
         charges every budget the cost. A second settle of the same admission does
-        nothing."""
+        nothing.
+
+        ``release`` (a fair-share claim to give back) and ``charge`` (usage to add)
+        go in the same call to the back end (``CounterStore.settle``). False when
+        that call failed (the slots then expire by themselves, the corrections and
+        the usage charge are lost), else True."""
         if admission.settled:
-            return
+            return True
         admission.settled = True
         lease = admission.lease
-        if lease is None:
-            return
+        if release is not None and release.lease is None:
+            release = None  # a borrowing claim holds nothing
+        if lease is None and release is None and charge is None:
+            return True
         actual: dict[str, int] = {}
         if tokens is not None:
             actual.update((key, max(0, tokens)) for key in admission.tpm_keys)
@@ -133,11 +157,14 @@ class Limiter:
             for key, of in zip(admission.budget_keys, admission.budget_models, strict=True):
                 actual[key] = spent if model is None or of is None or of == model else 0
         try:
-            await self._store.settle(lease, actual, now)
+            await self._store.settle(lease, actual, now, release=release, charge=charge)
         except StateUnavailable as exc:
             # the slot then expires by itself (lease TTL); the correction is lost
             self._note_outage(exc)
-            self._report("settle_lost")
+            if lease is not None:
+                self._report("settle_lost")
+            return False
+        return True
 
     async def usage(
         self,

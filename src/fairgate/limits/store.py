@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from fairgate.limits.charges import Charge, Lease, PeriodCharge, Verdict
+from fairgate.limits.fairshare_state import Claim, ClaimRequest, UsageCharge
 
 __all__ = ["CounterStore", "StateUnavailable"]
 
@@ -43,16 +44,31 @@ class CounterStore(Protocol):
         in-flight leases do not expire; None when leases never expire (one process)."""
         ...
 
-    async def acquire(self, charges: Sequence[Charge], now: float) -> Verdict:
+    async def acquire(
+        self, charges: Sequence[Charge], now: float, claim: ClaimRequest | None = None
+    ) -> Verdict:
         """Check and charge every counter in one atomic step: all or none.
 
         Charges must name distinct counters (``ValueError`` otherwise). Two
         concurrent acquisitions, from this process or another one sharing the
         back end, never both see the same room.
+
+        With ``claim``, the fair-share claim (``FairShareState.claim``) is made in
+        the same atomic step once every counter was charged, and its outcome is
+        the verdict's ``claim``; a refused acquisition claims nothing. One round
+        trip in a shared back end (none for the claim when its reservation is 0).
+        Cancelled mid-way, the slot is given back with the charges.
         """
         ...
 
-    async def settle(self, lease: Lease, actual: Mapping[str, int], now: float) -> None:
+    async def settle(
+        self,
+        lease: Lease | None,
+        actual: Mapping[str, int],
+        now: float,
+        release: Claim | None = None,
+        charge: UsageCharge | None = None,
+    ) -> None:
         """Release the lease's in-flight slots and correct its estimates.
 
         ``actual`` maps a charge's key to the amount really used (missing keys
@@ -60,6 +76,11 @@ class CounterStore(Protocol):
         lease charged; a window refund goes back to the bucket it was charged
         in, while an excess is charged at ``now`` so that it weighs for a full
         window from the moment it is known. Settle each lease once.
+
+        ``release`` (``FairShareState.release``) and ``charge``
+        (``FairShareState.charge`` at ``now``) are done in the same round trip: a
+        request's whole way out is one call, which completes even if cancelled.
+        ``lease`` may be None when only those are due.
         """
         ...
 

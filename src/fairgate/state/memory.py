@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fairgate.fairshare.decay import DecayedUsage
@@ -36,7 +36,7 @@ from fairgate.limits.charges import (
     WindowCharge,
     check_distinct,
 )
-from fairgate.limits.fairshare_state import Claim, Split, lease_team
+from fairgate.limits.fairshare_state import Claim, ClaimRequest, Split, UsageCharge, lease_team
 from fairgate.limits.snapshot import SavedCounter
 from fairgate.limits.window import SlidingWindow, bucket_of
 
@@ -73,7 +73,16 @@ class MemoryCounterStore:
     def refresh_interval(self) -> float | None:
         return None
 
-    async def acquire(self, charges: Sequence[Charge], now: float) -> Verdict:
+    async def acquire(
+        self, charges: Sequence[Charge], now: float, claim: ClaimRequest | None = None
+    ) -> Verdict:
+        verdict = self._acquire(charges, now)
+        if claim is None or verdict.lease is None:
+            return verdict
+        taken = self._claim(claim.pool, claim.org, claim.reservation, now, claim.split, claim.team)
+        return replace(verdict, claim=taken)
+
+    def _acquire(self, charges: Sequence[Charge], now: float) -> Verdict:
         check_distinct(charges)
         self._maybe_sweep(now)
         for charge in charges:
@@ -92,7 +101,23 @@ class MemoryCounterStore:
         )
         return Verdict(lease=lease, totals=totals)
 
-    async def settle(self, lease: Lease, actual: Mapping[str, int], now: float) -> None:
+    async def settle(
+        self,
+        lease: Lease | None,
+        actual: Mapping[str, int],
+        now: float,
+        release: Claim | None = None,
+        charge: UsageCharge | None = None,
+    ) -> None:
+        if lease is not None:
+            self._settle(lease, actual, now)
+        if release is not None:
+            self._release(release)
+        if charge is not None:
+            c = charge
+            self._charge_usage(c.pool, c.org, c.cost_units, now, c.half_life, c.team)
+
+    def _settle(self, lease: Lease, actual: Mapping[str, int], now: float) -> None:
         for charge in lease.charges:
             if isinstance(charge, InFlightCharge):
                 self._in_flight.get(charge.key, set()).discard(lease.id)
@@ -130,6 +155,17 @@ class MemoryCounterStore:
         split: Split | None = None,
         team: str | None = None,
     ) -> Claim:
+        return self._claim(pool, org, reservation, now, split, team)
+
+    def _claim(
+        self,
+        pool: str,
+        org: str,
+        reservation: int,
+        now: float,
+        split: Split | None,
+        team: str | None,
+    ) -> Claim:
         if split is None:
             held = self._claims.get((pool, org, "", False))
             count = 0 if held is None else len(held)
@@ -155,6 +191,9 @@ class MemoryCounterStore:
         return Claim(pool, org, True, total, lease, now, group=split.group, in_org=True)
 
     async def release(self, claim: Claim) -> None:
+        self._release(claim)
+
+    def _release(self, claim: Claim) -> None:
         key = (claim.pool, claim.org, claim.group or "", claim.in_org)
         held = self._claims.get(key)
         if held is None or claim.lease is None:
@@ -210,6 +249,11 @@ class MemoryCounterStore:
         now: float,
         half_life: float,
         team: str | None = None,
+    ) -> None:
+        self._charge_usage(pool, org, cost_units, now, half_life, team)
+
+    def _charge_usage(
+        self, pool: str, org: str, cost_units: float, now: float, half_life: float, team: str | None
     ) -> None:
         records = self._records.setdefault(pool, {})
         records[org] = _charged(records.get(org), cost_units, now, half_life)

@@ -68,7 +68,7 @@ from fairgate.limits.charges import (
     WindowCharge,
     check_distinct,
 )
-from fairgate.limits.fairshare_state import Claim, Split
+from fairgate.limits.fairshare_state import Claim, ClaimRequest, Split, UsageCharge
 from fairgate.limits.store import StateUnavailable
 from fairgate.limits.window import bucket_of
 from fairgate.state.breaker import Breaker
@@ -84,6 +84,11 @@ log = logging.getLogger(__name__)
 
 def _lua(name: str) -> str:
     return resources.files("fairgate.state").joinpath(f"lua/{name}.lua").read_text("utf-8")
+
+
+def _functions(*names: str) -> str:
+    """Scripts as local Lua functions of (KEYS, ARGV), for a script that runs several."""
+    return "".join(f"local function {name}(KEYS, ARGV)\n{_lua(name)}\nend\n" for name in names)
 
 
 def _window_ms(charge: WindowCharge) -> int:
@@ -138,6 +143,11 @@ class RedisCounterStore:
         self._team_claim = self._redis.register_script(_lua("team_claim"))
         self._in_flight = self._redis.register_script(_lua("in_flight"))
         self._charge = self._redis.register_script(_lua("charge"))
+        # a request's way in and way out, each one script (one round trip)
+        self._enter = self._redis.register_script(
+            _functions("acquire", "claim", "team_claim") + _lua("enter")
+        )
+        self._leave = self._redis.register_script(_functions("settle", "charge") + _lua("leave"))
         # lease id → the (sorted set, member) pairs its refresh extends
         self._held: dict[str, tuple[tuple[str, str], ...]] = {}
         self._pending: set[asyncio.Future[Any]] = set()  # work of cancelled callers
@@ -150,21 +160,40 @@ class RedisCounterStore:
     def breaker(self) -> Breaker:
         return self._breaker
 
-    async def acquire(self, charges: Sequence[Charge], now: float) -> Verdict:
+    async def acquire(
+        self, charges: Sequence[Charge], now: float, claim: ClaimRequest | None = None
+    ) -> Verdict:
         check_distinct(charges)
         lease_id = secrets.token_hex(8)
         args: list[str | int | float] = [repr(now), lease_id, repr(self.lease_ttl)]
         for charge in charges:
             args.extend(_acquire_fields(charge))
         keys = [self._key(c) for c in charges]
-        call = asyncio.ensure_future(self._call(self._acquire, keys, args))
+        asked = None if claim is None or claim.reservation <= 0 else self._claim_call(claim, now)
+        if asked is None:
+            call = asyncio.ensure_future(self._call(self._acquire, keys, args))
+        else:
+            claim_keys, claim_args, kind, _ = asked
+            head: list[str | int | float] = [len(keys), len(args), kind]
+            call = asyncio.ensure_future(
+                self._call(self._enter, keys + claim_keys, head + args + claim_args)
+            )
         try:
             reply = await asyncio.shield(call)
         except asyncio.CancelledError:
             # the caller is gone, but the script may still charge: give it straight back
             self._pending.add(call)
-            call.add_done_callback(lambda done: self._give_back(done, lease_id, charges, now))
+            slot = None if asked is None or claim is None else (claim, asked[3])
+            call.add_done_callback(lambda done: self._give_back(done, lease_id, charges, now, slot))
             raise
+        taken: Claim | None = None
+        if asked is not None:
+            assert claim is not None
+            if len(reply) > 1:
+                taken = self._claimed(reply[1], claim.pool, claim.org, asked[3], claim.split, now)
+            reply = reply[0]
+        elif claim is not None:  # a reservation of 0: borrows, no round trip
+            taken = self._borrowing(claim.pool, claim.org, claim.split, now)
         first = int(reply[0])
         if first > 0:
             retry_ms = int(reply[1])
@@ -174,18 +203,44 @@ class RedisCounterStore:
         if held:
             self._held[lease_id] = held
         totals = tuple(int(v) for v in reply[1:])
-        return Verdict(lease=Lease(lease_id, tuple(charges), now), totals=totals)
+        return Verdict(lease=Lease(lease_id, tuple(charges), now), totals=totals, claim=taken)
 
-    async def settle(self, lease: Lease, actual: Mapping[str, int], now: float) -> None:
-        # forget the lease first: even if Redis is down now, it is no longer refreshed
-        # and its slot expires by itself
-        self._held.pop(lease.id, None)
-        args: list[str | int | float] = [lease.id]
-        for charge in lease.charges:
-            args.extend(_settle_fields(charge, actual.get(charge.key), lease.charged_at, now))
-        call = asyncio.ensure_future(
-            self._call(self._settle, [self._key(c) for c in lease.charges], args)
-        )
+    async def settle(
+        self,
+        lease: Lease | None,
+        actual: Mapping[str, int],
+        now: float,
+        release: Claim | None = None,
+        charge: UsageCharge | None = None,
+    ) -> None:
+        keys: list[str] = []
+        args: list[str | int | float] = []
+        if lease is not None:
+            # forget the lease first: even if Redis is down now, it is no longer refreshed
+            # and its slot expires by itself
+            self._held.pop(lease.id, None)
+            keys = [self._key(c) for c in lease.charges]
+            args = [lease.id]
+            for c in lease.charges:
+                args.extend(_settle_fields(c, actual.get(c.key), lease.charged_at, now))
+        slot = release.lease if release is not None else None
+        if slot is None and charge is None:
+            if lease is None:
+                return
+            call = asyncio.ensure_future(self._call(self._settle, keys, args))
+        else:
+            head: list[str | int | float] = [len(keys), len(args), 0, 0]
+            if release is not None and slot is not None:
+                self._held.pop(slot, None)  # no longer refreshed, even if Redis is down now
+                head[2] = 1
+                keys.append(self._slot_key(release))
+                args.append(slot)
+            if charge is not None:
+                charge_keys, charge_args = self._charge_call(charge, now)
+                head[3] = len(charge_keys)
+                keys.extend(charge_keys)
+                args.extend(charge_args)
+            call = asyncio.ensure_future(self._call(self._leave, keys, head + args))
         try:
             await asyncio.shield(call)
         except asyncio.CancelledError:
@@ -229,26 +284,12 @@ class RedisCounterStore:
         team: str | None = None,
     ) -> Claim:
         if reservation <= 0:  # nothing to reserve: always borrows, no round trip
-            group = None if split is None else split.group
-            return Claim(pool, org, False, 0, None, now, group=group)
-        lease = secrets.token_hex(8) if team is None else f"{secrets.token_hex(8)}/{team}"
-        index = self._index_key(pool)
-        if split is None:
-            key = self._claims_key(pool, org)
-            args: list[str | int | float] = [repr(now), lease, repr(self.lease_ttl)]
-            call = asyncio.ensure_future(
-                self._call(self._claim, [key, index], [*args, reservation, org])
-            )
-        else:
-            own = self._group_key(pool, org, split.group, False)
-            in_org = self._group_key(pool, org, split.group, True)
-            every = [
-                self._group_key(pool, org, g, b) for g in ("", *split.groups) for b in (False, True)
-            ]
-            args = [repr(now), lease, repr(self.lease_ttl), split.reservation, reservation, org]
-            call = asyncio.ensure_future(
-                self._call(self._team_claim, [own, in_org, index, *every], args)
-            )
+            return self._borrowing(pool, org, split, now)
+        keys, args, kind, lease = self._claim_call(
+            ClaimRequest(pool, org, reservation, split, team), now
+        )
+        script = self._team_claim if kind == "t" else self._claim
+        call = asyncio.ensure_future(self._call(script, keys, args))
         group = None if split is None else split.group
         try:
             reply = await asyncio.shield(call)
@@ -257,12 +298,43 @@ class RedisCounterStore:
             self._pending.add(call)
             call.add_done_callback(lambda done: self._unclaim(done, pool, org, lease, group, now))
             raise
+        return self._claimed(reply, pool, org, lease, split, now)
+
+    def _claim_call(
+        self, claim: ClaimRequest, now: float
+    ) -> tuple[list[str], list[str | int | float], str, str]:
+        """The keys and arguments of ``claim``'s script, which one (``"c"``: claim.lua,
+        ``"t"``: team_claim.lua) and the lease id it takes."""
+        pool, org, split, team = claim.pool, claim.org, claim.split, claim.team
+        lease = secrets.token_hex(8) if team is None else f"{secrets.token_hex(8)}/{team}"
+        index = self._index_key(pool)
+        args: list[str | int | float] = [repr(now), lease, repr(self.lease_ttl)]
+        if split is None:
+            return [self._claims_key(pool, org), index], [*args, claim.reservation, org], "c", lease
+        own = self._group_key(pool, org, split.group, False)
+        in_org = self._group_key(pool, org, split.group, True)
+        every = [
+            self._group_key(pool, org, g, b) for g in ("", *split.groups) for b in (False, True)
+        ]
+        args.extend((split.reservation, claim.reservation, org))
+        return [own, in_org, index, *every], args, "t", lease
+
+    def _claimed(
+        self, reply: Any, pool: str, org: str, lease: str, split: Split | None, now: float
+    ) -> Claim:
+        """The claim a claim script's ``reply`` says was made, its slot kept refreshed."""
+        group = None if split is None else split.group
         outcome, held = int(reply[0]), int(reply[1])
         if outcome == 0:
             return Claim(pool, org, False, held, None, now, group=group)
         taken = Claim(pool, org, True, held, lease, now, group=group, in_org=outcome == 2)
-        self._held[lease] = ((self._slot_key(taken), lease), (index, org))
+        self._held[lease] = ((self._slot_key(taken), lease), (self._index_key(pool), org))
         return taken
+
+    @staticmethod
+    def _borrowing(pool: str, org: str, split: Split | None, now: float) -> Claim:
+        group = None if split is None else split.group
+        return Claim(pool, org, False, 0, None, now, group=group)
 
     async def release(self, claim: Claim) -> None:
         if claim.lease is None:
@@ -331,18 +403,26 @@ class RedisCounterStore:
         half_life: float,
         team: str | None = None,
     ) -> None:
+        keys, args = self._charge_call(UsageCharge(pool, org, cost_units, half_life, team), now)
+        await self._call(self._charge, keys, args)
+
+    def _charge_call(
+        self, charge: UsageCharge, now: float
+    ) -> tuple[list[str], list[str | int | float]]:
+        """The keys and arguments of charge.lua for ``charge`` (``ValueError`` if invalid)."""
+        cost_units, half_life = charge.cost_units, charge.half_life
         if not cost_units >= 0 or not math.isfinite(cost_units):
             raise ValueError(f"a charge must be finite and non-negative, got {cost_units!r}")
         if not half_life > 0:
             raise ValueError(f"half_life must be positive, got {half_life!r}")
         keep_ms = math.ceil(min(_USAGE_KEEP_HALF_LIVES * half_life, _USAGE_KEEP_MAX) * 1000)
-        args: list[str | int | float] = [org, repr(float(cost_units)), repr(now)]
+        args: list[str | int | float] = [charge.org, repr(float(cost_units)), repr(now)]
         args.extend((repr(float(half_life)), keep_ms))
-        keys = [self._usage_key(pool)]
-        if team is not None:
-            keys.append(self._team_usage_key(pool))
-            args.append(f"{_escape(org)}:{_escape(team)}")
-        await self._call(self._charge, keys, args)
+        keys = [self._usage_key(charge.pool)]
+        if charge.team is not None:
+            keys.append(self._team_usage_key(charge.pool))
+            args.append(f"{_escape(charge.org)}:{_escape(charge.team)}")
+        return keys, args
 
     async def aclose(self) -> None:
         while self._pending:
@@ -350,14 +430,29 @@ class RedisCounterStore:
         await self._redis.aclose()
 
     def _give_back(
-        self, call: asyncio.Future[Any], lease_id: str, charges: Sequence[Charge], now: float
+        self,
+        call: asyncio.Future[Any],
+        lease_id: str,
+        charges: Sequence[Charge],
+        now: float,
+        slot: tuple[ClaimRequest, str] | None = None,
     ) -> None:
-        """Settle, untouched, an acquisition whose caller was cancelled before the reply."""
+        """Settle, untouched, an acquisition whose caller was cancelled before the reply,
+        and release the slot it claimed with it (``slot``: the claim asked, its lease id)."""
         self._finished(call)
-        if call.cancelled() or call.exception() is not None or int(call.result()[0]) != 0:
+        if call.cancelled() or call.exception() is not None:
+            return
+        reply, released = call.result(), None
+        if slot is not None:
+            if len(reply) > 1:
+                asked, lease = slot
+                released = self._claimed(reply[1], asked.pool, asked.org, lease, asked.split, now)
+            reply = reply[0]
+        if int(reply[0]) != 0:
             return
         orphan = Lease(lease_id, tuple(charges), now)
-        self._pending.add(undo := asyncio.ensure_future(self.settle(orphan, {}, now)))
+        undo = asyncio.ensure_future(self.settle(orphan, {}, now, release=released))
+        self._pending.add(undo)
         undo.add_done_callback(self._finished)
 
     def _unclaim(
