@@ -16,6 +16,7 @@ from fairgate.limits import (
     Subject,
     WindowCharge,
 )
+from fairgate.limits.budgets import Increase
 from fairgate.limits.plan import Plan, Planner
 
 NOW = 1_710_111_600.0  # 2024-03-10 23:00 UTC, 2024-03-11 00:00 in Paris
@@ -117,3 +118,55 @@ def test_team_totals_follow_the_keys_limits_and_share_one_counter_per_team() -> 
         "Rate limit exceeded: team 't' (all its keys together) may send 600 requests per minute."
     )
     assert "team 't'" in texts[4].message and "8 in flight" in texts[4].message
+
+
+# One planner serves every request: what it keeps from one plan to the next must never
+# leak a request's amounts into another's, nor outlive the period it was made in.
+
+
+def test_each_request_of_one_key_is_charged_its_own_estimate_and_cost() -> None:
+    planner = Planner(Calendar(UTC), grace=86_400.0)
+    team = Budget("team", "t", None, "month", Money(5_000))
+    limits = Limits(60, 1_000, 500, 2)
+    first = planner.plan(Demand(SUBJECT, limits, "m", 300, Money(40), (team,), limits), NOW)
+    second = planner.plan(Demand(SUBJECT, limits, "m", 7, Money(2), (team,), limits), NOW + 1)
+    free = planner.plan(Demand(SUBJECT, limits, "m", 1, Money(0), (team,), limits), NOW + 2)
+    amounts = [[c.amount for c in p.charges if not isinstance(c, InFlightCharge)]
+               for p in (first, second, free)]  # fmt: skip
+    # rpm, tpm, rpd, then the team's rpm, tpm, rpd, then the budget
+    assert amounts == [[1, 300, 1, 1, 300, 1, 40], [1, 7, 1, 1, 7, 1, 2], [1, 1, 1, 1, 1, 1, 0]]
+
+
+def test_a_plan_after_midnight_charges_the_new_days_counters() -> None:
+    planner = Planner(Calendar(ZoneInfo("Europe/Paris")), grace=86_400.0)
+    day = Budget("key", "k:1", None, "day", Money(5_000))
+    demand = Demand(SUBJECT, Limits(rpd=500), "m", 1, Money(3), (day,))
+    before = planner.plan(demand, NOW - 1)  # 23:59:59 in Paris, 22:59:59 UTC
+    after = planner.plan(demand, NOW)  # midnight in Paris
+    late = planner.plan(demand, NOW + 3_600)  # midnight UTC
+    keys = [[c.key for c in p.charges] for p in (before, after, late)]
+    assert keys == [
+        ["rpd:k:1:2024-03-10", "budget:key:k%3A1:*:day:2024-03-10"],
+        ["rpd:k:1:2024-03-11", "budget:key:k%3A1:*:day:2024-03-10"],
+        ["rpd:k:1:2024-03-11", "budget:key:k%3A1:*:day:2024-03-11"],
+    ]
+    assert late.charges[1].resets_at == NOW + 3_600 + 86_400  # type: ignore[union-attr]
+
+
+def test_a_budget_increase_counts_until_it_expires_then_the_cap_falls_back() -> None:
+    planner = Planner(Calendar(UTC), grace=86_400.0)
+    raised = Budget(
+        "team", "t", None, "month", Money(100), increases=(Increase(Money(50), NOW + 10),)
+    )
+    demand = Demand(SUBJECT, Limits(), "m", 1, Money(1), (raised,))
+    caps = [planner.plan(demand, now).charges[0].limit for now in (NOW, NOW + 10)]  # type: ignore[union-attr]
+    assert caps == [150, 100]
+
+
+def test_changed_limits_of_a_key_are_charged_from_the_next_request() -> None:
+    planner = Planner(Calendar(UTC), grace=86_400.0)
+    planner.plan(Demand(SUBJECT, Limits(rpm=60), "m", 1, Money(0)), NOW)
+    plan = planner.plan(Demand(SUBJECT, Limits(rpm=10), "m", 1, Money(0)), NOW + 1)
+    assert plan.charges == (WindowCharge("rpm:k:1", 1, 10),)
+    message = plan.refusals[0](3.0).message
+    assert "10 requests per minute" in message

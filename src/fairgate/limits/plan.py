@@ -15,11 +15,13 @@ scope. Counter keys (before the back end's prefix):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
 from fairgate.core.errors import RateLimited
+from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
 from fairgate.limits.charges import Charge, InFlightCharge, PeriodCharge, WindowCharge
 from fairgate.limits.demand import Demand
@@ -44,16 +46,76 @@ class Plan:
     budgets: tuple[tuple[Budget, int], ...]  # (budget, index of its charge)
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A plan with the request's own amounts left out (tokens and cost at 0): where they
+    go, and when it holds (it is rebuilt once one of its periods rolls over)."""
+
+    charges: tuple[Charge, ...]
+    refusals: tuple[Refusal, ...]
+    tpm_keys: tuple[str, ...]
+    rates: dict[str, int]
+    budgets: tuple[tuple[Budget, int], ...]
+    tpm: tuple[tuple[int, str, int], ...]  # (index, counter key, limit) of each token window
+    # (index, counter key, limit, resets_at, keep_until) of each charge taking the cost
+    budget_counters: tuple[tuple[int, str, int, float, float], ...]
+    start: float  # it holds for start <= now < end: within every period it has a counter of
+    end: float
+    cacheable: bool  # False when a budget's cap moves with time (temporary increases)
+
+
 class Planner:
     """Builds plans; holds the calendars (rate days in ``day_calendar``'s zone,
-    budgets in UTC) and how long a period counter outlives its period."""
+    budgets in UTC) and how long a period counter outlives its period.
 
-    def __init__(self, day_calendar: Calendar, grace: float) -> None:
+    Most of a plan depends only on who asks under which limits and budgets, and on
+    the current periods: its counter keys, caps and refusals. That part is built once
+    per (key, team, limits, budgets) and kept until one of its periods rolls over;
+    a request then only fills in its own amounts (its token estimate and its cost).
+    Budgets with temporary increases are planned afresh each time (their cap moves
+    when an increase expires)."""
+
+    def __init__(self, day_calendar: Calendar, grace: float, *, cache_size: int = 4096) -> None:
         self._days = day_calendar
         self._utc = Calendar(UTC)
         self._grace = grace
+        self._shapes: dict[tuple[object, ...], _Shape] = {}
+        self._cache_size = cache_size
 
     def plan(self, demand: Demand, now: float) -> Plan:
+        subject = demand.subject
+        budgets = demand.budgets
+        # Budgets by identity: the entry holds them, so no other object can take their ids
+        # while it lives; limits by value (they may be built per request).
+        key = (
+            subject.key,
+            subject.team,
+            demand.limits,
+            demand.team_limits,
+            *[id(b) for b in budgets],
+        )
+        shape = self._shapes.get(key)
+        if shape is None or not shape.start <= now < shape.end:
+            shape = self._shape(demand, now)
+            if shape.cacheable:
+                if len(self._shapes) >= self._cache_size:
+                    self._shapes.clear()
+                self._shapes[key] = shape
+        charges = list(shape.charges)
+        tokens = demand.tokens
+        for index, counter, limit in shape.tpm:
+            charges[index] = WindowCharge(counter, min(tokens, limit), limit)
+        micro = demand.cost.micro
+        if micro != 0:
+            for index, counter, limit, resets_at, keep_until in shape.budget_counters:
+                charges[index] = PeriodCharge(counter, micro, limit, resets_at, keep_until, True)
+        return Plan(tuple(charges), shape.refusals, shape.tpm_keys, shape.rates, shape.budgets)
+
+    def _shape(self, demand: Demand, now: float) -> _Shape:
+        """The plan of ``demand`` at ``now`` with amounts 0 for its tokens and cost, and
+        where they go."""
+        subject, limits, team_limits = demand.subject, demand.limits, demand.team_limits
+        zero = Demand(subject, limits, demand.model, 0, Money(0), demand.budgets, team_limits)
         charges: list[Charge] = []
         refusals: list[Refusal] = []
         rates: dict[str, int] = {}
@@ -64,15 +126,39 @@ class Planner:
         tpm_keys = tuple(
             key
             for key in (
-                self._rates(demand, "", demand.subject.key, demand.limits, now, charges, rates),
-                self._rates(demand, "team-", team, demand.team_limits, now, charges, rates),
+                self._rates(zero, "", demand.subject.key, demand.limits, now, charges, rates),
+                self._rates(zero, "team-", team, demand.team_limits, now, charges, rates),
             )
             if key is not None
         )
         zone = self._days.zone
         refusals.extend(_refusal(kind, charges[i].limit, team, zone) for kind, i in rates.items())
-        budgets = self._budget_charges(demand, now, charges, refusals)
-        return Plan(tuple(charges), tuple(refusals), tpm_keys, rates, budgets)
+        budgets = self._budget_charges(zero, now, charges, refusals)
+        tpm = tuple(
+            (index, charge.key, charge.limit)
+            for kind, index in rates.items()
+            if kind.endswith("tpm") and isinstance(charge := charges[index], WindowCharge)
+        )
+        # the periods its counters belong to: it holds while ``now`` is in all of them
+        spans = [self._utc.span(b.period, now) for b, _ in budgets]
+        if any(kind.endswith("rpd") for kind in rates):
+            spans.append(self._days.span("day", now))
+        return _Shape(
+            charges=tuple(charges),
+            refusals=tuple(refusals),
+            tpm_keys=tpm_keys,
+            rates=rates,
+            budgets=budgets,
+            tpm=tpm,
+            budget_counters=tuple(
+                (index, c.key, c.limit, c.resets_at, c.keep_until)
+                for _, index in budgets
+                if isinstance(c := charges[index], PeriodCharge)
+            ),
+            start=max((span.start for span in spans), default=-math.inf),
+            end=min((span.end for span in spans), default=math.inf),
+            cacheable=not any(b.increases for b in demand.budgets),
+        )
 
     def _rates(
         self,
