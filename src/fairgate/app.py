@@ -8,13 +8,10 @@ checks, metric scrapes) are asyncio tasks the Gateway owns and stops.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
-import signal
-import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from functools import partial
 from zoneinfo import ZoneInfo
 
@@ -51,7 +48,6 @@ from fairgate.auth import (
     sha256,
 )
 from fairgate.config import Config, Model
-from fairgate.config import Limits as LimitSettings
 from fairgate.core.cidr import NetworkSet, parse_network
 from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.clock import Clock, SystemClock
@@ -94,9 +90,6 @@ from fairgate.proxy.responses import ResponseScope
 from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
 from fairgate.routing import strategy_for
-from fairgate.server.connections import ConnectionCaps
-from fairgate.server.runner import Listener, bind, serve
-from fairgate.server.tls import ServedTls, TlsCollector, listener_tls, reload_on_hangup
 from fairgate.state import (
     MemoryCounterStore,
     MemoryResponseOwners,
@@ -112,7 +105,6 @@ from fairgate.store import (
     upgrade,
 )
 from fairgate.tenancy import (
-    ConfigConflict,
     Tenancy,
     build_store,
     declared_teams,
@@ -133,7 +125,7 @@ from fairgate.upstream import (
 from fairgate.upstream.pool_capacity import PoolCapacity
 from fairgate.vault import refresher_for
 
-__all__ = ["Gateway", "WorkersRefused", "run"]
+__all__ = ["Gateway"]
 
 log = logging.getLogger("fairgate")
 
@@ -588,10 +580,6 @@ def _snapshots(replicas: list[Replica]) -> Callable[[], list[ReplicaSnapshot]]:
     return lambda: [r.snapshot() for r in replicas]
 
 
-class WorkersRefused(Exception):
-    """``--workers N`` (N > 1) with a state back end the workers cannot share."""
-
-
 def _alerter(config: Config, store: Store, clock: SystemClock, counter: Counter) -> Alerter:
     """Soft-limit alerts to the configured webhook and/or SMTP relay (secrets read once from
     files; a vault's followed)."""
@@ -800,200 +788,3 @@ def _request_ids() -> Callable[[], str]:
         return f"{prefix}{next(counter):010x}"
 
     return next_id
-
-
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_FORWARDED = (*_STOP_SIGNALS, signal.SIGHUP)  # SIGHUP: re-read the TLS certificates
-
-
-def run(config: Config, *, workers: int = 1) -> int:
-    """Serve until a signal; ``workers`` processes share the listening sockets.
-
-    Prints one line to stdout once the listeners accept connections:
-    ``fairgate listening on http://HOST:PORT admin http://HOST:PORT`` (``https``
-    for a listener with TLS). Returns the process exit status. Raises ConfigConflict
-    (one worker) when the configuration cannot be synced into the store, ConfigError
-    when a listener's TLS material no longer loads.
-    """
-    if workers > 1 and config.state.backend == "memory":
-        raise WorkersRefused(
-            f"--workers {workers} needs state.backend: redis. With the memory back end each "
-            "worker would keep its own rate-limit, budget and fair-share counters, so every "
-            "limit would be multiplied by the number of workers."
-        )
-    tls = listener_tls(config)
-    client = bind(config.listen.host, config.listen.port)
-    admin = bind(config.admin_listen.host, config.admin_listen.port)
-    announce = (
-        f"fairgate listening on {_url(client, 'client' in tls)} admin {_url(admin, 'admin' in tls)}"
-    )
-    if workers <= 1:
-        _run_loop(_serve(config, client, admin, tls, announce))
-        return 0
-    children: list[int] = []
-    # Stop signals and SIGHUP wait, blocked, until each process has its handlers: a
-    # worker inherits the mask and unblocks in _serve, the parent once it forwards them.
-    signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
-    for _ in range(workers):
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child process
-            status = 0
-            try:
-                _run_loop(_serve(config, client, admin, tls, None))
-            except ConfigConflict as conflict:
-                log.error("the configuration cannot be synced into the store: %s", conflict)
-                status = 1
-            except BaseException:
-                log.exception("worker failed")
-                status = 1
-            os._exit(status)
-        children.append(pid)
-    _forward_signals(children)  # before the announcement: a stop may follow it at once
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
-    # The workers hold the listening sockets now. Were the parent to keep its copies,
-    # the port would go on accepting connections nobody serves once the workers
-    # close theirs at shutdown, instead of refusing them.
-    client.close()
-    admin.close()
-    print(announce, flush=True)
-    return _supervise(children)
-
-
-def _forward_signals(children: list[int]) -> None:
-    def forward(signum: int, _frame: object) -> None:
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-
-    for sig in _FORWARDED:
-        signal.signal(sig, forward)
-
-
-def _supervise(children: list[int]) -> int:
-    status = 0
-    for pid in children:
-        _, code = os.waitpid(pid, 0)
-        status = status or os.waitstatus_to_exitcode(code)
-    return status
-
-
-async def _serve(
-    config: Config,
-    client: socket.socket,
-    admin: socket.socket,
-    tls: dict[str, ServedTls],
-    announce: str | None,
-) -> None:
-    stop = asyncio.Event()
-    signals = _StopSignals(stop)
-    signals.install()  # first thing, until serve() takes them over
-    reload_on_hangup(tls)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)  # blocked across a fork
-    gateway = Gateway(config)
-    await gateway.start()
-    gateway.metrics.registry.register(TlsCollector(tls.values()))
-    limits = config.limits
-    listeners: Sequence[Listener] = (
-        _listener("client", gateway, client, limits, limits.stream_buffer_bytes, tls),
-        _listener("admin", gateway, admin, limits, 64 * 1024, tls),
-    )
-
-    def started(_: Sequence[Listener]) -> None:
-        if announce:
-            print(announce, flush=True)
-
-    def draining() -> None:
-        gateway.draining = True
-
-    try:
-        await serve(
-            listeners,
-            grace=config.proxy.shutdown_grace,
-            on_started=started,
-            on_draining=draining,
-            stop=stop,
-        )
-    finally:
-        signals.install()  # serve() gave them back to the default action
-        await gateway.stop()
-
-
-class _StopSignals:
-    """SIGTERM and SIGINT outside ``serve``'s own handling: while the gateway starts and
-    while it stops.
-
-    The first one sets ``stop`` (a gateway still starting stops once started: nothing
-    is served yet, so nothing is lost); one that comes a second or more after it, as
-    ``serve`` counts a second signal, exits at once. Without this the default action
-    kills a process caught starting or stopping: a worker the parent of ``--workers``
-    announced before it was ready, or one still saving its counters when the parent
-    forwards the stop signal it got too.
-    """
-
-    def __init__(self, stop: asyncio.Event) -> None:
-        self._stop = stop
-        self._first: float | None = None
-
-    def install(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in _STOP_SIGNALS:
-            loop.add_signal_handler(sig, self._on_signal, sig)
-
-    def _on_signal(self, signum: int) -> None:
-        now = asyncio.get_running_loop().time()
-        if self._first is None:
-            self._first = now
-            self._stop.set()
-        elif now - self._first >= 1.0:
-            os._exit(128 + signum)
-
-
-def _listener(
-    name: str,
-    gateway: Gateway,
-    sock: socket.socket,
-    limits: LimitSettings,
-    write_buffer_bytes: int,
-    tls: dict[str, ServedTls],
-) -> Listener:
-    # The relay cuts a stream whose writes wait slow_reader_timeout; the kernel resets,
-    # at twice that, any connection whose client has taken nothing (also one whose
-    # answer was written whole and only waits for a polite close). Each connection may
-    # hold a body of up to max_body_bytes: the connection caps bound that memory.
-    metrics = gateway.metrics
-    refused = metrics.connections_refused
-    caps = ConnectionCaps(
-        name,
-        total=limits.max_connections,
-        per_network=limits.max_connections_per_network,
-        on_refused=lambda reason: refused.labels(name, reason).inc(),
-        exempt=gateway.clients.trusted,  # a trusted proxy carries many clients
-    )
-    metrics.connections_open.labels(name).set_function(lambda: caps.open_connections)
-    return Listener(
-        name,
-        gateway.proxy_app if name == "client" else gateway.admin_app,
-        sock,
-        limits.client_head_timeout,
-        limits.max_header_bytes,
-        write_buffer_bytes,
-        stall_timeout=2 * limits.slow_reader_timeout,
-        caps=caps,
-        keep_alive_timeout=limits.client_keep_alive_timeout,
-        tls=tls[name].context if name in tls else None,
-    )
-
-
-def _run_loop(main: asyncio.Future[None] | object) -> None:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - platforms without uvloop
-        asyncio.run(main)  # type: ignore[arg-type]
-        return
-    uvloop.run(main)  # type: ignore[arg-type]
-
-
-def _url(sock: socket.socket, tls: bool) -> str:
-    host, port = sock.getsockname()[:2]
-    scheme = "https" if tls else "http"
-    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"

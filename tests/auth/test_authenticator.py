@@ -12,6 +12,7 @@ import pytest
 
 from fairgate.auth import Authenticator, FailureLimiter, sha256
 from fairgate.core.errors import GatewayError, RateLimited, ServiceUnavailable, Unauthorized
+from fairgate.core.limits import Limits
 from fairgate.core.principal import KeyRecord, Principal
 
 from .conftest import START, ManualClock, MemoryDirectory, bearer, make_authenticator
@@ -39,12 +40,22 @@ async def test_a_valid_key_yields_its_principal_then_comes_from_the_cache(
     directory: MemoryDirectory, clock: ManualClock
 ) -> None:
     secret, record = directory.add(
-        key_id="k42", org="uni-a", team="nlp", project="p1", tags=("exp",), rpm=10, tpm=2000
+        key_id="k42",
+        org="uni-a",
+        team="nlp",
+        project="p1",
+        tags=("exp",),
+        limits=Limits(rpm=10, tpm=2000),
     )
     auth, _ = make_authenticator(directory, clock)
     first = await auth.authenticate(bearer(secret), ADDR)
     assert first == Principal(
-        key_id="k42", org="uni-a", team="nlp", project="p1", tags=("exp",), rpm=10, tpm=2000
+        key_id="k42",
+        org="uni-a",
+        team="nlp",
+        project="p1",
+        tags=("exp",),
+        limits=Limits(rpm=10, tpm=2000),
     )
     for _ in range(100):
         assert await auth.authenticate(bearer(secret), ADDR) is first

@@ -150,7 +150,7 @@ async def test_a_team_uses_its_sub_reservation_then_its_orgs_idle_seats_then_the
 
 async def test_in_flight_limit_is_given_back_when_the_request_leaves(store: Any) -> None:
     g = gate(store)
-    limited = Principal("k1", "a", "ta", max_in_flight=1)
+    limited = Principal("k1", "a", "ta", limits=Limits(max_in_flight=1))
     first = await g.enter(exchange(limited))
     with pytest.raises(RateLimited, match="1 in flight"):
         await g.enter(exchange(limited))
@@ -242,7 +242,7 @@ async def test_a_fallback_chain_reserves_every_models_budget_and_charges_the_one
 async def test_the_state_back_end_down_fails_closed_and_borrows_for_fair_share() -> None:
     down = RedisCounterStore("redis://127.0.0.1:1", timeout=0.2)
     try:
-        limited = Principal("k1", "a", "ta", rpm=10)
+        limited = Principal("k1", "a", "ta", limits=Limits(rpm=10))
         with pytest.raises(ServiceUnavailable, match="unavailable"):
             await gate(down).enter(exchange(limited))
         # fair share alone: served, at the lowest borrowing priority (101 for batch,
@@ -277,7 +277,7 @@ async def test_the_head_check_refuses_a_key_at_its_in_flight_limit_before_the_li
     store: Any,
 ) -> None:
     g = gate(store)
-    one = Principal("kh", "a", "ta", max_in_flight=1)
+    one = Principal("kh", "a", "ta", limits=Limits(max_in_flight=1))
     held = await g.enter(exchange(one))
     with pytest.raises(RateLimited) as refused:
         g.check_head(one)
@@ -290,7 +290,7 @@ async def test_the_head_check_refuses_a_key_at_its_in_flight_limit_before_the_li
 
 async def test_the_head_check_reuses_the_limiters_rpm_refusal(store: Any) -> None:
     g = gate(store)
-    key = Principal(f"kr{id(store)}", "a", "ta", rpm=1)
+    key = Principal(f"kr{id(store)}", "a", "ta", limits=Limits(rpm=1))
     await g.leave(await g.enter(exchange(key)), exchange(key))
     g.check_head(key)  # nothing refused yet: the head does not guess
     with pytest.raises(RateLimited):
@@ -298,7 +298,9 @@ async def test_the_head_check_reuses_the_limiters_rpm_refusal(store: Any) -> Non
     with pytest.raises(RateLimited) as refused:
         g.check_head(key)
     assert refused.value.code == "rpm_limit_exceeded" and refused.value.retry_after
-    g.check_head(Principal(key.key_id, "a", "ta", rpm=2))  # raised: the limiter decides
+    g.check_head(
+        Principal(key.key_id, "a", "ta", limits=Limits(rpm=2))
+    )  # raised: the limiter decides
 
 
 async def test_the_head_check_stands_aside_while_the_back_end_is_down_and_fails_open() -> None:
@@ -311,7 +313,7 @@ async def test_the_head_check_stands_aside_while_the_back_end_is_down_and_fails_
         classes={},
         clock=SystemClock(),
     )
-    one = Principal("kd", "a", "ta", max_in_flight=1)
+    one = Principal("kd", "a", "ta", limits=Limits(max_in_flight=1))
     tickets = [await g.enter(exchange(one)) for _ in range(2)]  # served uncounted
     g.check_head(one)
     for ticket in tickets:

@@ -266,14 +266,8 @@ class Authenticator:
             tags=record.tags,
             models=allowed_models(record.team_models, record.models, self._resolve),
             expires_at=record.expires_at,
-            rpm=record.rpm,
-            tpm=record.tpm,
-            rpd=record.rpd,
-            max_in_flight=record.max_in_flight,
-            total_rpm=record.total_rpm,
-            total_tpm=record.total_tpm,
-            total_rpd=record.total_rpd,
-            total_max_in_flight=record.total_max_in_flight,
+            limits=record.limits,
+            team_limits=record.team_limits,
             addresses=AddressRule.of(
                 (
                     (f"org {record.org}", record.org_cidrs),

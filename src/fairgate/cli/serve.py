@@ -38,9 +38,9 @@ def serve(
         "docs/operations.md.",
     ),
 ) -> None:
-    from fairgate.app import WorkersRefused, run
     from fairgate.config import ConfigError
     from fairgate.observability.logging import configure_logging
+    from fairgate.run import WorkersRefused, run
     from fairgate.tenancy import ConfigConflict
 
     cfg = load_or_exit(config)

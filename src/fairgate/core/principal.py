@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fairgate.core.address_lists import AddressRule
+from fairgate.core.limits import NO_LIMITS, Limits
 
 __all__ = ["KeyRecord", "Principal"]
 
@@ -22,9 +23,9 @@ class KeyRecord:
     the digest of the secret replaced by a rotation, valid until ``previous_until``
     (Unix seconds). ``models`` is the key's own allowlist and ``team_models`` its
     team's (``None`` = no list; an empty tuple = nothing); names as configured,
-    canonical or alias. ``rpm``, ``tpm``, ``rpd`` and ``max_in_flight`` are the key's
-    effective limits (its own bounded by its team's per-key limits); the ``total_*``
-    fields are its team's limits across all the team's keys together.
+    canonical or alias. ``limits`` are the key's effective limits (its own bounded by
+    its team's per-key limits); ``team_limits`` its team's totals across all the
+    team's keys together (the store's ``total_*`` columns).
     ``cidrs``, ``team_cidrs`` and ``org_cidrs`` are the IP allowlists of the key, its
     team and its organisation (``None`` = no list), networks in their normal form.
     """
@@ -42,14 +43,8 @@ class KeyRecord:
     revoked_at: float | None = None
     previous_sha256: bytes | None = None
     previous_until: float | None = None
-    rpm: int | None = None
-    tpm: int | None = None
-    rpd: int | None = None
-    max_in_flight: int | None = None
-    total_rpm: int | None = None
-    total_tpm: int | None = None
-    total_rpd: int | None = None
-    total_max_in_flight: int | None = None
+    limits: Limits = NO_LIMITS
+    team_limits: Limits = NO_LIMITS
     cidrs: tuple[str, ...] | None = None
     team_cidrs: tuple[str, ...] | None = None
     org_cidrs: tuple[str, ...] | None = None
@@ -61,9 +56,9 @@ class Principal:
 
     ``models`` holds the canonical model names the principal may use (team list ∩
     key list, aliases resolved), or ``None`` when neither list restricts it.
-    ``rpm``, ``tpm``, ``rpd`` and ``max_in_flight`` are the key's limits as the
-    store gave them (``None`` = not set), so the limit stage needs no lookup; the
-    ``total_*`` fields are the team's limits shared by all its keys. ``addresses`` is
+    ``limits`` are the key's limits as the store gave them (a field ``None`` = not
+    set), so the limit stage needs no lookup and builds nothing; ``team_limits`` are
+    the team's totals shared by all its keys. ``addresses`` is
     every IP allowlist that applies to the key, ready to match (``None``: none applies).
     """
 
@@ -74,12 +69,6 @@ class Principal:
     tags: tuple[str, ...] = ()
     models: frozenset[str] | None = None
     expires_at: float | None = None
-    rpm: int | None = None
-    tpm: int | None = None
-    rpd: int | None = None
-    max_in_flight: int | None = None
-    total_rpm: int | None = None
-    total_tpm: int | None = None
-    total_rpd: int | None = None
-    total_max_in_flight: int | None = None
+    limits: Limits = NO_LIMITS
+    team_limits: Limits = NO_LIMITS
     addresses: AddressRule | None = None

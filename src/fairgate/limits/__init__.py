@@ -23,6 +23,7 @@ Errors raised here (``fairgate.core.errors``) and by the stores::
     StateUnavailable              raised by a CounterStore; never leaves the limiter
 """
 
+from fairgate.core.limits import Limits
 from fairgate.limits.budgets import Budget, BudgetBook, Increase
 from fairgate.limits.charges import (
     Charge,
@@ -35,7 +36,6 @@ from fairgate.limits.charges import (
 from fairgate.limits.demand import Admission, Demand
 from fairgate.limits.estimate import BYTES_PER_TOKEN, estimate_tokens, prompt_tokens
 from fairgate.limits.fairshare_state import Claim, FairShareState
-from fairgate.limits.key_limits import Limits
 from fairgate.limits.limiter import Limiter, Outage
 from fairgate.limits.periods import Calendar, PeriodKind, PeriodSpan
 from fairgate.limits.refresher import LeaseRefresher

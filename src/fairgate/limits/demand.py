@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fairgate.core.limits import Limits
 from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
 from fairgate.limits.charges import Lease
 from fairgate.limits.fairshare_state import Claim
-from fairgate.limits.key_limits import Limits
 from fairgate.limits.store import StateUnavailable
 from fairgate.limits.subject import Subject
 

@@ -22,12 +22,12 @@ from datetime import UTC, tzinfo
 from typing import Literal
 
 from fairgate.core.errors import ServiceUnavailable
+from fairgate.core.limits import Limits
 from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
 from fairgate.limits.charges import Lease, PeriodCharge
 from fairgate.limits.demand import Admission, Demand
 from fairgate.limits.fairshare_state import Claim, ClaimRequest, UsageCharge
-from fairgate.limits.key_limits import Limits
 from fairgate.limits.periods import Calendar
 from fairgate.limits.plan import Plan, Planner
 from fairgate.limits.store import CounterStore, StateUnavailable

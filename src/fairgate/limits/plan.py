@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
 from fairgate.core.errors import RateLimited
+from fairgate.core.limits import Limits
 from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
 from fairgate.limits.charges import Charge, InFlightCharge, PeriodCharge, WindowCharge
 from fairgate.limits.demand import Demand
-from fairgate.limits.key_limits import Limits
 from fairgate.limits.periods import Calendar, PeriodSpan
 
 __all__ = ["Plan", "Planner", "in_flight_refusal"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from fairgate.core.limits import Limits
 from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
-from fairgate.limits.key_limits import Limits
 from fairgate.limits.periods import PeriodSpan
 
 __all__ = ["BudgetUsage", "Usage"]

@@ -327,8 +327,8 @@ class Gate:
         principal = ex.principal
         assert principal is not None
         p = principal
-        limits = Limits(rpm=p.rpm, rpd=p.rpd)
-        team_limits = Limits(rpm=p.total_rpm, rpd=p.total_rpd)
+        limits = Limits(rpm=p.limits.rpm, rpd=p.limits.rpd)
+        team_limits = Limits(rpm=p.team_limits.rpm, rpd=p.team_limits.rpd)
         if limits == _NO_LIMITS and team_limits == _NO_LIMITS:
             return
         subject = _subject(principal, principal.tags)
@@ -341,17 +341,18 @@ class Gate:
         per minute or per day were refused and the Retry-After has not passed
         (``fairgate.limits.head``). Raises ``RateLimited`` (429). Skipped while the
         state back end is down, when the limiter's failure policy decides instead."""
-        p = principal
+        p = principal.limits
         if p.rpm is None and p.rpd is None and p.max_in_flight is None:
             return  # nothing the head could know: the common case costs three reads
         if self._limiter.available:
-            self._head.check(p.key_id, p.rpm, p.rpd, p.max_in_flight, self._clock.wall())
+            self._head.check(principal.key_id, p.rpm, p.rpd, p.max_in_flight, self._clock.wall())
 
     async def _admit(self, demand: Demand, principal: Principal, now: float) -> Admission:
         try:
             return await self._limiter.admit(demand, now)
         except RateLimited as error:
-            self._head.refused(principal.key_id, error, principal.rpm, principal.rpd, now)
+            limits = principal.limits
+            self._head.refused(principal.key_id, error, limits.rpm, limits.rpd, now)
             raise
 
     def _now(self) -> float:
@@ -662,11 +663,8 @@ _KINDS = {"rpm": "rpm", "tpm": "tpm", "rpd": "rpd", "max_in_flight": "inflight"}
 
 
 def _limits(p: Principal) -> tuple[Limits, Limits]:
-    """The key's limits and its team's totals."""
-    return (
-        Limits(p.rpm, p.tpm, p.rpd, p.max_in_flight),
-        Limits(p.total_rpm, p.total_tpm, p.total_rpd, p.total_max_in_flight),
-    )
+    """The key's limits and its team's totals (built once, when the key was loaded)."""
+    return p.limits, p.team_limits
 
 
 async def _cached(entry: _PoolUsage[T], now: float, read: Callable[[], Awaitable[T]]) -> T:

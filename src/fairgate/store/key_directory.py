@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import or_, select, update
 
+from fairgate.core.limits import Limits
 from fairgate.core.principal import KeyRecord
-from fairgate.limits.key_limits import Limits
 from fairgate.store.database import Store
 from fairgate.store.tables import allowlists, keys, orgs, projects, teams
 from fairgate.store.timestamp import from_unix, to_unix
@@ -144,14 +144,8 @@ def _record(row: Any) -> KeyRecord:
         revoked_at=to_unix(min(stops)) if stops else None,
         previous_sha256=None if row.previous_sha256 is None else bytes(row.previous_sha256),
         previous_until=to_unix(row.previous_until),
-        rpm=limits.rpm,
-        tpm=limits.tpm,
-        rpd=limits.rpd,
-        max_in_flight=limits.max_in_flight,
-        total_rpm=row.total_rpm,
-        total_tpm=row.total_tpm,
-        total_rpd=row.total_rpd,
-        total_max_in_flight=row.total_max_in_flight,
+        limits=limits,
+        team_limits=Limits(row.total_rpm, row.total_tpm, row.total_rpd, row.total_max_in_flight),
         cidrs=_cidrs(row.cidrs),
         team_cidrs=_cidrs(row.team_cidrs),
         org_cidrs=_cidrs(row.org_cidrs),

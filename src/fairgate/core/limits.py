@@ -1,10 +1,16 @@
-"""A key's rate limits, bounded by its team's: the one rule of "key against team"."""
+"""A key's rate limits, bounded by its team's: the one rule of "key against team".
+
+The one spelling of requests and tokens per minute, requests per day and requests in
+flight on the request path: a key's own limits and its team's totals are each one
+``Limits``, built once when the key is loaded (``Principal.limits``,
+``Principal.team_limits``) and read as they are by the limit stage.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Limits"]
+__all__ = ["NO_LIMITS", "Limits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +44,10 @@ class Limits:
             rpd=_smaller(self.rpd, ceiling.rpd),
             max_in_flight=_smaller(self.max_in_flight, ceiling.max_in_flight),
         )
+
+
+NO_LIMITS = Limits()
+"""Nothing limited: the limits of a key or team that sets none."""
 
 
 def _smaller(own: int | None, ceiling: int | None) -> int | None:
