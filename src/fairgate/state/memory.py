@@ -83,23 +83,57 @@ class MemoryCounterStore:
         return replace(verdict, claim=taken)
 
     def _acquire(self, charges: Sequence[Charge], now: float) -> Verdict:
+        # One pass finds each counter once, reads it and checks it (the first charge that
+        # does not fit is the refused one), a second charges the counters found.
         check_distinct(charges)
         self._maybe_sweep(now)
-        for charge in charges:
-            if isinstance(charge, WindowCharge) and (window := self._shaped(charge)):
-                window.prune(now)  # time moves on with acquisitions: keeps usage O(1)
-        used = [self._usage(charge, now) for charge in charges]
+        used: list[int] = []
+        found: list[SlidingWindow | _Period | set[str] | None] = []
         for index, charge in enumerate(charges):
-            if not _fits(charge, used[index]):
+            if isinstance(charge, WindowCharge):
+                window = self._shaped(charge)
+                if window is None:
+                    usage = 0
+                else:
+                    window.prune(now)  # time moves on with acquisitions: keeps usage O(1)
+                    usage = window.usage(now)
+                fits = usage + charge.amount <= charge.limit
+                found.append(window)
+            elif isinstance(charge, InFlightCharge):
+                held = self._in_flight.get(charge.key)
+                usage = 0 if held is None else len(held)
+                fits = usage < charge.limit
+                found.append(held)
+            else:
+                period = self._period(charge.key, now)
+                usage = 0 if period is None else period.value
+                fits = (
+                    usage < charge.limit
+                    if charge.overdraft
+                    else usage + charge.amount <= charge.limit
+                )
+                found.append(period)
+            if not fits:
                 return Verdict(lease=None, refused=index, retry_after=self._wait(charge, now))
+            used.append(usage)
         lease = Lease(f"m{next(self._ids)}", tuple(charges), now)
-        for charge in charges:
-            self._charge(charge, lease.id, now)
-        totals = tuple(
-            u + (1 if isinstance(c, InFlightCharge) else c.amount)
-            for c, u in zip(charges, used, strict=True)
-        )
-        return Verdict(lease=lease, totals=totals)
+        totals: list[int] = []
+        for charge, counter, usage in zip(charges, found, used, strict=True):
+            if isinstance(charge, WindowCharge):
+                window = counter if isinstance(counter, SlidingWindow) else self._window(charge)
+                window.add(window.bucket(now), charge.amount)
+                totals.append(usage + charge.amount)
+            elif isinstance(charge, InFlightCharge):
+                if not isinstance(counter, set):
+                    counter = self._in_flight[charge.key] = set()
+                counter.add(lease.id)
+                totals.append(usage + 1)
+            else:
+                if not isinstance(counter, _Period):
+                    counter = self._periods[charge.key] = _Period(0, charge.keep_until)
+                counter.value += charge.amount
+                totals.append(usage + charge.amount)
+        return Verdict(lease=lease, totals=tuple(totals))
 
     async def settle(
         self,
@@ -436,11 +470,3 @@ def _charged(
 ) -> DecayedUsage:
     record = DecayedUsage(0.0, now, half_life) if stored is None else stored
     return DecayedUsage(record.value, record.at, half_life).charged(cost_units, now)
-
-
-def _fits(charge: Charge, used: int) -> bool:
-    if isinstance(charge, InFlightCharge):
-        return used + 1 <= charge.limit
-    if isinstance(charge, PeriodCharge) and charge.overdraft:
-        return used < charge.limit
-    return used + charge.amount <= charge.limit
