@@ -19,7 +19,7 @@ class StepClock:
 
 
 def test_it_opens_after_threshold_consecutive_failures_only() -> None:
-    breaker = Breaker(threshold=3, cooldown=5.0, clock=StepClock())
+    breaker = Breaker.fixed(threshold=3, cooldown=5.0, clock=StepClock().monotonic)
     breaker.failure()
     breaker.failure()
     breaker.success()  # the streak is broken
@@ -32,7 +32,7 @@ def test_it_opens_after_threshold_consecutive_failures_only() -> None:
 
 def test_one_trial_per_cooldown_and_a_success_closes_it() -> None:
     clock = StepClock()
-    breaker = Breaker(threshold=1, cooldown=5.0, clock=clock)
+    breaker = Breaker.fixed(threshold=1, cooldown=5.0, clock=clock.monotonic)
     breaker.failure()
     clock.now += 4.9
     assert not breaker.allow()
@@ -50,7 +50,7 @@ def test_one_trial_per_cooldown_and_a_success_closes_it() -> None:
 
 def test_a_trial_that_never_reports_does_not_wedge_it_open() -> None:
     clock = StepClock()
-    breaker = Breaker(threshold=1, cooldown=1.0, clock=clock)
+    breaker = Breaker.fixed(threshold=1, cooldown=1.0, clock=clock.monotonic)
     breaker.failure()
     clock.now += 1.0
     assert breaker.allow()  # a trial that is then cancelled and says nothing
@@ -61,4 +61,4 @@ def test_a_trial_that_never_reports_does_not_wedge_it_open() -> None:
 @pytest.mark.parametrize(("threshold", "cooldown"), [(0, 1.0), (1, 0.0)])
 def test_nonsense_settings_are_refused(threshold: int, cooldown: float) -> None:
     with pytest.raises(ValueError):
-        Breaker(threshold=threshold, cooldown=cooldown)
+        Breaker.fixed(threshold=threshold, cooldown=cooldown)

@@ -197,7 +197,7 @@ def free_port() -> int:
 
 async def test_redis_down_fails_fast_and_opens_the_breaker() -> None:
     store = RedisCounterStore(
-        f"redis://127.0.0.1:{free_port()}/0", timeout=0.5, breaker=Breaker(cooldown=30.0)
+        f"redis://127.0.0.1:{free_port()}/0", timeout=0.5, breaker=Breaker.fixed(cooldown=30.0)
     )
     try:
         for _ in range(3):

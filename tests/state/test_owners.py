@@ -63,7 +63,7 @@ async def test_redis_entries_expire(redis_url: str) -> None:
 
 
 async def test_redis_down_is_state_unavailable() -> None:
-    store = RedisCounterStore("redis://127.0.0.1:1/0", timeout=0.2, breaker=Breaker())
+    store = RedisCounterStore("redis://127.0.0.1:1/0", timeout=0.2, breaker=Breaker.fixed())
     try:
         with pytest.raises(StateUnavailable):
             await RedisResponseOwners(store, 60.0).owner_of("resp_1")

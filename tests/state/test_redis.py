@@ -208,7 +208,7 @@ async def test_a_live_gateway_keeps_its_slots_by_refreshing(stores: StoreFactory
 
 async def test_nothing_listening_fails_fast_and_opens_the_breaker(stores: StoreFactory) -> None:
     store = RedisCounterStore(
-        f"redis://127.0.0.1:{free_port()}/0", timeout=0.5, breaker=Breaker(cooldown=30.0)
+        f"redis://127.0.0.1:{free_port()}/0", timeout=0.5, breaker=Breaker.fixed(cooldown=30.0)
     )
     try:
         for _ in range(3):
@@ -249,7 +249,7 @@ async def test_a_server_that_never_answers_costs_one_timeout() -> None:
 
 async def test_redis_killed_and_restarted_recovers_by_itself(private_redis: RedisProcess) -> None:
     store = RedisCounterStore(
-        private_redis.url, timeout=0.5, breaker=Breaker(threshold=2, cooldown=0.2)
+        private_redis.url, timeout=0.5, breaker=Breaker.fixed(threshold=2, cooldown=0.2)
     )
     rpm = WindowCharge("rpm:k", 1, 100)
     try:

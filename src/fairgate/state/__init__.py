@@ -13,7 +13,7 @@ Errors: every Redis failure, timeout or open breaker is raised as
 gets then (``fairgate.limits.limiter``).
 """
 
-from fairgate.state.breaker import Breaker
+from fairgate.core.breaker import Breaker
 from fairgate.state.memory import MemoryCounterStore
 from fairgate.state.notices import RedisNotices
 from fairgate.state.owners import MemoryResponseOwners, RedisResponseOwners

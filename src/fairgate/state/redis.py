@@ -57,6 +57,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from fairgate.core.breaker import Breaker
 from fairgate.fairshare.decay import decay
 from fairgate.limits.charges import (
     IN_FLIGHT_RETRY_AFTER,
@@ -71,7 +72,6 @@ from fairgate.limits.charges import (
 from fairgate.limits.fairshare_state import Claim, ClaimRequest, Split, UsageCharge
 from fairgate.limits.store import StateUnavailable
 from fairgate.limits.window import bucket_of
-from fairgate.state.breaker import Breaker
 
 __all__ = ["RedisCounterStore"]
 
@@ -121,7 +121,7 @@ class RedisCounterStore:
         self.prefix = prefix
         self.lease_ttl = lease_ttl
         self._timeout = timeout
-        self._breaker = breaker or Breaker()
+        self._breaker = breaker or Breaker.fixed(threshold=3, cooldown=1.0)
         # a blocking pool: past ``max_connections`` calls wait for a free connection
         # (within ``timeout``) instead of failing at once with "Too many connections"
         pool = BlockingConnectionPool.from_url(

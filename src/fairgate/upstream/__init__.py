@@ -16,7 +16,7 @@ scraped metrics give the load and, when they fail, only make it unknown.
 
 from __future__ import annotations
 
-from fairgate.upstream.breaker import Breaker, BreakerState
+from fairgate.core.breaker import Breaker, BreakerState
 from fairgate.upstream.errors import (
     UpstreamClosedBeforeAnswer,
     UpstreamConnectError,

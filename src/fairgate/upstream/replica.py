@@ -8,9 +8,9 @@ from typing import Any
 
 from yarl import URL
 
+from fairgate.core.breaker import Breaker
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.engines import EngineAdapter, EngineLoad
-from fairgate.upstream.breaker import Breaker
 
 __all__ = ["Replica"]
 

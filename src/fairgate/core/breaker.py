@@ -1,4 +1,4 @@
-"""A circuit breaker per replica, fed by the outcomes of real requests.
+"""The one circuit breaker: per replica in front of the engines, and in front of Redis.
 
     closed ──(``failures`` consecutive failures)──▶ open (backoff b = backoff_initial)
     open ──(b elapsed, next allow())──▶ half_open: exactly one probe request admitted
@@ -16,6 +16,12 @@ frees the half-open probe slot without judging the replica. A probe that is
 never reported is given up after ``probe_timeout`` seconds, so a lost report
 cannot keep a replica out of service. Health checks and metric scrapes never
 touch the breaker: a replica whose ``/metrics`` fails may be serving fine.
+
+The state back end's breaker (``Breaker.fixed``) is the same machine with a
+cooldown that never grows: ``threshold`` failures in a row open it for
+``cooldown`` seconds, then one trial call per cooldown; the trial's success
+closes it, its failure or its silence keeps it open for another cooldown. A down
+Redis costs a fast failure per request, not a timeout.
 """
 
 from __future__ import annotations
@@ -36,6 +42,19 @@ class Breaker:
     0 < ``backoff_initial`` ≤ ``backoff_max``. Not thread-safe; used from one
     event loop.
     """
+
+    @classmethod
+    def fixed(
+        cls,
+        threshold: int = 3,
+        cooldown: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Breaker:
+        """``threshold`` (≥ 1) consecutive failures open it for ``cooldown`` seconds (> 0),
+        then one trial per ``cooldown`` (a trial that never reports is given up after it)."""
+        if cooldown <= 0:
+            raise ValueError("breaker cooldown must be > 0")
+        return cls(threshold, cooldown, cooldown, clock, probe_timeout=cooldown)
 
     def __init__(
         self,
