@@ -68,6 +68,7 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     add("--stream-tokens", type=int, default=16, help="streaming: tokens per stream")
     add("--token-rate", type=float, default=5.0, help="streaming: sim tokens/s per stream")
     add("--disconnects", type=int, default=100, help="streaming: streams dropped mid-way")
+    add("--burst", type=int, default=200, help="streaming: streams sent at once (0: none)")
     add(
         "--upstream",
         choices=["instant", "sim"],
@@ -229,6 +230,8 @@ class Bench:
             token_rate=args.token_rate,
             disconnects=args.disconnects,
             api_key=args.api_key,
+            burst=args.burst,
+            yardstick=None if args.without_gateway else minimal,
         )
         self.say(f"\nstreaming: {args.streams} concurrent streams through {result.proxy}")
         self.say(result.table())

@@ -27,6 +27,8 @@ from http1 import Connection, connect, request_bytes
 
 __all__ = ["CLIENTS", "UpstreamClient", "relay_stream"]
 
+_IDLE_TIMEOUT = 4.0  # seconds an idle upstream connection is kept (see AiohttpClient.open)
+
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
@@ -91,7 +93,10 @@ class AiohttpClient:
         self._session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=75)
+        # Idle connections go before the upstream's keep-alive timeout (uvicorn's 5 s, the
+        # simulated engine's), as the gateway's own pool does: a connection the upstream
+        # closed while idle, reused, fails the request (500) instead of measuring it.
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=_IDLE_TIMEOUT)
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
 
     async def close(self) -> None:
@@ -118,7 +123,9 @@ class HttpxClient:
         self._client: httpx.AsyncClient | None = None
 
     async def open(self) -> None:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        limits = httpx.Limits(
+            max_connections=None, max_keepalive_connections=None, keepalive_expiry=_IDLE_TIMEOUT
+        )
         self._client = httpx.AsyncClient(limits=limits, timeout=None, trust_env=False)
 
     async def close(self) -> None:

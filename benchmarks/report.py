@@ -14,7 +14,13 @@ from throughput import ThroughputResult
 __all__ = ["TARGETS", "header", "latency_table", "ranges_table", "throughput_table", "verdict"]
 
 # PRODUCT.md §2: the gateway against the minimal proxy measured in the same run.
-TARGETS = {"added_p50_ratio": 1.25, "added_p99_ratio": 1.5, "throughput_ratio": 0.8}
+TARGETS = {
+    "added_p50_ratio": 1.25,
+    "added_p99_ratio": 1.5,
+    "throughput_ratio": 0.8,
+    "ttft_p99_ratio": 1.5,  # time to first token under a burst, p99
+    "cpu_per_token_ratio": 1.2,  # CPU per relayed token while 1,000 streams run
+}
 
 
 def header(machine: dict[str, Any]) -> str:
@@ -125,4 +131,8 @@ def verdict(run: dict[str, Any], gateway: str = "gateway") -> dict[str, Any]:
     if streaming is not None and streaming["proxy"] == gateway:
         checks["streams_complete"] = {"met": streaming["complete"] == streaming["streams"]}
         checks["disconnects_freed"] = {"met": streaming["freed"]}
+        for key in ("ttft_p99_ratio", "cpu_per_token_ratio"):
+            if key in streaming:
+                value, limit = streaming[key], TARGETS[key]
+                checks[key] = {"value": value, "limit": limit, "met": value <= limit}
     return checks

@@ -73,6 +73,7 @@ def test_streaming_completes_every_stream_and_frees_every_disconnect() -> None:
     document = _json(
         "streaming",
         "--streams", "10",
+        "--burst", "6",
         "--disconnects", "3",
         "--stream-tokens", "4",
         "--token-rate", "50",
@@ -84,6 +85,15 @@ def test_streaming_completes_every_stream_and_frees_every_disconnect() -> None:
     assert streaming["running_before_close"] == 3
     assert streaming["freed"] is True
     assert document["targets"]["streams_complete"]["met"] is True
+    # the burst and the CPU per token, for the gateway and the minimal proxy alike
+    assert streaming["yardstick"] == "uvicorn+aiohttp"
+    for name in ("gateway", "uvicorn+aiohttp"):
+        burst = streaming["burst"][name]
+        assert burst["failed"] == 0 and burst["rounds"] >= 2
+        assert 0 < burst["ttft_p50_ms"] <= burst["ttft_p99_ms"]
+        completion = streaming["completions"][name]
+        assert completion["complete"] == 10 and completion["cpu_us_per_token"] > 0
+    assert {"ttft_p99_ratio", "cpu_per_token_ratio"} <= set(document["targets"])
 
 
 def test_a_proxy_that_cannot_start_fails_the_run_with_its_reason(tmp_path: Path) -> None:
