@@ -108,18 +108,32 @@ class AdmissionMetrics:
             ["pool"],
             registry=registry,
         )
+        # label children by (pool, band) and pool: every admitted request reports its wait
+        # and the saturation, so each is looked up here once, not built per request
+        self._waits: dict[tuple[str, str], Any] = {}
+        self._depths: dict[tuple[str, str], Any] = {}
+        self._saturations: dict[str, Any] = {}
 
     def queue_depth(self, pool: str, band: str, depth: int) -> None:
-        self._depth.labels(pool, band).set(depth)
+        child = self._depths.get((pool, band))
+        if child is None:
+            child = self._depths[(pool, band)] = self._depth.labels(pool, band)
+        child.set(depth)
 
     def admitted(self, pool: str, band: str, waited: float) -> None:
-        self._wait.labels(pool, band).observe(waited)
+        child = self._waits.get((pool, band))
+        if child is None:
+            child = self._waits[(pool, band)] = self._wait.labels(pool, band)
+        child.observe(waited)
 
     def rejected(self, pool: str, band: str, reason: Any) -> None:
         self._rejected.labels(pool, band, str(reason)).inc()
 
     def saturation(self, pool: str, value: float) -> None:
-        self._saturation.labels(pool).set(value)
+        child = self._saturations.get(pool)
+        if child is None:
+            child = self._saturations[pool] = self._saturation.labels(pool)
+        child.set(value)
 
 
 class GatewayMetrics:
