@@ -287,11 +287,7 @@ class Gateway:
         )
         recorder = self.recorder
         self.metrics.watch_accounting(lambda: (recorder.stats.queued, recorder.stats.duplicates))
-        records = RecordBuilder(
-            self.recorder.record,
-            prices_by_model(config.models),
-            {m.name: m.pool for m in config.models},
-        )
+        records = RecordBuilder(self.recorder.record, {m.name: m.pool for m in config.models})
         self.pipeline = Pipeline(
             endpoints=self.endpoints,
             caps=Caps(
@@ -303,7 +299,12 @@ class Gateway:
             output=_output_policy(config),
             relay=self.relay,
             registry=self.registry,
-            settler=Settler(self.metrics, records),
+            settler=Settler(
+                self.metrics,
+                prices=prices_by_model(config.models),
+                leave=self.gate.leave,
+                record=records,
+            ),
             retries=config.proxy.retries,
             request_ids=_request_ids(),
             stopping=lambda: self.draining,

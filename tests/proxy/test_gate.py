@@ -35,9 +35,13 @@ def exchange(principal: Principal, *, body: int = 400, max_tokens: int | None = 
     return ex
 
 
-def served(ex: Exchange, prompt: int, completion: int) -> Exchange:
+def served(
+    ex: Exchange, prompt: int, completion: int, prices: dict[str, Prices] = PRICES
+) -> Exchange:
+    """``ex`` as the settle stage hands it to ``leave``: its usage and that usage's cost."""
     ex.replica = "r0"
     ex.usage = Usage(prompt, completion)
+    ex.cost = prices[ex.model].cost_of(ex.usage)
     return ex
 
 
@@ -231,8 +235,8 @@ async def test_a_fallback_chain_reserves_every_models_budget_and_charges_the_one
     cost = expensive["y"].cost_of(ex.reservation.usage())  # type: ignore[union-attr]
     usage = await limiter.usage(Subject("k1", "a", "ta"), Limits(), per_model, time.time())
     assert [b.spent for b in usage.budgets] == [cost] * 3
-    done = served(ex, 10, 10)
-    done.model = "y"  # the fallback served
+    ex.model = "y"  # the fallback served
+    done = served(ex, 10, 10, expensive)
     await g.leave(ticket, done)
     real = expensive["y"].cost_of(done.usage)  # type: ignore[arg-type]
     usage = await limiter.usage(Subject("k1", "a", "ta"), Limits(), per_model, time.time())

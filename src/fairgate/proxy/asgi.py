@@ -6,8 +6,7 @@ be added around its stages (identify, limit, admit) by omission.
 
 from __future__ import annotations
 
-from typing import Any
-
+from fairgate.core.asgi import Receive, Scope, Send
 from fairgate.proxy.pipeline import Pipeline
 
 __all__ = ["ProxyApp"]
@@ -17,7 +16,7 @@ class ProxyApp:
     def __init__(self, pipeline: Pipeline) -> None:
         self._pipeline = pipeline
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
             await self._pipeline.handle(scope, receive, send)
@@ -27,7 +26,7 @@ class ProxyApp:
             await _lifespan(receive, send)
 
 
-async def _lifespan(receive: Any, send: Any) -> None:
+async def _lifespan(receive: Receive, send: Send) -> None:
     # The Gateway starts and stops its components itself; lifespan is acknowledged only.
     while True:
         message = await receive()

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from fairgate.auth import allows
+from fairgate.core.asgi import Scope, Send
 from fairgate.core.errors import BadRequest, NotFound
 from fairgate.core.principal import Principal
 from fairgate.engines import (
@@ -35,7 +36,7 @@ from fairgate.proxy.exchange import Exchange
 
 __all__ = ["Candidate", "EndpointTable", "LocalHandler", "ModelEntry", "send_json"]
 
-LocalHandler = Callable[[dict[str, Any], Exchange, Any], Awaitable[None]]
+LocalHandler = Callable[[Scope, Exchange, Send], Awaitable[None]]
 _MODEL_PREFIX = b"/v1/models/"
 _MODEL_ROUTE = "/v1/models/{model}"
 
@@ -214,7 +215,7 @@ class EndpointTable:
         ex.requested_model = ex.model = entry.chain[0].name
         return ModelEntry(tuple(chain)) if len(chain) != len(entry.chain) else entry
 
-    async def _list_models(self, scope: dict[str, Any], ex: Exchange, send: Any) -> None:
+    async def _list_models(self, scope: Scope, ex: Exchange, send: Send) -> None:
         await send_json(send, 200, self._listing(ex.principal), ex)
 
     def _listing(self, principal: Principal | None) -> bytes:
@@ -242,7 +243,7 @@ class EndpointTable:
             )
         return body
 
-    async def _get_model(self, scope: dict[str, Any], ex: Exchange, send: Any) -> None:
+    async def _get_model(self, scope: Scope, ex: Exchange, send: Send) -> None:
         name = scope["path"][len("/v1/models/") :]
         canonical = self._canonical.get(name)
         principal = ex.principal
@@ -264,7 +265,7 @@ def _printable(name: str) -> str:
     return name[:200].encode("ascii", "backslashreplace").decode()
 
 
-async def send_json(send: Any, status: int, body: bytes, ex: Exchange) -> None:
+async def send_json(send: Send, status: int, body: bytes, ex: Exchange) -> None:
     ex.status = status
     await send(
         {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.proxy.usage import Usage
 
@@ -12,6 +13,8 @@ if TYPE_CHECKING:
     from fairgate.proxy.reservation import Reservation
 
 __all__ = ["Exchange", "Outcome"]
+
+_FREE = Money(0)
 
 
 class Outcome:
@@ -64,8 +67,11 @@ class Exchange:
     finished: float | None = None
     upstream_time: float = 0.0  # seconds spent waiting on upstreams
     content_events: int = 0
-    usage: Usage | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None  # what the request is charged, once settled (proxy.reservation)
+    cost: Money = _FREE  # the cost of ``usage`` at the served model's prices (proxy.settle)
+    sent_priority: int | None = None  # the priority the last attempt sent (none: not sent)
+    disconnected: bool = False  # the client went away while the request ran
+    complete: bool = False  # the request is settling: a disconnect no longer cancels it
     upstream_bodies: dict[str, bytes] = field(default_factory=dict)  # per candidate model
 
     @property

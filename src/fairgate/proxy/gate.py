@@ -4,7 +4,7 @@
     try:
         ...                                # route, forward, relay; ticket.dispatched()
     finally:
-        await gate.leave(ticket, ex)       # whatever happened, also on disconnect
+        await gate.leave(ticket, ex)       # by the settle stage, whatever happened (proxy.settle)
 
 ``enter`` runs, in this order, each only when configured for the request:
 
@@ -290,11 +290,11 @@ class Gate:
             ticket.lease.release()
         if ticket.grant is not None:
             ticket.grant.release()
-        # ``ex.usage`` is what the request is charged (``proxy.reservation.charge``); None
-        # when nothing reached an engine: the estimate is given back.
-        cost, tokens = Money(0), 0
+        # ``ex.usage`` is what the request is charged and ``ex.cost`` its cost, both set
+        # by the settle stage (``proxy.settle``); no usage when nothing reached an
+        # engine: the estimate is given back.
+        cost, tokens = ex.cost, 0
         if ex.usage is not None:
-            cost = self._cost(ex.model, ex.usage)
             tokens = ex.usage.prompt_tokens + ex.usage.completion_tokens
         if ticket.pool is not None:
             pool, org = ticket.pool, ticket.org

@@ -8,10 +8,9 @@ are GPU-hours as decimal strings, and integer micro-units.
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
+from fairgate.core.asgi import Scope, Send
 from fairgate.proxy.endpoints import LocalHandler, send_json
 from fairgate.proxy.exchange import Exchange
 from fairgate.proxy.gate import Gate
@@ -20,7 +19,7 @@ __all__ = ["me_handler"]
 
 
 def me_handler(gate: Gate) -> LocalHandler:
-    async def me(scope: dict[str, Any], ex: Exchange, send: Any) -> None:
+    async def me(scope: Scope, ex: Exchange, send: Send) -> None:
         assert ex.principal is not None
         body = orjson.dumps(await gate.standing(ex.principal))
         await send_json(send, 200, body, ex)

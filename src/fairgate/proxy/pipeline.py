@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from fairgate.core.asgi import Receive, Scope, Send
 from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.errors import (
     BadRequest,
@@ -29,7 +30,7 @@ from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.gate import Gate, Ticket
 from fairgate.proxy.relay import AttemptFailed, Relay, SlowReader
 from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, read_body
-from fairgate.proxy.reservation import OutputPolicy, charge
+from fairgate.proxy.reservation import OutputPolicy
 from fairgate.proxy.responses import ResponseScope
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.share import share_header
@@ -84,7 +85,7 @@ class Pipeline:
         # decided once: without a rule for inference, no request pays for a check
         self._rules = rules if rules is not None and rules.restricts("inference") else None
 
-    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         client = scope.get("client")
         peer = client[0] if client else ""
         ex = Exchange(
@@ -145,7 +146,7 @@ class Pipeline:
             ex.outcome, ex.reason = Outcome.SLOW_READER, "client_fell_behind"
             _abort_connection(scope)
         except asyncio.CancelledError:
-            disconnected = bool(ex.extra.get("disconnected"))
+            disconnected = ex.disconnected
             if not disconnected and not self._stopping():
                 raise
             task = asyncio.current_task()
@@ -159,17 +160,12 @@ class Pipeline:
                 ex.outcome, ex.reason = Outcome.TRUNCATED, "shutdown"
                 await _end_at_shutdown(send, ex)
         finally:
-            ex.extra["complete"] = True
             if watcher is not None:
                 _unwatch(watcher)
-            ex.finished = time.monotonic()
-            charge(ex)
-            if ticket is not None and self._gate is not None:
-                await self._gate.leave(ticket, ex)
-            self._settler.settle(ex)
+            await self._settler.settle(ex, ticket)
 
     def _scan_headers(
-        self, scope: dict[str, Any], ex: Exchange
+        self, scope: Scope, ex: Exchange
     ) -> tuple[bytes | None, bytes | None, bytes | None]:
         """One pass over the request's headers: content type, accept, the session and
         whether a body is announced onto the exchange; returns the Authorization,
@@ -198,7 +194,7 @@ class Pipeline:
                 tags = value
         return authorization, length, tags
 
-    async def _read(self, receive: Any, ex: Exchange, length: bytes | None) -> None:
+    async def _read(self, receive: Receive, ex: Exchange, length: bytes | None) -> None:
         declared = None
         if length is not None:
             try:
@@ -220,7 +216,7 @@ class Pipeline:
             )
 
     async def _forward(
-        self, ex: Exchange, entry: ModelEntry, send: Any, ticket: Ticket | None = None
+        self, ex: Exchange, entry: ModelEntry, send: Send, ticket: Ticket | None = None
     ) -> None:
         budget = 1 + self._retries
         last: AttemptFailed | None = None
@@ -250,10 +246,10 @@ class Pipeline:
                     self._settler.attempt_failed(replica.name, failed.reason)
                     if failed.ran:
                         ex.unanswered += 1
-                    if failed.reason in ("total_timeout", "response_too_large"):
-                        replica.breaker.abandon()  # not the replica's fault
-                    else:
+                    if failed.replica_at_fault:
                         replica.breaker.failure()
+                    else:
+                        replica.breaker.abandon()
                     last = failed
                     ex.reason = failed.reason
                     if not failed.retryable:
@@ -288,14 +284,14 @@ class Pipeline:
         await send({"type": "http.response.body", "body": body})
 
     async def _attempt(
-        self, ex: Exchange, candidate: Any, replica: Any, send: Any, ticket: Ticket | None
+        self, ex: Exchange, candidate: Any, replica: Any, send: Send, ticket: Ticket | None
     ) -> None:
         adapter = replica.adapter
         body = candidate.body_for(ex)
         headers = candidate.headers_for(ex, replica)
         target = replica.prefix + candidate.upstream_target(ex.endpoint)
         # what the engine is told: an engine without a priority scheduler gets none
-        ex.extra["sent_priority"] = ex.priority if adapter.sends_priority else None
+        ex.sent_priority = ex.priority if adapter.sends_priority else None
         share = ticket.within_share if ticket is not None else None
         with self._registry.lease(replica, share):
             if ticket is not None:
@@ -346,7 +342,7 @@ def _check_fields(ex: Exchange, entry: ModelEntry) -> None:
 _Watcher = Callable[[Callable[[], None] | None], None] | asyncio.Task[None]
 
 
-def _watch_disconnect(scope: dict[str, Any], receive: Any, ex: Exchange) -> _Watcher:
+def _watch_disconnect(scope: Scope, receive: Receive, ex: Exchange) -> _Watcher:
     """Cancel the request's task the moment its client disconnects (upstream cancelled with it).
 
     The listener's protocol calls back on connection loss; under a server without
@@ -356,8 +352,8 @@ def _watch_disconnect(scope: dict[str, Any], receive: Any, ex: Exchange) -> _Wat
     task = asyncio.current_task()
 
     def lost() -> None:
-        if not ex.extra.get("complete") and task is not None:
-            ex.extra["disconnected"] = True
+        if not ex.complete and task is not None:
+            ex.disconnected = True
             task.cancel()
 
     register = scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
@@ -380,14 +376,14 @@ def _unwatch(watcher: _Watcher) -> None:
         watcher(None)
 
 
-def _abort_connection(scope: dict[str, Any]) -> None:
+def _abort_connection(scope: Scope) -> None:
     """Reset the client's connection: one that stopped reading cannot be closed politely."""
     abort = scope.get("extensions", {}).get(ABORT_EXTENSION)
     if abort is not None:
         abort()
 
 
-async def _end_at_shutdown(send: Any, ex: Exchange) -> None:
+async def _end_at_shutdown(send: Send, ex: Exchange) -> None:
     if not ex.responded:
         error = ServiceUnavailable("the gateway is shutting down", code="shutting_down")
         ex.status = error.status
@@ -400,12 +396,12 @@ async def _end_at_shutdown(send: Any, ex: Exchange) -> None:
 def _share(ex: Exchange, ticket: Ticket | None) -> list[tuple[bytes, bytes]]:
     """``X-Fairgate-Share`` for the answer, read now (after dispatch), or nothing; the
     priority is the one the last attempt sent (none before any attempt)."""
-    header = share_header(ticket, ex.extra.get("sent_priority"))
+    header = share_header(ticket, ex.sent_priority)
     return [] if header is None else [header]
 
 
 async def _send_error(
-    send: Any, error: GatewayError, ex: Exchange, extra: Sequence[tuple[bytes, bytes]] = ()
+    send: Send, error: GatewayError, ex: Exchange, extra: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
     body = error.body()
     headers = [

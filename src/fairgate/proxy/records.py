@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-from fairgate.accounting import Prices, UsageRecord
+from fairgate.accounting import UsageRecord
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.usage import Usage
 
@@ -22,18 +22,17 @@ _NO_USAGE = Usage()
 class RecordBuilder:
     """Turns finished exchanges into usage records and hands them to ``record``.
 
-    ``record`` is the recorder's non-blocking ``record()``; ``prices`` and ``pools``
-    are per canonical model name, built once from the configuration.
+    ``record`` is the recorder's non-blocking ``record()``; ``pools`` is per canonical
+    model name, built once from the configuration. The cost is the exchange's, computed
+    once when it was settled (``proxy.settle``), as the limits and budgets were charged.
     """
 
     def __init__(
         self,
         record: Callable[[UsageRecord], bool],
-        prices: Mapping[str, Prices],
         pools: Mapping[str, str | None],
     ) -> None:
         self._record = record
-        self._prices = prices
         self._pools = pools
 
     def __call__(self, ex: Exchange) -> None:
@@ -41,8 +40,6 @@ class RecordBuilder:
         if principal is None:
             return
         usage = ex.usage or _NO_USAGE
-        prices = self._prices.get(ex.model)
-        cost = prices.cost_of(usage).micro if prices is not None else 0
         finished = ex.finished or ex.started
         status = ex.status or (499 if ex.outcome == Outcome.CLIENT_ABORT else 0)
         self._record(
@@ -63,7 +60,7 @@ class RecordBuilder:
                 prompt_tokens=usage.prompt_tokens,
                 completion_tokens=usage.completion_tokens,
                 cached_tokens=usage.cached_tokens,
-                cost_micro=cost,
+                cost_micro=ex.cost.micro,
                 estimated=usage.estimated,
                 ttft_ms=(
                     round((ex.first_byte_at - ex.started) * 1000)

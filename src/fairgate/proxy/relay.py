@@ -33,6 +33,7 @@ from typing import Any
 
 from prometheus_client import Gauge
 
+from fairgate.core.asgi import Message, Send
 from fairgate.core.errors import BadGateway, GatewayError, GatewayTimeout
 from fairgate.proxy.encoding import TooLarge, Undecodable, decode, is_encoded, scrub
 from fairgate.proxy.exchange import Exchange, Outcome
@@ -75,6 +76,9 @@ class AttemptFailed(Exception):
     relayed instead when it is the last one. ``ran`` is true when the engine may
     have generated for the request (it was sent, and no answer says otherwise):
     such an attempt is charged its reservation (``proxy.reservation``).
+    ``replica_at_fault`` is false when the failure says nothing about the replica's
+    health (the request's own total deadline ran out, its answer is over the size
+    bound): the replica's breaker forgets the attempt instead of counting a failure.
     """
 
     def __init__(
@@ -85,9 +89,11 @@ class AttemptFailed(Exception):
         retryable: bool,
         answer: tuple[int, bytes, bytes] | None = None,
         ran: bool = True,
+        replica_at_fault: bool = True,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.replica_at_fault = replica_at_fault
         self.error = error
         self.retryable = retryable
         self.answer = answer
@@ -133,7 +139,13 @@ class Relay:
     def _remaining(self, ex: Exchange, limit: float, *, sent: bool = True) -> float:
         left = ex.started + self.deadlines.total - time.monotonic()
         if left <= 0:
-            raise AttemptFailed("total_timeout", _total_timeout(), retryable=False, ran=sent)
+            raise AttemptFailed(
+                "total_timeout",
+                _total_timeout(),
+                retryable=False,
+                ran=sent,
+                replica_at_fault=False,
+            )
         return min(limit, left)
 
     async def open(
@@ -167,11 +179,12 @@ class Relay:
                     ran=False,
                 ) from None
             except TimeoutError:
-                reason = "total_timeout" if _past(ex, d.total) else "headers_timeout"
+                mine = not _past(ex, d.total)  # the engine's slowness, not the request's
                 raise AttemptFailed(
-                    reason,
+                    "headers_timeout" if mine else "total_timeout",
                     GatewayTimeout("the model did not answer in time"),
-                    retryable=reason == "headers_timeout",
+                    retryable=mine,
+                    replica_at_fault=mine,
                 ) from None
             except UpstreamConnectError as exc:
                 raise AttemptFailed(
@@ -235,24 +248,29 @@ class Relay:
         try:
             return decode(body, coding, self.deadlines.max_response_bytes)
         except TooLarge:
-            reason, message = "response_too_large", "the model's answer is too large"
+            reason, message, fault = "response_too_large", "the model's answer is too large", False
         except Undecodable:
-            reason, message = "undecodable_answer", "the model's answer could not be read"
+            reason, message, fault = (
+                "undecodable_answer",
+                "the model's answer could not be read",
+                True,
+            )
         # the coding is the engine's text: it may quote the internal key too
         shown = None if coding is None else scrub(coding, key)
         log.warning("an engine answer with Content-Encoding %r was not relayed: %s", shown, reason)
-        raise AttemptFailed(reason, BadGateway(message), retryable=False)
+        raise AttemptFailed(reason, BadGateway(message), retryable=False, replica_at_fault=fault)
 
     async def _read_first_event(self, ex: Exchange, response: UpstreamResponse) -> bytes:
         try:
             async with asyncio.timeout(self._remaining(ex, self.deadlines.first_token)):
                 first = await response.read_chunk()
         except TimeoutError:
-            reason = "total_timeout" if _past(ex, self.deadlines.total) else "first_token_timeout"
+            mine = not _past(ex, self.deadlines.total)
             raise AttemptFailed(
-                reason,
+                "first_token_timeout" if mine else "total_timeout",
                 GatewayTimeout("the model produced no output in time"),
-                retryable=reason == "first_token_timeout",
+                retryable=mine,
+                replica_at_fault=mine,
             ) from None
         except (UpstreamError, OSError):
             raise AttemptFailed(
@@ -272,6 +290,7 @@ class Relay:
                 "response_too_large",
                 BadGateway("the model's answer is too large"),
                 retryable=False,
+                replica_at_fault=False,
             )
         try:
             # One deadline for the whole body: engines send a plain answer at once, after
@@ -283,11 +302,15 @@ class Relay:
                 "response_too_large",
                 BadGateway("the model's answer is too large"),
                 retryable=False,
+                replica_at_fault=False,
             ) from None
         except TimeoutError:
-            reason = "total_timeout" if _past(ex, self.deadlines.total) else "idle_timeout"
+            mine = not _past(ex, self.deadlines.total)
             raise AttemptFailed(
-                reason, GatewayTimeout("the model stopped answering"), retryable=False
+                "idle_timeout" if mine else "total_timeout",
+                GatewayTimeout("the model stopped answering"),
+                retryable=False,
+                replica_at_fault=mine,
             ) from None
         except (UpstreamError, OSError):
             raise AttemptFailed(
@@ -297,7 +320,7 @@ class Relay:
     # -- after the point of no return -------------------------------------------------
 
     async def send_whole(
-        self, ex: Exchange, opened: Opened, send: Any, extra_headers: list[tuple[bytes, bytes]]
+        self, ex: Exchange, opened: Opened, send: Send, extra_headers: list[tuple[bytes, bytes]]
     ) -> None:
         """Relay a plain (non-stream) answer and take its usage (from the decompressed copy
         of a compressed one)."""
@@ -323,7 +346,7 @@ class Relay:
         self,
         ex: Exchange,
         opened: Opened,
-        send: Any,
+        send: Send,
         extra_headers: list[tuple[bytes, bytes]],
         *,
         strip_usage: bool,
@@ -430,7 +453,7 @@ class Relay:
         left = ex.started + self.deadlines.total - time.monotonic()
         return max(0.0, min(self.deadlines.idle, left))
 
-    async def _send(self, send: Any, message: dict[str, Any]) -> None:
+    async def _send(self, send: Send, message: Message) -> None:
         try:
             async with asyncio.timeout(self.deadlines.slow_reader):
                 await send(message)

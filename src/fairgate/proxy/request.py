@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from fairgate.core.asgi import Receive
 from fairgate.core.errors import BadRequest, PayloadTooLarge
 
 __all__ = ["Caps", "ClientGone", "check_caps", "parse_json", "read_body"]
@@ -46,7 +47,7 @@ class Caps:
     max_grammar_bytes: int
 
 
-async def read_body(receive: Any, declared: int | None, caps: Caps) -> bytes:
+async def read_body(receive: Receive, declared: int | None, caps: Caps) -> bytes:
     """The whole request body, or PayloadTooLarge / BadRequest / ClientGone."""
     limit = caps.max_body_bytes
     if declared is not None and declared > limit:

@@ -1,32 +1,82 @@
-"""The last stage: metrics and the log line for every request, whatever its outcome.
+"""The last stage: every request is settled once, whatever its outcome, in this order:
 
-Runs in the pipeline's ``finally``; it must never raise and never block.
-Accounting records join here when the accounting package lands.
+1. charge    ``ex.usage`` becomes what the request is charged (``proxy.reservation.charge``)
+2. cost      ``ex.cost``: that usage at the served model's prices, computed here only
+3. leave     the limits, the fair-share claim and the admission lease are given back,
+             the limits and budgets charged ``ex.usage`` and ``ex.cost`` (the gate)
+4. record    the accounting record, at the same cost (``proxy.records``)
+5. metrics   and the log line
+
+It is the one call of the pipeline's ``finally``. Only the leave step awaits (the
+state back end); the record and the metrics run even when it is cancelled, and
+nothing here raises but that ``CancelledError``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
+from fairgate.accounting import Prices
+from fairgate.core.money import Money
 from fairgate.observability.metrics import GatewayMetrics
 from fairgate.proxy.exchange import Exchange, Outcome
+from fairgate.proxy.reservation import charge
+
+if TYPE_CHECKING:
+    from fairgate.proxy.gate import Ticket
 
 __all__ = ["Settler"]
+
+_FREE = Money(0)
 
 log = logging.getLogger("fairgate.request")
 
 
 class Settler:
+    """``prices`` per canonical model (a model without any costs nothing); ``leave`` gives
+    back what a ticket holds (the gate's); ``record`` builds the accounting record."""
+
     def __init__(
-        self, metrics: GatewayMetrics, record: Callable[[Exchange], None] | None = None
+        self,
+        metrics: GatewayMetrics,
+        *,
+        prices: Mapping[str, Prices] | None = None,
+        leave: Callable[[Ticket, Exchange], Awaitable[None]] | None = None,
+        record: Callable[[Exchange], None] | None = None,
     ) -> None:
         self._m = metrics
+        self._prices: Mapping[str, Prices] = {} if prices is None else prices
+        self._leave = leave
         self._record = record
         # Read once: the level does not change while serving, and the check costs µs.
         self._debug = log.isEnabledFor(logging.DEBUG)
 
-    def settle(self, ex: Exchange) -> None:
+    def cost_of(self, ex: Exchange) -> Money:
+        """What ``ex.usage`` costs at the prices of the model that served (nothing when
+        no engine was reached)."""
+        usage = ex.usage
+        if usage is None:
+            return _FREE
+        prices = self._prices.get(ex.model)
+        return prices.cost_of(usage) if prices is not None else _FREE
+
+    async def settle(self, ex: Exchange, ticket: Ticket | None = None) -> None:
+        """Settle ``ex`` in the order of the module text; ``ticket`` is what the gate
+        admitted it with (None: refused before, or no gate)."""
+        ex.complete = True  # from here on a disconnect does not cancel the request
+        ex.finished = time.monotonic()
+        charge(ex)
+        ex.cost = self.cost_of(ex)
+        try:
+            if ticket is not None and self._leave is not None:
+                await self._leave(ticket, ex)
+        finally:
+            self._account(ex)
+
+    def _account(self, ex: Exchange) -> None:
         if self._record is not None:
             try:
                 self._record(ex)

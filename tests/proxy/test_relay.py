@@ -1,0 +1,243 @@
+"""One attempt on a real engine connection and the relay of its answer (``proxy.relay``).
+
+The engine is a TCP server in the test that writes the HTTP/1.1 answer it is given
+(and may break it off), read by the gateway's own upstream pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pytest
+
+from fairgate.proxy.exchange import Exchange, Outcome
+from fairgate.proxy.relay import AttemptFailed, Deadlines, Relay
+from fairgate.proxy.reservation import Reservation, charge
+from fairgate.proxy.usage import Usage
+from fairgate.upstream import UpstreamPool
+
+DEADLINES = Deadlines(
+    connect=5,
+    headers=5,
+    first_token=5,
+    idle=5,
+    total=10,
+    slow_reader=5,
+    max_response_bytes=4096,
+)
+
+
+@dataclass(frozen=True)
+class Engine:
+    host: str
+    port: int
+    tls: bool = False
+    internal_key: str | None = None
+
+
+Serve = Callable[..., Awaitable[Engine]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """``await serve(answer, hold=False)``: an engine that reads one request and writes
+    ``answer`` (then holds the connection open when ``hold``, else closes it)."""
+    servers: list[asyncio.Server] = []
+    release = asyncio.Event()
+
+    async def start(answer: bytes, *, hold: bool = False) -> Engine:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            writer.write(answer)
+            await writer.drain()
+            if hold:
+                await release.wait()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        servers.append(server)
+        return Engine("127.0.0.1", server.sockets[0].getsockname()[1])
+
+    yield start
+    release.set()
+    for server in servers:
+        server.close()
+        await server.wait_closed()
+
+
+def plain(status: int, body: bytes, content_type: bytes = b"application/json") -> bytes:
+    return b"HTTP/1.1 %d X\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s" % (
+        status,
+        content_type,
+        len(body),
+        body,
+    )
+
+
+def chunked_stream(*events: bytes) -> bytes:
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events)
+
+
+def content(text: str) -> bytes:
+    return (
+        b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}) + b"\n\n"
+    )
+
+
+class Client:
+    """What the client received, message by message."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+
+    @property
+    def status(self) -> int:
+        return int(self.messages[0]["status"])
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.messages[1:])
+
+
+def exchange(*, stream: bool) -> Exchange:
+    ex = Exchange("r1", "POST", "/v1/chat/completions", time.monotonic(), stream=stream)
+    ex.endpoint = "/v1/chat/completions"
+    ex.reservation = Reservation(prompt_tokens=250, completion_tokens=64)
+    return ex
+
+
+async def attempt(
+    engine: Engine, ex: Exchange, deadlines: Deadlines = DEADLINES
+) -> tuple[Client, Exchange]:
+    pool = UpstreamPool(connect_timeout=5)
+    relay = Relay(deadlines, pool)
+    client = Client()
+    headers = [(b"host", b"engine"), (b"content-type", b"application/json")]
+    try:
+        opened = await relay.open(ex, engine, b"/v1/chat/completions", headers, b"{}")
+        ex.replica = "r0"
+        if opened.streaming:
+            await relay.stream(ex, opened, client.send, [], strip_usage=False)
+        else:
+            await relay.send_whole(ex, opened, client.send, [])
+    finally:
+        await pool.close()
+    return client, ex
+
+
+async def test_a_plain_answers_usage_is_read_from_its_body(serve: Serve) -> None:
+    body = orjson.dumps(
+        {
+            "id": "c1",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
+        }
+    )
+    client, ex = await attempt(await serve(plain(200, body)), exchange(stream=False))
+    assert (client.status, client.body) == (200, body)
+    assert ex.usage == Usage(12, 5)
+    charge(ex)
+    assert ex.usage == Usage(12, 5)  # the engine's figures, not the reservation
+
+
+async def test_a_plain_answer_without_usage_is_charged_its_reservation(serve: Serve) -> None:
+    body = b'{"id":"c1","choices":[]}'
+    client, ex = await attempt(await serve(plain(200, body)), exchange(stream=False))
+    assert client.body == body
+    assert ex.usage is None
+    charge(ex)
+    assert ex.usage == Usage(250, 64, estimated=True)
+
+
+async def test_a_stream_cut_by_the_engine_is_charged_its_reservation_flagged_estimated(
+    serve: Serve,
+) -> None:
+    # two tokens, then the engine closes the connection: no usage, no [DONE]
+    engine = await serve(chunked_stream(content("a"), content("b")))
+    client, ex = await attempt(engine, exchange(stream=True))
+    assert client.status == 200
+    assert client.body.startswith(content("a") + content("b"))
+    assert b"[DONE]" not in client.body
+    assert b'"error"' in client.body  # the client is told the stream broke off
+    assert ex.outcome == Outcome.TRUNCATED
+    assert ex.usage is None
+    charge(ex)
+    assert ex.usage == Usage(250, 64, estimated=True)
+
+
+async def test_a_whole_stream_is_charged_its_reported_usage(serve: Serve) -> None:
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}\n\n'
+    engine = await serve(chunked_stream(content("a"), usage, b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    client, ex = await attempt(engine, exchange(stream=True))
+    assert client.body == content("a") + usage + b"data: [DONE]\n\n"
+    assert ex.outcome == Outcome.OK
+    charge(ex)
+    assert ex.usage == Usage(7, 2)
+
+
+async def test_an_engines_503_is_retried_elsewhere_and_its_answer_kept(serve: Serve) -> None:
+    body = b'{"error":{"message":"overloaded"}}'
+    with pytest.raises(AttemptFailed) as failed:
+        await attempt(await serve(plain(503, body)), exchange(stream=False))
+    assert failed.value.retryable
+    assert failed.value.replica_at_fault  # the breaker counts it against the replica
+    assert failed.value.answer == (503, b"application/json", body)
+    assert not failed.value.ran  # it answered: nothing to charge for this attempt
+
+
+async def test_an_answer_over_the_size_bound_is_not_the_replicas_fault(serve: Serve) -> None:
+    body = b'{"x":"' + b"a" * 5000 + b'"}'
+    with pytest.raises(AttemptFailed) as failed:
+        await attempt(await serve(plain(200, body)), exchange(stream=False))
+    assert failed.value.reason == "response_too_large"
+    assert not failed.value.retryable
+    assert not failed.value.replica_at_fault  # the request asked for too much
+    assert failed.value.ran  # the engine generated it: charged the reservation
+
+
+async def test_the_requests_own_deadline_running_out_is_not_the_replicas_fault(
+    serve: Serve,
+) -> None:
+    silent = await serve(b"", hold=True)  # reads the request, never answers
+    ex = exchange(stream=False)
+    ex.started -= DEADLINES.total - 0.2  # the request has 0.2 s of its total left
+    with pytest.raises(AttemptFailed) as failed:
+        await attempt(silent, ex)
+    assert failed.value.reason == "total_timeout"
+    assert not failed.value.replica_at_fault
+    assert failed.value.ran  # sent: the engine may be generating, charged
+
+
+async def test_an_engine_slower_than_the_headers_deadline_is_at_fault(serve: Serve) -> None:
+    silent = await serve(b"", hold=True)
+    short = Deadlines(
+        connect=5,
+        headers=0.2,
+        first_token=5,
+        idle=5,
+        total=10,
+        slow_reader=5,
+        max_response_bytes=4096,
+    )
+    with pytest.raises(AttemptFailed) as failed:
+        await attempt(silent, exchange(stream=False), short)
+    assert failed.value.reason == "headers_timeout"
+    assert failed.value.retryable
+    assert failed.value.replica_at_fault

@@ -1,0 +1,222 @@
+"""The settle stage: one cost per request, the same in the budgets and in the record.
+
+A real gate (limits and budgets on the memory and the Redis back end) gives back
+what it admitted; the records are the ``UsageRecord`` values the recorder would
+have queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from fairgate.accounting import Prices, UsageRecord
+from fairgate.core.clock import SystemClock
+from fairgate.core.money import Money
+from fairgate.core.principal import Principal
+from fairgate.limits import Budget, BudgetBook, Limiter, Limits, Subject, prompt_tokens
+from fairgate.observability.metrics import GatewayMetrics
+from fairgate.proxy.exchange import Exchange, Outcome
+from fairgate.proxy.gate import Gate, Ticket
+from fairgate.proxy.records import RecordBuilder
+from fairgate.proxy.reservation import Reservation
+from fairgate.proxy.settle import Settler
+from fairgate.proxy.usage import Usage
+from fairgate.state import MemoryCounterStore, RedisCounterStore
+
+PRICES = {
+    "m": Prices(Money.from_units(1).micro, Money.from_units(2).micro, 0),
+    "dear": Prices(Money.from_units(5).micro, Money.from_units(7).micro, 0),
+}
+BUDGET = Budget("team", "ta", None, "day", max=Money(10**12))
+KEY = Principal("k1", "a", "ta")
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    if request.param == "memory":
+        yield MemoryCounterStore()
+        return
+    redis = RedisCounterStore(
+        request.getfixturevalue("redis_url"), prefix=f"fg-test:settle:{id(request)}:"
+    )
+    yield redis
+    await redis.aclose()
+
+
+class Books:
+    """A gate and a settler wired as the gateway wires them, and what they recorded."""
+
+    def __init__(self, store: Any) -> None:
+        book = BudgetBook((BUDGET,))
+        self.store = store
+        self.gate = Gate(
+            limiter=Limiter(store),
+            budgets=lambda: book,
+            prices=PRICES,
+            pools={"m": None, "dear": None},
+            classes={"m": "interactive", "dear": "interactive"},
+            clock=SystemClock(),
+        )
+        self.records: list[UsageRecord] = []
+        self.metrics = GatewayMetrics()
+        records = RecordBuilder(self._keep, {"m": None, "dear": None})
+        self.settler = Settler(self.metrics, prices=PRICES, leave=self.gate.leave, record=records)
+
+    def _keep(self, record: UsageRecord) -> bool:
+        self.records.append(record)
+        return True
+
+    async def spent(self) -> Money:
+        usage = await Limiter(self.store).usage(
+            Subject(KEY.key_id, KEY.org, KEY.team), Limits(), (BUDGET,), time.time()
+        )
+        return usage.budgets[0].spent
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def exchange(*, body: int = 400, max_tokens: int = 100) -> Exchange:
+    ex = Exchange("r1", "POST", "/v1/chat/completions", time.monotonic(), principal=KEY)
+    ex.endpoint = "/v1/chat/completions"
+    ex.requested_model = ex.model = "m"
+    ex.chain = ("m", "dear")
+    ex.prompt_bytes = body
+    ex.parsed = {"max_tokens": max_tokens}
+    ex.reservation = Reservation(prompt_tokens(body), max_tokens)
+    return ex
+
+
+async def admitted(books: Books, ex: Exchange) -> Ticket:
+    ticket = await books.gate.enter(ex)
+    # admitted at the dearest model of the chain: the reservation is on the budget
+    assert await books.spent() == PRICES["dear"].cost_of(ex.reservation.usage())  # type: ignore[union-attr]
+    return ticket
+
+
+async def test_the_budget_and_the_record_get_the_one_cost_of_the_model_that_served(
+    store: Any,
+) -> None:
+    books = Books(store)
+    ex = exchange()
+    ticket = await admitted(books, ex)
+    ex.model, ex.replica, ex.status = "dear", "r0", 200  # the fallback served
+    ex.usage = Usage(1_000, 300)
+    await books.settler.settle(ex, ticket)
+    cost = PRICES["dear"].cost_of(Usage(1_000, 300))
+    assert cost != PRICES["m"].cost_of(Usage(1_000, 300))
+    assert ex.cost == cost
+    assert await books.spent() == cost
+    [record] = books.records
+    assert (record.cost, record.model, record.prompt_tokens, record.completion_tokens) == (
+        cost,
+        "dear",
+        1_000,
+        300,
+    )
+    assert not record.estimated
+    assert books.metric("fairgate_tokens_total", model="dear", kind="prompt") == 1_000
+
+
+async def test_an_answer_without_usage_is_charged_its_reservation_flagged_estimated(
+    store: Any,
+) -> None:
+    books = Books(store)
+    ex = exchange(body=4_000, max_tokens=50)
+    ticket = await admitted(books, ex)
+    ex.replica, ex.status, ex.outcome = "r0", 200, Outcome.TRUNCATED
+    ex.unanswered = 1  # and one earlier attempt that timed out after it was sent
+    await books.settler.settle(ex, ticket)
+    charged = Usage(2 * 1_000, 2 * 50, estimated=True)
+    assert ex.usage == charged
+    [record] = books.records
+    assert (record.prompt_tokens, record.completion_tokens, record.estimated) == (
+        2_000,
+        100,
+        True,
+    )
+    assert record.cost == await books.spent() == PRICES["m"].cost_of(charged)
+    assert books.metric("fairgate_usage_estimated_total", model="m") == 1
+
+
+async def test_a_request_that_reached_no_engine_gives_its_estimate_back(store: Any) -> None:
+    books = Books(store)
+    ex = exchange()
+    ticket = await admitted(books, ex)
+    ex.status, ex.outcome, ex.reason = 503, Outcome.UPSTREAM_ERROR, "no_replica"
+    await books.settler.settle(ex, ticket)
+    assert await books.spent() == Money(0)
+    [record] = books.records
+    assert (record.status, record.outcome, record.cost_micro, record.prompt_tokens) == (
+        503,
+        "upstream_error",
+        0,
+        0,
+    )
+
+
+async def test_a_refused_request_is_recorded_refused_and_counted_by_its_reason(
+    store: Any,
+) -> None:
+    books = Books(store)
+    ex = exchange()
+    ex.status, ex.outcome, ex.reason = 429, Outcome.REFUSED, "rpm"
+    await books.settler.settle(ex, None)  # refused before the gate admitted it
+    [record] = books.records
+    assert (record.key_id, record.status, record.outcome, record.cost_micro) == (
+        "k1",
+        429,
+        "refused",
+        0,
+    )
+    assert books.metric("fairgate_denials_total", reason="rpm") == 1
+    assert books.metric("fairgate_requests_total", model="m", route=ex.endpoint, status="429") == 1
+
+
+async def test_a_request_whose_key_is_unknown_has_no_record_but_is_counted(store: Any) -> None:
+    books = Books(store)
+    ex = Exchange("r2", "POST", "/v1/chat/completions", time.monotonic())
+    ex.status, ex.outcome, ex.reason = 401, Outcome.REFUSED, "invalid_api_key"
+    await books.settler.settle(ex, None)
+    assert books.records == []
+    assert books.metric("fairgate_denials_total", reason="invalid_api_key") == 1
+
+
+async def test_the_record_is_kept_when_the_leave_step_is_cancelled() -> None:
+    """A cancellation while the state back end is being answered (the server's grace
+    period ran out) still leaves the request's record and its metrics."""
+    records: list[UsageRecord] = []
+    entered = asyncio.Event()
+
+    async def leave(ticket: Ticket, ex: Exchange) -> None:
+        entered.set()
+        await asyncio.Event().wait()  # a back end that never answers
+
+    metrics = GatewayMetrics()
+    settler = Settler(
+        metrics,
+        prices=PRICES,
+        leave=leave,
+        record=RecordBuilder(lambda r: records.append(r) is None, {"m": None}),
+    )
+    ex = exchange()
+    ex.replica, ex.status, ex.usage = "r0", 200, Usage(10, 10)
+    ticket = await Books(MemoryCounterStore()).gate.enter(ex)
+    task = asyncio.ensure_future(settler.settle(ex, ticket))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [record] = records
+    assert record.cost == PRICES["m"].cost_of(Usage(10, 10))
+    assert (
+        metrics.registry.get_sample_value(
+            "fairgate_requests_total", {"model": "m", "route": ex.endpoint, "status": "200"}
+        )
+        == 1
+    )
