@@ -29,7 +29,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from prometheus_client import Gauge
 
@@ -49,7 +49,7 @@ from fairgate.upstream import (
     UpstreamTooLarge,
 )
 
-__all__ = ["AttemptFailed", "Deadlines", "Opened", "Relay", "SlowReader"]
+__all__ = ["AttemptFailed", "Deadlines", "Opened", "Relay", "SlowReader", "Target"]
 
 log = logging.getLogger("fairgate.proxy")
 
@@ -66,6 +66,20 @@ class Deadlines:
     total: float
     slow_reader: float
     max_response_bytes: int
+
+
+class Target(Protocol):
+    """Where an attempt goes: a replica's address and the internal key its engine wants
+    (``upstream.Replica``)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def tls(self) -> bool: ...
+    @property
+    def internal_key(self) -> str | None: ...
 
 
 class AttemptFailed(Exception):
@@ -151,7 +165,7 @@ class Relay:
     async def open(
         self,
         ex: Exchange,
-        replica: Any,
+        replica: Target,
         target: bytes,
         headers: list[tuple[bytes, bytes]],
         body: bytes,
