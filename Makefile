@@ -31,8 +31,10 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The full path (what operators run) on memory and on a private Redis, in one run;
+# BENCH_ARGS adds options (e.g. --repeat 2).
 bench: install
-	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/overhead.py --path full --state both $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

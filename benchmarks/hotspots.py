@@ -12,7 +12,17 @@ by ``;`` outermost first, then the number of samples. A frame reads
   (a socket write inside aiohttp is aiohttp's); a sample whose innermost Python frame is
   the loop runner itself is time in uvloop's C loop (epoll, callbacks' C parts);
 - **inclusive time by function** — every function on the stack, once per sample: the
-  share of CPU time spent in it and everything it called.
+  share of CPU time spent in it and everything it called;
+- **by stage** — each sample goes to one stage of the request path (identify → read →
+  limit → admit → route → relay → settle), or to the server, the upstream client, the
+  accounting writer or other (the loop, the interpreter), by the innermost frame that
+  matches a row of ``STAGES``: a regular expression on the frame's file (searched in the
+  path, so ``fairgate/limits/`` matches wherever the package lives) and one on its
+  function name. The first matching row wins; the fallback rows (the Redis client's
+  own I/O, the loop, asyncio) only when no other row matches any frame. A sample no
+  row matches is *unmapped*: its share says how far the table is behind the code, and
+  its top functions say which rows to add. The rows name modules and functions, not
+  line numbers, so a stage moved to a module of its own needs one row.
 
 py-spy leaves out samples where the process sleeps, so shares are of CPU time.
 ``record`` starts py-spy on a running process (root, or ptrace allowed, is needed).
@@ -29,7 +39,108 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Hotspots", "library_of", "parse", "record"]
+__all__ = ["STAGES", "Hotspots", "library_of", "parse", "record", "stage_of"]
+
+# (stage, file pattern, function pattern), the first match of the innermost matching frame
+# wins. Specific rows (a function in a module) before the module's catch-all row.
+STAGES: list[tuple[str, str, str]] = [
+    # settle: the pipeline's finally, the records, metrics, the limiter's and fair share's
+    # give-back (those functions live in the limit/admit modules)
+    ("settle", r"fairgate/proxy/(settle|records|reservation)\.py", r".*"),
+    ("settle", r"fairgate/proxy/(gate|limit|admit)\w*\.py", r"(^|\.)(leave|_settle\w*)$"),
+    ("settle", r"fairgate/limits/", r"(^|\.)(settle|_settle\w*|release|refund\w*)$"),
+    ("settle", r"fairgate/state/", r"(^|\.)(settle|release|refund\w*|charge|return\w*)$"),
+    ("settle", r"fairgate/accounting/(record|recorder|queue|cost)\.py", r".*"),
+    ("settle", r"fairgate/observability/", r".*"),
+    ("settle", r"fairgate/proxy/pipeline\.py", r"(^|\.)_?settle\w*$"),
+    # accounting writer: the batch to the store, SQLite in aiosqlite's thread
+    ("accounting writer", r"fairgate/accounting/", r".*"),
+    ("accounting writer", r"(^|/)(aiosqlite|sqlite3|sqlalchemy|asyncpg)/", r".*"),
+    # identify: the headers, the key, the network rules
+    ("identify", r"fairgate/(auth|tenancy)/", r".*"),
+    ("identify", r"fairgate/core/(client_addr|network|address_lists|cidr|principal)\.py", r".*"),
+    (
+        "identify",
+        r"fairgate/proxy/(pipeline|identify)\w*\.py",
+        r"(^|\.)(_scan_headers|_authenticate|identify)$",
+    ),
+    # read: body, model, caps and request policy, reservation estimate, salt, tags
+    ("read", r"fairgate/proxy/(request|salt|responses|read)\w*\.py", r".*"),
+    ("read", r"fairgate/proxy/pipeline\.py", r"(^|\.)(_read|_check_fields|read\w*)$"),
+    ("read", r"fairgate/engines/(body|output|policy|model_field|form|path)\.py", r".*"),
+    ("read", r"fairgate/proxy/(routes|endpoints)\.py", r".*"),
+    ("read", r"fairgate/proxy/(gate|tags)\w*\.py", r"(^|\.)(parse|TagPolicy\.parse|_subject)$"),
+    ("read", r"fairgate/limits/estimate\.py", r".*"),
+    ("read", r"(^|/)orjson", r".*"),
+    # admit: admission leases and the fair-share claim (state methods by name)
+    ("admit", r"fairgate/(admission|fairshare)/", r".*"),
+    ("admit", r"fairgate/limits/fairshare_state\.py", r".*"),
+    ("admit", r"fairgate/state/", r"(^|\.)(claim|usage|team_usage|in_flight|charge_usage)$"),
+    ("admit", r"fairgate/proxy/(admit|dispatch|share)\w*\.py", r".*"),
+    (
+        "admit",
+        r"fairgate/proxy/gate\.py",
+        r"(^|\.)(_claim|_dispatch|_ranked|_provisional|_pool_\w+|_cached|_split|_weight|_class|ranks_now)$",
+    ),
+    # limit: the head check, the limiter, the counter store, budgets
+    ("limit", r"fairgate/(limits|state)/", r".*"),
+    ("limit", r"fairgate/proxy/(gate|limit)\w*\.py", r".*"),
+    # route: choosing a replica
+    ("route", r"fairgate/routing/", r".*"),
+    ("route", r"fairgate/proxy/(affinity|route)\w*\.py", r".*"),
+    ("route", r"fairgate/upstream/(registry|replica|breaker)\.py", r".*"),
+    ("route", r"fairgate/proxy/pipeline\.py", r"(^|\.)(_forward|route\w*)$"),
+    # relay: the attempt toward the engine and the answer toward the client
+    ("relay", r"fairgate/proxy/(relay|sse|encoding|usage|exchange)\w*\.py", r".*"),
+    ("relay", r"fairgate/engines/", r".*"),
+    ("relay", r"fairgate/proxy/pipeline\.py", r"(^|\.)(_attempt|_send_error|relay\w*)$"),
+    # the upstream client (httptools, the socket writes toward the engine)
+    ("upstream client", r"fairgate/upstream/", r".*"),
+    ("upstream client", r"(^|/)(aiohttp|httpx|httpcore)/", r".*"),
+    # the server: uvicorn and the gateway's protocol, the socket writes toward the client
+    ("server", r"fairgate/(server|proxy/asgi)", r".*"),
+    ("server", r"(^|/)(uvicorn|h11|httptools|starlette)/", r".*"),
+    # fallback rows: the Redis client's I/O outside any fairgate frame (its reader)
+    ("state client", r"(^|/)redis/|asyncio/streams\.py", r".*"),
+    # the pipeline's own frame (handle, glue between the stages)
+    ("other", r"fairgate/proxy/pipeline\.py", r".*"),
+    ("other", r"(^|/)(asyncio|uvloop|logging|threading|selectors|concurrent)/", r".*"),
+    ("other", r"^(<frozen|threading|selectors|queue|socket|ssl)", r".*"),
+]
+STAGE_ORDER = (
+    "identify",
+    "read",
+    "limit",
+    "admit",
+    "route",
+    "relay",
+    "settle",
+    "server",
+    "upstream client",
+    "accounting writer",
+    "state client",
+    "other",
+    "unmapped",
+)
+_COMPILED = [(stage, re.compile(f), re.compile(g)) for stage, f, g in STAGES]
+_FALLBACK = ("state client", "other")
+_STAGED = [row for row in _COMPILED if row[0] not in _FALLBACK]
+_OTHER = [row for row in _COMPILED if row[0] in _FALLBACK]
+
+
+def stage_of(frames: list[tuple[str, str]]) -> str:
+    """The stage of one sample: its innermost frame that a row of ``STAGES`` matches.
+
+    The "other" rows (the loop, asyncio, the pipeline's own frame) count only when no
+    other row matches any frame: ``asyncio.wait_for`` called by the relay is the relay's.
+    """
+    for rows in (_STAGED, _OTHER):
+        for func, path in reversed(frames):
+            for stage, file_pattern, func_pattern in rows:
+                if file_pattern.search(path) and func_pattern.search(func):
+                    return stage
+    return "unmapped"
+
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+?)(?::\d+)?\)$")
 _LOOP = ("Runner.run", "run_until_complete", "run_forever", "run")
@@ -43,6 +154,20 @@ class Hotspots:
     by_library: Counter[str] = field(default_factory=Counter)
     self_by_function: Counter[str] = field(default_factory=Counter)
     by_function: Counter[str] = field(default_factory=Counter)
+    by_stage: Counter[str] = field(default_factory=Counter)
+    unmapped: Counter[str] = field(default_factory=Counter)  # innermost function
+
+    def stage_table(self, us_per_request: float = 0.0, top_unmapped: int = 5) -> str:
+        """CPU per stage of the request path (hotspots.STAGES maps frames to stages)."""
+        total = max(self.total, 1)
+        lines = ["CPU by stage (innermost frame matching hotspots.STAGES)"]
+        for stage in STAGE_ORDER:
+            share = self.by_stage.get(stage, 0) / total
+            cost = f"{share * us_per_request:7.1f} µs" if us_per_request else ""
+            lines.append(f"  {stage:<18} {100 * share:5.1f}% {cost}")
+        for name, count in self.unmapped.most_common(top_unmapped):
+            lines.append(f"    unmapped: {100 * count / total:4.1f}% {name}")
+        return "\n".join(lines)
 
     def table(self, top: int = 20, us_per_request: float = 0.0) -> str:
         """The three views; with ``us_per_request`` (CPU µs per request measured meanwhile)
@@ -74,6 +199,10 @@ class Hotspots:
             "self_by_library": shares(self.by_library),
             "self_by_function": shares(self.self_by_function),
             "inclusive_by_function": shares(self.by_function),
+            "by_stage": {
+                stage: round(self.by_stage.get(stage, 0) / total, 4) for stage in STAGE_ORDER
+            },
+            "unmapped_top": shares(self.unmapped),
         }
 
 
@@ -119,7 +248,12 @@ def parse(text: str) -> Hotspots:
         inner = frames[runners[-1] + 1 :] if runners else frames
         if not inner:
             spots.by_library["event loop (uvloop, C)"] += count
+            spots.by_stage["other"] += count
             continue
+        stage = stage_of(inner)
+        spots.by_stage[stage] += count
+        if stage == "unmapped":
+            spots.unmapped[f"{library_of(inner[-1][1])}:{inner[-1][0]}"] += count
         func, path = inner[-1]
         spots.by_library[library_of(path)] += count
         spots.self_by_function[f"{library_of(path)}:{func}"] += count
@@ -151,7 +285,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("stacks", type=Path, help="py-spy record -f raw output")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
-    print(parse(args.stacks.read_text()).table(args.top))
+    spots = parse(args.stacks.read_text())
+    print(spots.stage_table())
+    print(spots.table(args.top))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ class LatencyResult:
     added: dict[str, Summary] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
     reference: str = ""
+    first_error: dict[str, str] = field(default_factory=dict)  # per leg: status and body
 
     def ratio(self, name: str, quantile: str) -> float:
         """name's added latency over the reference's at "p50" or "p99" (NaN if undefined)."""
@@ -52,6 +53,7 @@ class LatencyResult:
                 "errors": self.errors[name],
                 "ratio_p50": round(self.ratio(name, "p50"), 3),
                 "ratio_p99": round(self.ratio(name, "p99"), 3),
+                "first_error": self.first_error.get(name, ""),
             }
             for name in self.through
         }
@@ -71,16 +73,20 @@ async def measure_latency(
     rounds: int,
     warmup: int,
     body: bytes,
-    path: str = "/v1/chat/completions",
 ) -> LatencyResult:
-    """Run ``warmup + rounds`` rounds; the first proxy is the reference for the ratios."""
+    """Run ``warmup + rounds`` rounds; the first proxy is the reference for the ratios.
+
+    Every answer must be a 200, warm-up included: a leg's first other answer is kept
+    (status and the start of its body) for the run to fail with."""
     legs = [direct, *proxies]
     conns = [await connect(leg.host, leg.port) for leg in legs]
     raws = [
-        request_bytes("POST", f"{leg.host}:{leg.port}", path, body, leg.headers()) for leg in legs
+        request_bytes("POST", f"{leg.host}:{leg.port}", leg.path, body, leg.headers())
+        for leg in legs
     ]
     samples: list[list[int]] = [[] for _ in legs]
     errors = [0] * len(legs)
+    first: dict[int, str] = {}
     gc.collect()
     gc.freeze()
     gc.disable()
@@ -91,10 +97,15 @@ async def measure_latency(
                 j = (start + k) % len(legs)
                 t0 = time.perf_counter_ns()
                 try:
-                    ok = (await conns[j].fetch(raws[j])).status == 200
-                except ConnectionError:
-                    ok = False
+                    resp = await conns[j].fetch(raws[j])
+                    ok = resp.status == 200
+                    failure = "" if ok else f"{resp.status} {resp.body[:300]!r}"
+                except ConnectionError as exc:
+                    ok, failure = False, f"connection error: {exc}"
                 elapsed = time.perf_counter_ns() - t0
+                if not ok:
+                    first.setdefault(j, failure)
+                    errors[j] += i < warmup  # counted below for measured rounds
                 if i >= warmup:  # failed legs keep their sample so rounds stay paired
                     samples[j].append(elapsed)
                     errors[j] += not ok
@@ -107,6 +118,7 @@ async def measure_latency(
             conn.close()
     result = LatencyResult(rounds=rounds, direct=summarize(samples[0]), reference=proxies[0].name)
     result.errors["direct"] = errors[0]
+    result.first_error = {legs[j].name: text for j, text in first.items()}
     for j, leg in enumerate(proxies, start=1):
         result.through[leg.name] = summarize(samples[j])
         added = [t - d for t, d in zip(samples[j], samples[0], strict=True)]

@@ -15,7 +15,15 @@
 - ``profile``: each proxy alone under the throughput load, sampled by py-spy; CPU time
   per library and per function (what costs what).
 - ``all`` (default): latency, throughput and streaming, then the verdict against the
-  targets of PRODUCT.md §2.
+  targets of PRODUCT.md §2 and issue #12, per configuration.
+
+The gateway runs ``--path full`` (default: what operators run, every stage working and
+none binding; see targets.FULL_CONFIG) or ``--path bare`` (one replica, a key without
+limits), on ``--state memory``, ``redis`` (a private redis-server this run starts) or
+``both`` (two gateway legs in the same run). Every run also measures the minimal proxy
+on the gateway's own upstream client (the *lean floor*); ``--compare URL`` adds any other
+gateway as a leg. On Redis a short phase of its own counts round trips and commands per
+request (benchmarks/roundtrips.py). Any answer other than 200 on any leg fails the run.
 
 Every run prints the machine, the library versions and the command line; ``--json
 [FILE]`` writes the same as JSON (to stdout without FILE, the tables then go to stderr).
@@ -25,24 +33,31 @@ docs/benchmarks.md explains the method and how to read the figures.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
+import subprocess
 import sys
 import tempfile
+from collections import Counter
+from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
 
+import redis
 import uvloop
 
 import hotspots
 import report
+import roundtrips
 import targets
 from latency import measure_latency
 from machine import describe, load_average, raise_fd_limit
-from services import Service, ServiceError
+from services import Group, RedisServer, Remote, Service, ServiceError
 from streaming import measure_streaming
 from targets import Endpoint
-from throughput import measure_throughput
+from throughput import Meter, measure_throughput
 
 BODY = (
     b'{"model":"sim-model","messages":[{"role":"user","content":"Say hello."}],'
@@ -83,8 +98,38 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     )
     add("--stacks", default=",".join(targets.STACKS), help="stacks mode: which, comma-separated")
     add("--without-gateway", action="store_true", help="measure the minimal proxy only")
-    add("--gateway-config", type=Path, help="YAML template; {upstream} is replaced")
+    add(
+        "--path",
+        choices=["full", "bare"],
+        default="full",
+        help="the gateway's configuration: what operators run, or the lightest path",
+    )
+    add(
+        "--state",
+        choices=["memory", "redis", "both"],
+        default="memory",
+        help="the gateway's state back end (both: one gateway leg each, same run)",
+    )
+    add("--gateway-config", type=Path, help="YAML template; {upstream}, {state} replaced")
     add("--api-key", default="", help="bearer key for the gateway legs")
+    add(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="another gateway measured as a leg (serving sim-model from the benchmark's "
+        "upstream, see --upstream-port); repeatable",
+    )
+    add(
+        "--compare-auth",
+        action="append",
+        default=[],
+        metavar="VALUE",
+        help="Authorization for --compare: 'Bearer sk-…' or a bare key; one for all or one each",
+    )
+    add("--upstream-port", type=int, default=0, help="port of the (first) instant upstream")
+    add("--count-requests", type=int, default=200, help="redis: requests of the counting phase")
+    add("--count-idle", type=float, default=2.0, help="redis: seconds of idle background count")
     add("--repeat", type=int, default=1, help="repeat the measurements in the same processes")
     add("--top", type=int, default=25, help="profile: lines per table")
     add("--json", nargs="?", const="-", metavar="FILE", help="write results as JSON")
@@ -98,41 +143,66 @@ class Bench:
         self.args = args
         self.out = out
         self.runs: list[dict[str, Any]] = []
+        self.redis: RedisServer | None = None
+        self.gateways: dict[str, tuple[Service, Path, str]] = {}  # name → service, workdir, state
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
+
+    @property
+    def states(self) -> list[str]:
+        state: str = self.args.state
+        return ["memory", "redis"] if state == "both" else [state]
 
     def run(self, stack: ExitStack) -> None:
         args = self.args
         modes = {"latency", "throughput"} if args.mode in ("all", "stacks") else {args.mode}
         if args.mode == "profile":
-            upstream = self._upstream(stack)
-            self.runs.append(uvloop.run(self._profile(upstream, self._proxies(stack, upstream))))
+            upstreams = self._upstreams(stack)
+            proxies = self._proxies(stack, upstreams)
+            self.runs.append(uvloop.run(self._profile(Group(upstreams), proxies)))
         elif modes & {"latency", "throughput"}:
-            upstream = self._upstream(stack)
-            proxies = self._proxies(stack, upstream)
+            upstreams = self._upstreams(stack)
+            proxies = self._proxies(stack, upstreams)
             for repeat in range(args.repeat):
                 if args.repeat > 1:
                     self.say(f"\n--- run {repeat + 1} of {args.repeat}")
-                self.runs.append(uvloop.run(self._measure(upstream, proxies, modes)))
+                run = uvloop.run(self._measure(upstreams, proxies, modes))
+                if self.redis is not None and args.mode != "stacks":
+                    run["redis"] = uvloop.run(self._count_redis())
+                self.say("\n" + report.configurations_table(run))
+                self.runs.append(run)
         if args.mode in ("all", "streaming"):
             if not self.runs:
                 self.runs.append({})
             self.runs[-1]["streaming"] = uvloop.run(self._streaming())
 
-    def _upstream(self, stack: ExitStack) -> Service:
-        if self.args.upstream == "instant":
-            return stack.enter_context(targets.instant_upstream())
-        return stack.enter_context(targets.sim("--speed", "0"))
+    def _upstreams(self, stack: ExitStack) -> list[Service]:
+        """The upstream processes: two for the full path (the model's two replicas)."""
+        count = 2 if self.args.path == "full" and self.args.mode != "stacks" else 1
+        made = []
+        for k in range(count):
+            if self.args.upstream == "instant":
+                port = self.args.upstream_port if k == 0 else 0
+                made.append(stack.enter_context(targets.instant_upstream(port)))
+            else:
+                made.append(stack.enter_context(targets.sim("--speed", "0")))
+        return made
 
     def _template(self) -> str:
         path: Path | None = self.args.gateway_config
-        return path.read_text() if path else targets.GATEWAY_CONFIG
+        if path:
+            return path.read_text()
+        return targets.FULL_CONFIG if self.args.path == "full" else targets.GATEWAY_CONFIG
 
-    def _proxies(self, stack: ExitStack, upstream: Service) -> list[tuple[Endpoint, Service]]:
+    def _proxies(self, stack: ExitStack, upstreams: list[Service]) -> list[tuple[Endpoint, Meter]]:
         args = self.args
-        names = args.stacks.split(",") if args.mode == "stacks" else [args.stack]
-        proxies = []
+        upstream = upstreams[0]
+        if args.mode == "stacks":
+            names = args.stacks.split(",")
+        else:  # the yardstick, and the lean floor in the same run
+            names = list(dict.fromkeys([args.stack, targets.LEAN_FLOOR]))
+        proxies: list[tuple[Endpoint, Meter]] = []
         for name in names:
             missing = targets.missing_library(name)
             if missing:
@@ -141,19 +211,105 @@ class Bench:
             service = stack.enter_context(targets.minimal_proxy(upstream.url, name))
             proxies.append((Endpoint.of(name, service), service))
         if args.mode != "stacks" and not args.without_gateway:
-            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="fairgate-bench-"))
-            gateway = targets.gateway(upstream.url, Path(workdir), self._template())
-            service = stack.enter_context(gateway)
-            key = args.api_key or service.api_key
-            proxies.append((Endpoint.of("gateway", service, key), service))
+            for state in self.states:
+                proxies.append(self._gateway(stack, upstreams, state))
+        if args.mode != "stacks":
+            proxies += self._compares()
         return proxies
 
+    def _gateway(
+        self, stack: ExitStack, upstreams: list[Service], state: str
+    ) -> tuple[Endpoint, Service]:
+        args = self.args
+        redis_url = ""
+        if state == "redis":
+            if self.redis is None:
+                self.redis = stack.enter_context(RedisServer())
+            redis_url = self.redis.url
+        name = f"gateway {args.path}/{state}"
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairgate-bench-")))
+        full = args.path == "full" and args.gateway_config is None
+        gateway = targets.gateway(
+            upstreams[0].url,
+            workdir,
+            self._template(),
+            upstream2=upstreams[-1].url,
+            redis_url=redis_url,
+            name=name,
+            full=full,
+        )
+        service = stack.enter_context(gateway)
+        key = args.api_key or service.api_key
+        extra = {"x-fairgate-tags": targets.TAG} if full else {}
+        self.gateways[name] = (service, workdir, state)
+        return Endpoint.of(name, service, key, extra), service
+
+    def _compares(self) -> list[tuple[Endpoint, Meter]]:
+        args = self.args
+        auths: list[str] = args.compare_auth
+        if auths and len(auths) not in (1, len(args.compare)):
+            raise ServiceError("--compare-auth: give one value for all --compare, or one each")
+        legs: list[tuple[Endpoint, Meter]] = []
+        for k, url in enumerate(args.compare):
+            auth = auths[k if len(auths) > 1 else 0] if auths else ""
+            name = f"compare {k + 1}" if len(args.compare) > 1 else "compare"
+            endpoint = Endpoint.remote(name, url, auth)
+            legs.append((endpoint, Remote(name, url)))
+        return legs
+
+    async def _ready(self, proxies: list[tuple[Endpoint, Meter]]) -> None:
+        """Every leg answers 200 before anything is measured, else the run fails with the
+        answer; a 5xx or a refused connection is retried for 30 s (a compared gateway may
+        still be marking the benchmark's upstream healthy)."""
+        from http1 import connect, request_bytes
+
+        for endpoint, _ in proxies:
+            raw = request_bytes(
+                "POST", f"{endpoint.host}:{endpoint.port}", endpoint.path, BODY, endpoint.headers()
+            )
+            last = ""
+            for _ in range(60):
+                try:
+                    conn = await connect(endpoint.host, endpoint.port)
+                    resp = await conn.fetch(raw)
+                    conn.close()
+                except (ConnectionError, OSError) as exc:
+                    last = f"connection error: {exc}"
+                else:
+                    if resp.status == 200:
+                        break
+                    last = f"{resp.status} {resp.body[:300]!r}"
+                    if resp.status < 500:  # a refusal (a wrong key, an unknown model) stays
+                        raise ServiceError(f"{endpoint.name} answered {last}")
+                await asyncio.sleep(0.5)
+            else:
+                raise ServiceError(f"{endpoint.name} never answered 200: {last}")
+
+    @contextlib.asynccontextmanager
+    async def _redis_commands(self, name: str) -> AsyncIterator[None]:
+        """Around each throughput segment of the Redis gateway: the commands it ran."""
+        service = self.gateways.get(name)
+        if self.redis is None or service is None or service[2] != "redis":
+            yield
+            return
+        client = redis.Redis(host="127.0.0.1", port=self.redis.port)
+        before = roundtrips.commandstats(client)
+        try:
+            yield
+        finally:
+            self._under_load.update(
+                roundtrips.command_delta(before, roundtrips.commandstats(client))
+            )
+            client.close()
+
     async def _measure(
-        self, upstream: Service, proxies: list[tuple[Endpoint, Service]], modes: set[str]
+        self, upstreams: list[Service], proxies: list[tuple[Endpoint, Meter]], modes: set[str]
     ) -> dict[str, Any]:
         args = self.args
         run: dict[str, Any] = {}
+        upstream = upstreams[0]
         direct = Endpoint.of("direct", upstream)
+        await self._ready(proxies)
         if "latency" in modes:
             endpoints = [endpoint for endpoint, _ in proxies]
             latency = await measure_latency(
@@ -163,29 +319,75 @@ class Bench:
             self.say(f"\nlatency: {args.pairs} rounds after {args.warmup} warm-up, one client (µs)")
             self.say(report.latency_table(latency))
         if "throughput" in modes:
+            self._under_load: Counter[str] = Counter()
+            group = Group(upstreams)
             throughput = await measure_throughput(
-                [(direct, upstream), *proxies],
-                upstream,
+                [(direct, group), *proxies],
+                group,
                 concurrency=args.concurrency,
                 duration=args.duration,
                 segments=args.segments,
                 body=BODY,
                 reference=proxies[0][0].name,
+                around=self._redis_commands,
             )
             run["throughput"] = throughput.to_json()
             self.say(f"\nthroughput: {args.concurrency} connections, {args.duration:g} s per leg")
             self.say(report.throughput_table(throughput))
+            served = sum(
+                leg.requests
+                for name, leg in throughput.legs.items()
+                if name in self.gateways and self.gateways[name][2] == "redis"
+            )
+            if served and self._under_load:
+                per = {k: round(v / served, 3) for k, v in self._under_load.most_common()}
+                run["redis_commands_under_load"] = per
         return run
 
+    async def _count_redis(self) -> dict[str, Any]:
+        """The counting phase: a replica of the Redis gateway through the counting relay."""
+        assert self.redis is not None
+        args = self.args
+        name = next(n for n, (_, _, state) in self.gateways.items() if state == "redis")
+        service, workdir, _ = self.gateways[name]
+        async with roundtrips.counting_set_up(self.redis.port) as (relay, urls, arrivals):
+            relay_url = f"redis://127.0.0.1:{relay.port}/0"
+            counted = targets.counted_gateway(workdir, self._template(), urls, relay_url)
+            await asyncio.to_thread(counted.start)
+            client = redis.Redis(host="127.0.0.1", port=self.redis.port)
+            try:
+                endpoint = Endpoint.of(
+                    "counted", counted, args.api_key or service.api_key,
+                    {"x-fairgate-tags": targets.TAG} if args.path == "full" else {},
+                )  # fmt: skip
+                trips = await roundtrips.count_round_trips(
+                    endpoint,
+                    relay,
+                    arrivals,
+                    client,
+                    body=BODY,
+                    requests=args.count_requests,
+                    idle=args.count_idle,
+                )
+            finally:
+                client.close()
+                await asyncio.to_thread(counted.stop)
+        self.say(f"\nRedis ({name}, counted on a replica through a relay)")
+        self.say(trips.table())
+        return {"gateway": name, **trips.to_json()}
+
     async def _profile(
-        self, upstream: Service, proxies: list[tuple[Endpoint, Service]]
+        self, upstream: Meter, proxies: list[tuple[Endpoint, Meter]]
     ) -> dict[str, Any]:
         """Each proxy alone under the throughput load while py-spy samples it."""
         args = self.args
         profiles: dict[str, Any] = {}
         directory = Path(tempfile.mkdtemp(prefix="fairgate-profile-"))
+        await self._ready(proxies)
         for endpoint, service in proxies:
-            out = directory / f"{endpoint.name}.txt"
+            if not isinstance(service, Service):
+                continue  # a compared gateway: no process of ours to sample
+            out = directory / f"{endpoint.name.replace('/', '-').replace(' ', '-')}.txt"
             spy = hotspots.record(service.pid, args.duration, out)
             load = await measure_throughput(
                 [(endpoint, service)],
@@ -205,10 +407,13 @@ class Bench:
             cpu = leg.to_json()["server_cpu_us_per_request"]
             self.say(f"({leg.rps:.0f} req/s, {cpu:.0f} CPU µs per request while sampled)")
             self.say(f"(raw stacks in {out})")
+            self.say(spots.stage_table(us_per_request=cpu))
             self.say(spots.table(args.top, us_per_request=cpu))
             profiles[endpoint.name] = {
                 "stacks": str(out),
                 "rps": round(leg.rps, 1),
+                "errors": leg.errors,
+                "first_error": leg.first_error,
                 "server_cpu_us_per_request": cpu,
                 **spots.to_json(),
             }
@@ -216,9 +421,12 @@ class Bench:
 
     async def _streaming(self) -> dict[str, Any]:
         args = self.args
+        # The streaming check keeps the bare path on memory: one simulated engine, the
+        # key the template makes (time to first token under a burst lives there too).
+        template = args.gateway_config.read_text() if args.gateway_config else None
 
         def gateway(upstream: str, workdir: Path) -> Service:
-            return targets.gateway(upstream, workdir, self._template())
+            return targets.gateway(upstream, workdir, template or targets.GATEWAY_CONFIG)
 
         def minimal(upstream: str, workdir: Path) -> Service:
             return targets.minimal_proxy(upstream, args.stack)
@@ -242,15 +450,27 @@ class Bench:
             self.say("\n" + report.ranges_table(self.runs))
         checks = report.verdict(self.runs[-1]) if self.runs else {}
         if checks:
-            self.say("\ntargets (PRODUCT.md §2: gateway against the minimal proxy, last run)")
-            for name, check in checks.items():
-                value = (
-                    f" {check['value']:.2f} (limit {check['limit']})" if "value" in check else ""
-                )
-                self.say(f"  {name:<20}{value}  {'met' if check['met'] else 'MISSED'}")
+            self.say("\n" + report.verdict_table(checks))
         machine["load_at_end"] = load_average()
         self.say(f"load      {machine['load_at_end']} at end")
         return {"machine": machine, "runs": self.runs, "targets": checks}
+
+
+def _commit() -> str:
+    """The commit measured (and whether src/ differed from it), or "" outside git."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "src"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return head + (" (src/ with uncommitted changes)" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,19 +480,24 @@ def main(argv: list[str] | None = None) -> int:
     fd_limit = raise_fd_limit(4 * args.streams + 1024)
     machine = describe(argv)
     machine["fd_limit"] = fd_limit
+    machine["commit"] = _commit()
     bench.say(report.header(machine))
     try:
         with ExitStack() as stack:
             bench.run(stack)
-    except ServiceError as exc:
+    except (ServiceError, RuntimeError, ValueError) as exc:
         print(f"overhead.py: {exc}", file=sys.stderr)
         return 2
-    document = json.dumps(bench.conclude(machine), indent=2)
+    concluded = bench.conclude(machine)
+    document = json.dumps(concluded, indent=2)
     if args.json == "-":
         print(document)
     elif args.json:
         Path(args.json).write_text(document + "\n")
-    return 0
+    failures = report.failures(concluded["runs"])
+    for failure in failures:
+        print(f"overhead.py: FAILED: {failure}", file=sys.stderr)
+    return 3 if failures else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Plain-text tables of a run's results, and the verdict against PRODUCT.md §2's targets.
+"""Plain-text tables of a run's results, and the verdict against the targets.
 
 Latencies in microseconds. ``×ref`` columns divide a proxy's figure by the reference
-proxy's (the minimal proxy on the gateway's stack) from the same run.
+proxy's (the minimal proxy on the gateway's stack) from the same run; ``×floor`` by the
+lean floor's (the minimal proxy on the gateway's own upstream client, same run).
 """
 
 from __future__ import annotations
@@ -11,16 +12,33 @@ from typing import Any
 from latency import LatencyResult
 from throughput import ThroughputResult
 
-__all__ = ["TARGETS", "header", "latency_table", "ranges_table", "throughput_table", "verdict"]
+__all__ = [
+    "TARGETS",
+    "configurations_table",
+    "failures",
+    "header",
+    "latency_table",
+    "ranges_table",
+    "throughput_table",
+    "verdict",
+    "verdict_table",
+]
 
-# PRODUCT.md §2: the gateway against the minimal proxy measured in the same run.
+# PRODUCT.md §2 and issue #12: each gateway configuration against the minimal proxy
+# measured in the same run; on Redis the throughput floor is lower and round trips count.
 TARGETS = {
     "added_p50_ratio": 1.25,
     "added_p99_ratio": 1.5,
     "throughput_ratio": 0.8,
     "ttft_p99_ratio": 1.5,  # time to first token under a burst, p99
     "cpu_per_token_ratio": 1.2,  # CPU per relayed token while 1,000 streams run
+    "throughput_ratio_redis": 0.7,
+    "redis_round_trips_in": 1.0,
+    "redis_round_trips_out": 1.0,
+    "compare_added_p50_over_gateway": 50.0,
+    "gateway_rps_over_compare": 60.0,
 }
+LEAN_FLOOR = "uvicorn+fairgate"
 
 
 def header(machine: dict[str, Any]) -> str:
@@ -32,6 +50,7 @@ def header(machine: dict[str, Any]) -> str:
             f"({machine['cores_usable']} usable), Linux {machine['kernel']}",
             f"python    {machine['python']}",
             f"layers    {libs}",
+            f"commit    {machine.get('commit') or 'unknown'}",
             f"load      {machine['load_at_start']} at start",
         ]
     )
@@ -113,26 +132,137 @@ def _span(values: list[float]) -> str:
     return fmt.format(low) if low == high else f"{fmt.format(low)}–{fmt.format(high)}"
 
 
-def verdict(run: dict[str, Any], gateway: str = "gateway") -> dict[str, Any]:
-    """Each target of PRODUCT.md §2 that this run measured: value, limit, met."""
-    checks: dict[str, Any] = {}
-    leg = run.get("latency", {}).get("proxies", {}).get(gateway)
-    if leg is not None:
-        for quantile in ("p50", "p99"):
-            key = f"added_{quantile}_ratio"
-            value = leg[f"ratio_{quantile}"]
-            checks[key] = {"value": value, "limit": TARGETS[key], "met": value <= TARGETS[key]}
+def _over(value: float, ref: float) -> str:
+    return f"{value / ref:.2f}" if ref and value == value and ref == ref else "-"
+
+
+def configurations_table(run: dict[str, Any]) -> str:
+    """Per leg: added p50/p99, req/s and CPU µs per request, each also as ×ref and
+    ×floor; then the Redis commands per request under load, if counted."""
+    latency = run.get("latency", {}).get("proxies", {})
     legs = run.get("throughput", {}).get("legs", {})
-    if gateway in legs:
-        value = legs[gateway]["ratio"]
-        limit = TARGETS["throughput_ratio"]
-        checks["throughput_ratio"] = {"value": value, "limit": limit, "met": value >= limit}
+    reference = run.get("latency", {}).get("reference") or run.get("throughput", {}).get(
+        "reference", ""
+    )
+    names = [n for n in dict.fromkeys([*latency, *legs]) if n != "direct"]
+
+    def figure(name: str, which: str) -> float:
+        if which in ("p50", "p99"):
+            leg = latency.get(name)
+            return float(leg["added"][which]) if leg else float("nan")
+        leg = legs.get(name)
+        if not leg:
+            return float("nan")
+        return float(leg["rps"] if which == "rps" else leg["server_cpu_us_per_request"] or "nan")
+
+    widths = [24] + [8, 6, 6] * 4
+    head = ["per configuration"]
+    for title in ("add p50", "add p99", "req/s", "CPU µs"):
+        head += [title, "×ref", "×floor"]
+    lines = [_row(head, widths)]
+    for name in names:
+        cells = [name]
+        for which in ("p50", "p99", "rps", "cpu"):
+            value = figure(name, which)
+            shown = "-" if value != value else f"{value:.0f}"
+            cells += [
+                shown,
+                _over(value, figure(reference, which)),
+                _over(value, figure(LEAN_FLOOR, which)),
+            ]
+        lines.append(_row(cells, widths))
+    lines.append(f"(×ref: against {reference}; ×floor: against {LEAN_FLOOR}, the lean floor)")
+    under_load = run.get("redis_commands_under_load")
+    if under_load:
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in under_load.items() if round(v, 2))
+        lines.append(f"Redis commands per request under load (INFO commandstats): {shown}")
+    return "\n".join(lines)
+
+
+def _check(value: float, limit: float, *, at_least: bool = False) -> dict[str, Any]:
+    met = value >= limit if at_least else value <= limit
+    return {"value": round(value, 3), "limit": limit, "met": bool(met and value == value)}
+
+
+def verdict(run: dict[str, Any]) -> dict[str, Any]:
+    """Each target this run measured, per gateway configuration: value, limit, met."""
+    checks: dict[str, Any] = {}
+    latency = run.get("latency", {}).get("proxies", {})
+    legs = run.get("throughput", {}).get("legs", {})
+    gateways = [n for n in dict.fromkeys([*latency, *legs]) if n.startswith("gateway")]
+    compares = [n for n in dict.fromkeys([*latency, *legs]) if n.startswith("compare")]
+    counted = run.get("redis") or {}
+    for name in gateways:
+        mine: dict[str, Any] = {}
+        leg = latency.get(name)
+        if leg is not None:
+            for quantile in ("p50", "p99"):
+                key = f"added_{quantile}_ratio"
+                mine[key] = _check(leg[f"ratio_{quantile}"], TARGETS[key])
+        redis = name.endswith("/redis")
+        if name in legs:
+            limit = TARGETS["throughput_ratio_redis" if redis else "throughput_ratio"]
+            mine["throughput_ratio"] = _check(legs[name]["ratio"], limit, at_least=True)
+        if redis and counted.get("gateway") == name:
+            # a mean within 0.05 of the limit is the limit (background subtracted)
+            for way in ("in", "out"):
+                key = f"redis_round_trips_{way}"
+                value = counted[f"{way}_per_request"]
+                mine[key] = {**_check(value, TARGETS[key] + 0.049), "limit": TARGETS[key]}
+        for other in compares:
+            if leg is not None and other in latency:
+                key = "compare_added_p50_over_gateway"
+                ratio = latency[other]["added"]["p50"] / max(leg["added"]["p50"], 1e-9)
+                mine[f"{other}: added p50 ×gateway"] = _check(ratio, TARGETS[key], at_least=True)
+            if name in legs and other in legs and legs[other]["rps"]:
+                ratio = legs[name]["rps"] / legs[other]["rps"]
+                limit = TARGETS["gateway_rps_over_compare"]
+                mine[f"req/s ×{other}"] = _check(ratio, limit, at_least=True)
+        checks[name] = mine
     streaming = run.get("streaming")
-    if streaming is not None and streaming["proxy"] == gateway:
-        checks["streams_complete"] = {"met": streaming["complete"] == streaming["streams"]}
-        checks["disconnects_freed"] = {"met": streaming["freed"]}
+    if streaming is not None and streaming["proxy"] == "gateway":
+        streamed: dict[str, Any] = {
+            "streams_complete": {"met": streaming["complete"] == streaming["streams"]},
+            "disconnects_freed": {"met": streaming["freed"]},
+        }
         for key in ("ttft_p99_ratio", "cpu_per_token_ratio"):
             if key in streaming:
                 value, limit = streaming[key], TARGETS[key]
-                checks[key] = {"value": value, "limit": limit, "met": value <= limit}
+                streamed[key] = {"value": value, "limit": limit, "met": value <= limit}
+        checks["streaming (bare/memory)"] = streamed
     return checks
+
+
+def verdict_table(checks: dict[str, Any]) -> str:
+    lines = ["targets (issue #12: each configuration against the minimal proxy, last run)"]
+    for config, mine in checks.items():
+        lines.append(f"  {config}")
+        for name, check in mine.items():
+            value = f" {check['value']:.2f} (limit {check['limit']:g})" if "value" in check else ""
+            lines.append(f"    {name:<34}{value:<24}  {'met' if check['met'] else 'MISSED'}")
+    return "\n".join(lines)
+
+
+def failures(runs: list[dict[str, Any]]) -> list[str]:
+    """Every leg that got an answer other than 200 (the run must then fail)."""
+    found: list[str] = []
+    for run in runs:
+        latency = run.get("latency", {})
+        if latency.get("direct_errors"):
+            found.append(f"latency: direct: {latency['direct_errors']} failed requests")
+        for name, leg in latency.get("proxies", {}).items():
+            if leg["errors"]:
+                found.append(
+                    f"latency: {name}: {leg['errors']} non-200, first {leg['first_error']}"
+                )
+        for name, leg in run.get("throughput", {}).get("legs", {}).items():
+            if leg["errors"]:
+                found.append(
+                    f"throughput: {name}: {leg['errors']} non-200, first {leg['first_error']}"
+                )
+        for name, leg in run.get("profile", {}).items():
+            if leg.get("errors"):
+                found.append(
+                    f"profile: {name}: {leg['errors']} non-200, first {leg['first_error']}"
+                )
+    return found

@@ -12,18 +12,31 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["BENCH_DIR", "Service", "ServiceError", "python"]
+__all__ = [
+    "BENCH_DIR",
+    "Group",
+    "RedisServer",
+    "Remote",
+    "Service",
+    "ServiceError",
+    "free_port",
+    "python",
+]
 
 BENCH_DIR = Path(__file__).resolve().parent
 _URL = re.compile(r"listening on (http://[\w.\[\]:-]+:(\d+))")
+_ADMIN = re.compile(r" admin (https?://[\w.\[\]:-]+:\d+)")
 
 
 class ServiceError(RuntimeError):
@@ -46,6 +59,7 @@ class Service:
         self.api_key = ""  # the bearer key clients present, when the service needs one
         self.url = ""
         self.port = 0
+        self.admin_url = ""  # the gateway's admin listener, from its ready line
         self.lines: list[str] = []
         self._ready_timeout = ready_timeout
         self._cwd = cwd
@@ -93,6 +107,8 @@ class Service:
             match = _URL.search(line)
             if match and not self.url:
                 self.url, self.port = match.group(1), int(match.group(2))
+                admin = _ADMIN.search(line)
+                self.admin_url = admin.group(1) if admin else ""
                 found.set()
         found.set()  # stdout closed: the child is gone
 
@@ -123,6 +139,99 @@ class Service:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class Remote:
+    """A server this run did not start (``--compare``): an address, no process to read."""
+
+    def __init__(self, name: str, url: str) -> None:
+        self.name = name
+        self.url = url
+        self.api_key = ""
+
+    def cpu_seconds(self) -> float:
+        return 0.0
+
+
+class Group:
+    """Several processes measured as one (the gateway's two upstream replicas)."""
+
+    def __init__(self, members: list[Service]) -> None:
+        self.members = members
+        self.url = members[0].url
+
+    def cpu_seconds(self) -> float:
+        return sum(member.cpu_seconds() for member in self.members)
+
+
+class RedisServer:
+    """A private ``redis-server`` on a free loopback port: no persistence, stopped at the end.
+
+    The benchmark never touches a Redis it did not start (nor the shared 6379)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port)]
+        argv += ["--save", "", "--appendonly", "no", "--protected-mode", "yes"]
+        self._argv = argv
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def start(self) -> RedisServer:
+        import redis  # the gateway's own dependency
+
+        if shutil.which("redis-server") is None:
+            raise ServiceError("redis-server is not installed (the Redis leg needs it)")
+        self._proc = subprocess.Popen(
+            self._argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0)
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline:
+            with contextlib.suppress(redis.RedisError):
+                if client.ping():
+                    client.close()
+                    return self
+            if self._proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise ServiceError(f"redis-server on port {self.port} did not become ready")
+
+    def cpu_seconds(self) -> float:
+        return _cpu_of(self._proc.pid) if self._proc is not None else 0.0
+
+    def stop(self, timeout: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free right now (the kernel's choice); the caller binds it at once."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def _tree(pid: int) -> list[int]:

@@ -17,15 +17,17 @@ same run is what carries over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from http1 import Connection, connect, request_bytes
-from services import Service
 from targets import Endpoint
 
-__all__ = ["Leg", "ThroughputResult", "measure_throughput"]
+__all__ = ["Leg", "Meter", "ThroughputResult", "measure_throughput"]
 
 
 @dataclass(slots=True)
@@ -37,6 +39,7 @@ class Leg:
     seconds: float = 0.0
     server_cpu: float = 0.0
     upstream_cpu: float = 0.0
+    first_error: str = ""  # the first non-200 answer (status, start of the body)
 
     @property
     def rps(self) -> float:
@@ -51,6 +54,7 @@ class Leg:
             "rps": round(self.rps, 1),
             "server_cpu_us_per_request": round(self.server_cpu * per, 1),
             "upstream_cpu_us_per_request": round(self.upstream_cpu * per, 1),
+            "first_error": self.first_error,
         }
 
 
@@ -79,24 +83,36 @@ async def _worker(conn: Connection, raw: bytes, deadline: float, leg: Leg) -> No
     while time.monotonic() < deadline:
         try:
             resp = await conn.fetch(raw)
-        except ConnectionError:
+        except ConnectionError as exc:
             leg.errors += 1
+            leg.first_error = leg.first_error or f"connection error: {exc}"
             return
         if resp.status == 200:
             leg.requests += 1
         else:
             leg.errors += 1
+            leg.first_error = leg.first_error or f"{resp.status} {resp.body[:300]!r}"
+
+
+class Meter(Protocol):
+    """What throughput reads CPU time from: a started process, a group of them, or a
+    server elsewhere (``--compare``, which reads as 0)."""
+
+    def cpu_seconds(self) -> float: ...
 
 
 async def _segment(
     endpoint: Endpoint,
-    server: Service,
-    upstream: Service,
+    server: Meter,
+    upstream: Meter,
     conns: list[Connection],
     raw: bytes,
     seconds: float,
     leg: Leg,
 ) -> None:
+    for k, conn in enumerate(conns):  # closed while idle between turns (keep-alive timeout)
+        if conn.closed:
+            conns[k] = await connect(endpoint.host, endpoint.port)
     server_cpu, upstream_cpu = server.cpu_seconds(), upstream.cpu_seconds()
     started = time.monotonic()
     deadline = started + seconds
@@ -118,15 +134,15 @@ async def _segment(
 
 
 async def measure_throughput(
-    legs: list[tuple[Endpoint, Service]],
-    upstream: Service,
+    legs: list[tuple[Endpoint, Meter]],
+    upstream: Meter,
     *,
     concurrency: int,
     duration: float,
     segments: int,
     body: bytes,
     reference: str,
-    path: str = "/v1/chat/completions",
+    around: Callable[[str], AbstractAsyncContextManager[None]] | None = None,
 ) -> ThroughputResult:
     """``duration`` seconds per leg in total, in ``segments`` turns; ratios to ``reference``."""
     result = ThroughputResult(concurrency=concurrency, reference=reference)
@@ -136,7 +152,7 @@ async def measure_throughput(
         pools.append([await connect(endpoint.host, endpoint.port) for _ in range(concurrency)])
         raws.append(
             request_bytes(
-                "POST", f"{endpoint.host}:{endpoint.port}", path, body, endpoint.headers()
+                "POST", f"{endpoint.host}:{endpoint.port}", endpoint.path, body, endpoint.headers()
             )
         )
         result.legs[endpoint.name] = Leg()
@@ -146,9 +162,11 @@ async def measure_throughput(
                 j = (segment + k) % len(legs)
                 endpoint, server = legs[j]
                 leg = result.legs[endpoint.name]
-                await _segment(
-                    endpoint, server, upstream, pools[j], raws[j], duration / segments, leg
-                )
+                # ``around`` wraps each segment of a leg (the Redis command counts)
+                async with around(endpoint.name) if around else contextlib.nullcontext():
+                    await _segment(
+                        endpoint, server, upstream, pools[j], raws[j], duration / segments, leg
+                    )
     finally:
         for pool in pools:
             for conn in pool:

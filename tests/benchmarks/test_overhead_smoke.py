@@ -1,13 +1,16 @@
 """The overhead benchmark runs end to end with tiny counts and reports what it promises.
 
-Real processes (instant upstream, simulated engine, minimal proxy, gateway) on 127.0.0.1.
-No timing is asserted: only that every leg was measured, every request succeeded, and
-the JSON carries the fields the README's figures are read from.
+Real processes (instant upstreams, simulated engine, minimal proxies, gateways, a private
+redis-server) on 127.0.0.1. No timing is asserted: only that every leg was measured,
+every request succeeded, the counts are what the configuration makes them, and the JSON
+carries the fields the README's figures are read from.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "overhead.py"
 
 pytestmark = pytest.mark.slow
+needs_redis_server = pytest.mark.skipif(
+    shutil.which("redis-server") is None, reason="redis-server is not installed"
+)
 
 
-def _bench(*args: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
+def _bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(SCRIPT), *args],
         cwd=ROOT,
@@ -49,24 +55,58 @@ def test_latency_measures_every_leg_and_the_ratios() -> None:
     latency = document["runs"][0]["latency"]
     assert latency["rounds"] == 20 and latency["direct"]["n"] == 20
     assert latency["direct_errors"] == 0
-    assert set(latency["proxies"]) == {"uvicorn+aiohttp", "gateway"}
+    # the yardstick, the lean floor, and the gateway on the full path (the default)
+    assert set(latency["proxies"]) == {"uvicorn+aiohttp", "uvicorn+fairgate", "gateway full/memory"}
     for leg in latency["proxies"].values():
-        assert leg["errors"] == 0
+        assert leg["errors"] == 0 and leg["first_error"] == ""
         assert leg["through"]["n"] == leg["added"]["n"] == 20
         assert leg["through"]["p50"] > 0 and leg["through"]["p99"] >= leg["through"]["p50"]
     assert latency["proxies"]["uvicorn+aiohttp"]["ratio_p50"] == 1.0
-    assert {"added_p50_ratio", "added_p99_ratio"} <= set(document["targets"])
+    assert {"added_p50_ratio", "added_p99_ratio"} <= set(document["targets"]["gateway full/memory"])
 
 
-def test_throughput_counts_successful_requests_per_leg() -> None:
-    document = _json("throughput", "--duration", "1", "--concurrency", "2", "--segments", "1")
+def test_throughput_counts_successful_requests_per_leg_on_the_bare_path() -> None:
+    document = _json(
+        "throughput", "--path", "bare", "--duration", "1", "--concurrency", "2", "--segments", "1"
+    )
 
     legs = document["runs"][0]["throughput"]["legs"]
-    assert set(legs) == {"direct", "uvicorn+aiohttp", "gateway"}
+    assert set(legs) == {"direct", "uvicorn+aiohttp", "uvicorn+fairgate", "gateway bare/memory"}
     for leg in legs.values():
         assert leg["requests"] > 0 and leg["errors"] == 0
-    assert legs["gateway"]["server_cpu_us_per_request"] > 0
-    assert "throughput_ratio" in document["targets"]
+    assert legs["gateway bare/memory"]["server_cpu_us_per_request"] > 0
+    assert "throughput_ratio" in document["targets"]["gateway bare/memory"]
+
+
+@needs_redis_server
+@pytest.mark.timeout(400)  # two gateways provisioned through the CLI, a third counted
+def test_full_path_on_both_back_ends_counts_redis_round_trips_per_request() -> None:
+    document = _json(
+        "throughput",
+        "--state", "both",
+        "--duration", "1", "--concurrency", "2", "--segments", "1",
+        "--count-requests", "10", "--count-idle", "0.5",
+    )  # fmt: skip
+
+    run = document["runs"][0]
+    gateways = {"gateway full/memory", "gateway full/redis"}
+    assert gateways <= set(run["throughput"]["legs"])
+    for name in gateways:
+        assert run["throughput"]["legs"][name]["requests"] > 0
+        assert run["throughput"]["legs"][name]["errors"] == 0
+    counted = run["redis"]
+    assert counted["gateway"] == "gateway full/redis" and counted["requests"] == 10
+    # Limits, budgets and the fair-share claim live in Redis: every request reaches it on
+    # the way in (before its upstream saw it) and on the way out (settle).
+    assert counted["raw_in"] >= 10 and counted["raw_out"] >= 10
+    assert counted["in_per_request"] > 0 and counted["out_per_request"] > 0
+    assert sum(counted["in_histogram"].values()) == 10
+    assert counted["commands_per_request"]  # INFO commandstats moved
+    assert run["redis_commands_under_load"]
+    targets = document["targets"]["gateway full/redis"]
+    assert {"redis_round_trips_in", "redis_round_trips_out", "throughput_ratio"} <= set(targets)
+    assert targets["throughput_ratio"]["limit"] == 0.7
+    assert document["targets"]["gateway full/memory"]["throughput_ratio"]["limit"] == 0.8
 
 
 def test_streaming_completes_every_stream_and_frees_every_disconnect() -> None:
@@ -84,7 +124,7 @@ def test_streaming_completes_every_stream_and_frees_every_disconnect() -> None:
     assert streaming["complete"] == 10 and streaming["failed"] == 0
     assert streaming["running_before_close"] == 3
     assert streaming["freed"] is True
-    assert document["targets"]["streams_complete"]["met"] is True
+    assert document["targets"]["streaming (bare/memory)"]["streams_complete"]["met"] is True
     # the burst and the CPU per token, for the gateway and the minimal proxy alike
     assert streaming["yardstick"] == "uvicorn+aiohttp"
     for name in ("gateway", "uvicorn+aiohttp"):
@@ -93,7 +133,9 @@ def test_streaming_completes_every_stream_and_frees_every_disconnect() -> None:
         assert 0 < burst["ttft_p50_ms"] <= burst["ttft_p99_ms"]
         completion = streaming["completions"][name]
         assert completion["complete"] == 10 and completion["cpu_us_per_token"] > 0
-    assert {"ttft_p99_ratio", "cpu_per_token_ratio"} <= set(document["targets"])
+    assert {"ttft_p99_ratio", "cpu_per_token_ratio"} <= set(
+        document["targets"]["streaming (bare/memory)"]
+    )
 
 
 def test_a_proxy_that_cannot_start_fails_the_run_with_its_reason(tmp_path: Path) -> None:
@@ -103,4 +145,63 @@ def test_a_proxy_that_cannot_start_fails_the_run_with_its_reason(tmp_path: Path)
     done = _bench("latency", "--pairs", "5", "--gateway-config", str(broken))
 
     assert done.returncode != 0
-    assert "gateway did not become ready" in done.stderr
+    assert "gateway full/memory did not become ready" in done.stderr
+
+
+def test_a_gateway_that_refuses_the_requests_fails_the_run_loudly() -> None:
+    done = _bench("latency", "--pairs", "5", "--api-key", "fg-not-a-key")
+
+    assert done.returncode != 0
+    assert "gateway full/memory answered 401" in done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.mark.timeout(300)
+def test_compare_measures_another_gateway_as_a_leg(tmp_path: Path) -> None:
+    """A second fairgate, started here in front of the benchmark's upstream port."""
+    port = _free_port()
+    config = tmp_path / "other.yaml"
+    config.write_text(
+        "listen: {host: 127.0.0.1, port: 0}\nadmin_listen: {host: 127.0.0.1, port: 0}\n"
+        "logging: {level: warning}\nhealth: {interval: 1s}\n"
+        'store: {url: "sqlite:///other.db"}\n'
+        "orgs: [{name: o, share: 1.0, teams: [t]}]\n"
+        "models:\n  - name: sim-model\n    engine: vllm\n"
+        f'    upstreams: [{{name: u, url: "http://127.0.0.1:{port}"}}]\n'
+    )
+    fairgate = [sys.executable, "-m", "fairgate"]
+    made = subprocess.run(
+        [*fairgate, "keys", "create", "--team", "t", "--json", "-c", str(config)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    secret = json.loads(made.stdout)[0]["secret"]
+    other = subprocess.Popen(
+        [*fairgate, "serve", "-c", str(config)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert other.stdout is not None
+        ready = other.stdout.readline()
+        url = ready.split("listening on ")[1].split()[0]
+
+        document = _json(
+            "throughput", "--path", "bare", "--duration", "1", "--concurrency", "2",
+            "--segments", "1", "--upstream-port", str(port),
+            "--compare", url, "--compare-auth", f"Bearer {secret}",
+        )  # fmt: skip
+    finally:
+        other.terminate()
+        other.wait(10)
+        if other.stdout is not None:
+            other.stdout.close()
+
+    legs = document["runs"][0]["throughput"]["legs"]
+    assert legs["compare"]["requests"] > 0 and legs["compare"]["errors"] == 0
+    assert legs["compare"]["ratio"] > 0
+    assert "req/s ×compare" in document["targets"]["gateway bare/memory"]
