@@ -89,6 +89,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("route", r"fairgate/routing/", r".*"),
     ("route", r"fairgate/proxy/(affinity|route)\w*\.py", r".*"),
     ("route", r"fairgate/upstream/(registry|replica|breaker)\.py", r".*"),
+    ("route", r"fairgate/core/(breaker|replica)\.py", r".*"),
     ("route", r"fairgate/proxy/pipeline\.py", r"(^|\.)(_forward|route\w*)$"),
     # relay: the attempt toward the engine and the answer toward the client
     ("relay", r"fairgate/proxy/(relay|sse|encoding|usage|exchange)\w*\.py", r".*"),
