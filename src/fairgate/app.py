@@ -76,10 +76,12 @@ from fairgate.observability.fairshare_metrics import FairShareMetrics
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
 from fairgate.observability.routing_metrics import RoutingMetrics
 from fairgate.observability.secret_metrics import SecretMetrics
+from fairgate.proxy.admit import Admit
 from fairgate.proxy.asgi import ProxyApp
 from fairgate.proxy.dispatch import Dispatcher, PoolEngines
 from fairgate.proxy.endpoints import EndpointTable
-from fairgate.proxy.gate import Gate, TagPolicy
+from fairgate.proxy.forward import Forwarder
+from fairgate.proxy.limit import Limit
 from fairgate.proxy.me import me_handler
 from fairgate.proxy.pipeline import Pipeline
 from fairgate.proxy.records import RecordBuilder
@@ -89,6 +91,7 @@ from fairgate.proxy.reservation import OutputPolicy
 from fairgate.proxy.responses import ResponseScope
 from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
+from fairgate.proxy.tags import TagPolicy
 from fairgate.routing import strategy_for
 from fairgate.state import (
     MemoryCounterStore,
@@ -200,10 +203,14 @@ class Gateway:
         fair_requests = self.metrics.fairshare_requests
         self.dispatcher = self._dispatcher(config, clock)
         self.alerter = _alerter(config, self.store, clock, self.metrics.alerts)
-        self.gate = Gate(
+        self.limit = Limit(
             limiter=self.limiter,
             budgets=lambda: self.budgets,
             prices=prices_by_model(config.models),
+            clock=clock,
+            on_soft_limit=self._soft_limit if self.alerter.enabled else None,
+        )
+        self.admit = Admit(
             pools={m.name: m.pool for m in config.models},
             classes={m.name: m.model_class for m in config.models},
             clock=clock,
@@ -211,28 +218,21 @@ class Gateway:
             fairshare_state=self.state if self.fairshare is not None else None,
             admission=self.admission,
             bands=bands,
-            tags=TagPolicy(
-                config.tags.max_per_request,
-                frozenset(config.tags.allowed),
-                {o.name: frozenset(o.tags) for o in config.orgs},
-                config.tags.header,
-            ),
             send_priority=config.fairshare.send_priority,
-            on_soft_limit=self._soft_limit if self.alerter.enabled else None,
             on_claim=lambda pool, org, borrowing: fair_requests.labels(
                 pool, org, "borrowing" if borrowing else "within_share"
             ).inc(),
             dispatcher=self.dispatcher,
         )
         self.endpoints = EndpointTable(
-            config.models, adapters, local={"/me": me_handler(self.gate)}
+            config.models, adapters, local={"/me": me_handler(self.limit, self.admit)}
         )
         self.fairshare_monitor = (
             FairShareMonitor(
                 self.fairshare,
                 self.state,
                 clock,
-                self.gate.fairshare_counts,
+                self.admit.fairshare_counts,
                 learned=self.pool_capacity.learned if self.pool_capacity else None,
             )
             if self.fairshare is not None
@@ -288,6 +288,12 @@ class Gateway:
         recorder = self.recorder
         self.metrics.watch_accounting(lambda: (recorder.stats.queued, recorder.stats.duplicates))
         records = RecordBuilder(self.recorder.record, {m.name: m.pool for m in config.models})
+        settler = Settler(
+            self.metrics,
+            prices=prices_by_model(config.models),
+            leave=(self.admit.leave, self.limit.leave),
+            record=records,
+        )
         self.pipeline = Pipeline(
             endpoints=self.endpoints,
             caps=Caps(
@@ -297,22 +303,26 @@ class Gateway:
                 max_grammar_bytes=limits.max_grammar_bytes,
             ),
             output=_output_policy(config),
-            relay=self.relay,
-            registry=self.registry,
-            settler=Settler(
-                self.metrics,
-                prices=prices_by_model(config.models),
-                leave=self.gate.leave,
-                record=records,
+            forwarder=Forwarder(
+                relay=self.relay,
+                registry=self.registry,
+                settler=settler,
+                retries=config.proxy.retries,
             ),
-            retries=config.proxy.retries,
+            settler=settler,
             request_ids=_request_ids(),
             stopping=lambda: self.draining,
             authenticate=self.authenticator.authenticate,
-            gate=self.gate,
+            limit=self.limit,
+            admit=self.admit,
+            tags=TagPolicy(
+                config.tags.max_per_request,
+                frozenset(config.tags.allowed),
+                {o.name: frozenset(o.tags) for o in config.orgs},
+                config.tags.header,
+            ),
             salt=_salter(config),
             session_header=config.routing.session_header.encode("latin-1"),
-            tags_header=config.tags.header.encode("latin-1"),
             responses=self.responses,
             clients=self.clients,
             rules=rules,
@@ -332,7 +342,7 @@ class Gateway:
             health_details=lambda: {
                 "state": {
                     "backend": config.state.backend,
-                    "available": self.gate.state_available,
+                    "available": self.state_available,
                 }
             },
             clients=self.clients,
@@ -342,7 +352,7 @@ class Gateway:
                 metrics_token.cell if metrics_token is not None and metrics_token.vault else None
             ),
         )
-        self.metrics.state_available.set_function(lambda: float(self.gate.state_available))
+        self.metrics.state_available.set_function(lambda: float(self.state_available))
         # Vault secrets were read before this; the refresher reads them again every cache_ttl.
         # (the vault metrics exist only with a vault: a 0 gauge would read as an outage)
         self.secrets = (
@@ -472,6 +482,11 @@ class Gateway:
         except StoreUnavailable as exc:
             log.error("rate counters not saved at shutdown (store unavailable): %s", exc)
 
+    @property
+    def state_available(self) -> bool:
+        """False while the state back end failed its last call, for limits or fair share."""
+        return self.limit.available and self.admit.available
+
     def _soft_limit(self, budget: Budget, now: float, spent: Money) -> None:
         span = self._calendar.span(budget.period, now)
         self.alerter.soft_limit_crossed(
@@ -516,7 +531,7 @@ class Gateway:
             )
         return Dispatcher(
             pools,
-            ranks=lambda pool, orgs: self.gate.ranks_now(pool, orgs),
+            ranks=lambda pool, orgs: self.admit.ranks_now(pool, orgs),
             clock=clock,
             queue_size=f.queue_size,
             queue_ttl=f.queue_ttl,

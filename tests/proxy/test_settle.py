@@ -1,6 +1,6 @@
 """The settle stage: one cost per request, the same in the budgets and in the record.
 
-A real gate (limits and budgets on the memory and the Redis back end) gives back
+The real limit stage (limits and budgets on the memory and the Redis back end) gives back
 what it admitted; the records are the ``UsageRecord`` values the recorder would
 have queued.
 """
@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from tests.proxy.stages import Stages
 
 from fairgate.accounting import Prices, UsageRecord
 from fairgate.core.clock import SystemClock
@@ -21,10 +22,10 @@ from fairgate.core.principal import Principal
 from fairgate.limits import Budget, BudgetBook, Limiter, Limits, Subject, prompt_tokens
 from fairgate.observability.metrics import GatewayMetrics
 from fairgate.proxy.exchange import Exchange, Outcome
-from fairgate.proxy.gate import Gate, Ticket
 from fairgate.proxy.records import RecordBuilder
 from fairgate.proxy.reservation import Reservation
 from fairgate.proxy.settle import Settler
+from fairgate.proxy.ticket import Ticket
 from fairgate.proxy.usage import Usage
 from fairgate.state import MemoryCounterStore, RedisCounterStore
 
@@ -49,12 +50,13 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
 
 
 class Books:
-    """A gate and a settler wired as the gateway wires them, and what they recorded."""
+    """The limit and admit stages and a settler wired as the gateway wires them, and what
+    they recorded."""
 
     def __init__(self, store: Any) -> None:
         book = BudgetBook((BUDGET,))
         self.store = store
-        self.gate = Gate(
+        self.gate = Stages(
             limiter=Limiter(store),
             budgets=lambda: book,
             prices=PRICES,
@@ -65,7 +67,7 @@ class Books:
         self.records: list[UsageRecord] = []
         self.metrics = GatewayMetrics()
         records = RecordBuilder(self._keep, {"m": None, "dear": None})
-        self.settler = Settler(self.metrics, prices=PRICES, leave=self.gate.leave, record=records)
+        self.settler = Settler(self.metrics, prices=PRICES, leave=self.gate.leaves, record=records)
 
     def _keep(self, record: UsageRecord) -> bool:
         self.records.append(record)
@@ -201,7 +203,7 @@ async def test_the_record_is_kept_when_the_leave_step_is_cancelled() -> None:
     settler = Settler(
         metrics,
         prices=PRICES,
-        leave=leave,
+        leave=(leave,),
         record=RecordBuilder(lambda r: records.append(r) is None, {"m": None}),
     )
     ex = exchange()

@@ -11,7 +11,7 @@ ever reads a ready mapping.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -19,7 +19,7 @@ from fairgate.fairshare.apportion import apportion
 from fairgate.fairshare.decay import DEFAULT_HALF_LIFE, DecayedUsage
 from fairgate.fairshare.priority import Decision, PriorityClass, decide, decide_in_org
 from fairgate.fairshare.teams import REST, fair_tree_ranks, group_levels, split
-from fairgate.fairshare.tree import dense_ranks, level_fairshare
+from fairgate.fairshare.tree import MAX_RANK, dense_ranks, level_fairshare
 
 __all__ = ["FairShare", "Standing", "TeamStanding"]
 
@@ -224,6 +224,60 @@ class FairShare:
                 rank=ranks[group],
             )
         return result
+
+    def decision(
+        self,
+        pool: str,
+        org: str,
+        cls: PriorityClass,
+        *,
+        within_share: bool | None,
+        in_org: bool = False,
+        usage_by_org: Mapping[str, float] | None = None,
+        team: str | None = None,
+        usage_by_team: TeamUsage | None = None,
+    ) -> Decision:
+        """The priority of a request of ``org`` (and ``team``) in ``pool`` once its claim
+        on the shared state is known: ``within_share`` True when it took a slot of the
+        (sub-)reservation (``in_org``: of its organisation's unused seats), False when it
+        borrows (ranked by ``usage_by_org`` and ``usage_by_team``, read for a borrower
+        only), None when the state could not be asked: no reservation can be proven, so
+        it borrows at the lowest rank, never ahead of a borrower the state could rank."""
+        if within_share is None:
+            reservation = self._reservations[pool].get(org, 0)
+            return decide(org, reservation, reservation, MAX_RANK, cls)
+        if within_share:
+            return self.within(org, cls, in_org=in_org)
+        return self.borrow(
+            pool, org, cls, usage_by_org or {}, team=team, usage_by_team=usage_by_team
+        )
+
+    def within_reservation(self, pool: str, org: str, within_share_in_flight: int) -> bool:
+        """True while ``org`` holds fewer within-share requests in ``pool`` than its
+        reservation: a new one is within share and its decision needs no usage."""
+        return within_share_in_flight < self._reservations[pool].get(org, 0)
+
+    def ranks(
+        self,
+        pool: str,
+        owners: Collection[tuple[str, str]],
+        usage_by_org: Mapping[str, float],
+        *,
+        usage_by_team: TeamUsage | None = None,
+    ) -> dict[tuple[str, str], int]:
+        """The Fair Tree rank of each owner, ``(organisation, team)``, in ``pool`` (every
+        owner's organisation in ``usage_by_org``); teams rank inside an organisation with
+        team sub-shares, the others take their organisation's rank."""
+        if not self._team_shares:
+            ranks = dense_ranks(level_fairshare(self._shares[pool], usage_by_org))
+            return {owner: ranks[owner[0]] for owner in owners}
+        by_team = usage_by_team or {}
+        return {
+            (org, team): self.rank(
+                pool, org, usage_by_org, team=team or None, usage_by_team=by_team
+            )
+            for org, team in owners
+        }
 
     def decide(
         self,

@@ -12,7 +12,7 @@ A borrower sent to an engine at once waits in the engine's queue with the
 priority of its organisation's rank at arrival. Held here, it is dispatched
 when a seat frees, by the rank its organisation has *then*
 (``fairgate.fairshare.holding``), and the gateway decides its priority at that
-moment. Within-share requests are never held (the gate does not ask).
+moment. Within-share requests are never held (the admit stage does not ask).
 
 Room, per pool, over the replicas that can take traffic (healthy, breaker
 closed), with C_r the replica's learned batch capacity (``CapacityTracker``,

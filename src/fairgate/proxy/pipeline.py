@@ -1,4 +1,12 @@
-"""The hot path: identify → read → limit, fair share, admit (the gate) → route → relay → settle.
+"""The hot path, stage by stage; the code of each stage is in its own module.
+
+    identify   auth (``authenticate``), before the path is even resolved
+    read       body, model, tags          proxy/request.py, proxy/endpoints.py, proxy/tags.py
+    limit      rate limits and budgets    proxy/limit.py
+    admit      admission lease, then the fair-share claim   proxy/admit.py
+    route      pick a replica, retry      proxy/forward.py
+    relay      the attempt                proxy/relay.py (through proxy/forward.py)
+    settle     charge, give back, record  proxy/settle.py (Admit.leave, Limit.leave)
 
 Each stage is a call on an object built once by the Gateway; nothing here reads
 the configuration file, the store or the environment. Retries and fallbacks
@@ -11,30 +19,26 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 from fairgate.core.asgi import Receive, Scope, Send
 from fairgate.core.client_addr import ClientAddresses
-from fairgate.core.errors import (
-    BadRequest,
-    GatewayError,
-    NotFound,
-    ServiceUnavailable,
-)
+from fairgate.core.errors import BadRequest, GatewayError, NotFound, ServiceUnavailable
 from fairgate.core.principal import Principal
 from fairgate.core.route_classes import RouteRules, refusal
 from fairgate.engines import FieldRefused, is_json
-from fairgate.proxy.affinity import routing_inputs
+from fairgate.proxy.admit import Admit
 from fairgate.proxy.endpoints import EndpointTable, ModelEntry
 from fairgate.proxy.exchange import Exchange, Outcome
-from fairgate.proxy.gate import Gate, Ticket
-from fairgate.proxy.relay import AttemptFailed, Relay, SlowReader
+from fairgate.proxy.forward import Forwarder, share_headers
+from fairgate.proxy.limit import Limit
+from fairgate.proxy.relay import SlowReader
 from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, read_body
 from fairgate.proxy.reservation import OutputPolicy
 from fairgate.proxy.responses import ResponseScope
 from fairgate.proxy.settle import Settler
-from fairgate.proxy.share import share_header
 from fairgate.proxy.sse import error_event
+from fairgate.proxy.tags import TagPolicy
+from fairgate.proxy.ticket import Ticket
 from fairgate.server.protocol import ABORT_EXTENSION, DISCONNECT_EXTENSION
 
 __all__ = ["Pipeline"]
@@ -43,7 +47,11 @@ log = logging.getLogger("fairgate.proxy")
 
 
 class Pipeline:
-    """Serves one client request end to end; stateless between requests."""
+    """Serves one client request end to end; stateless between requests.
+
+    ``limit`` and ``admit`` are the limit and admit stages (None: nothing to limit
+    or admit, as in a test of the other stages); ``forwarder`` routes and relays.
+    """
 
     def __init__(
         self,
@@ -51,17 +59,16 @@ class Pipeline:
         endpoints: EndpointTable,
         caps: Caps,
         output: OutputPolicy,
-        relay: Relay,
-        registry: Any,
+        forwarder: Forwarder,
         settler: Settler,
-        retries: int,
         request_ids: Callable[[], str],
         authenticate: Callable[[bytes | None, str], Awaitable[Principal]],
         stopping: Callable[[], bool] = lambda: False,
-        gate: Gate | None = None,
+        limit: Limit | None = None,
+        admit: Admit | None = None,
+        tags: TagPolicy | None = None,
         salt: Callable[[Principal], str | None] = lambda _p: None,
         session_header: bytes = b"x-session-id",
-        tags_header: bytes = b"x-fairgate-tags",
         responses: ResponseScope | None = None,
         clients: ClientAddresses | None = None,
         rules: RouteRules | None = None,
@@ -69,17 +76,17 @@ class Pipeline:
         self._endpoints = endpoints
         self._caps = caps
         self._output = output
-        self._relay = relay
-        self._registry = registry
+        self._forwarder = forwarder
         self._settler = settler
-        self._retries = retries
         self._ids = request_ids
         self._stopping = stopping  # true once the server drains: a cancellation is its own
         self._authenticate = authenticate
-        self._gate = gate
+        self._limit = limit
+        self._admit = admit
+        self._tags = tags or TagPolicy()
         self._salt = salt
         self._session_header = session_header
-        self._tags_header = tags_header
+        self._tags_header = self._tags.header.encode("latin-1")
         self._responses = responses
         self._clients = clients
         # decided once: without a rule for inference, no request pays for a check
@@ -96,41 +103,31 @@ class Pipeline:
             client=peer if self._clients is None else self._clients.of(peer, scope["headers"]),
         )
         watcher: _Watcher | None = None
-        ticket: Ticket | None = None
+        ticket = Ticket()
         try:
-            # identify: before anything else, whatever the path, so no route can be
-            # reached without a key (unknown paths answer 401 too, not 404).
             authorization, length, tags = self._scan_headers(scope, ex)
-            if self._rules is not None and not self._rules.allows("inference", ex.client):
-                log.info(
-                    "refused %s from %s: not in routes.inference.allow", ex.request_id, ex.client
-                )
-                raise refusal()
-            ex.principal = await self._authenticate(authorization, ex.client)
+            principal = await self._identify(ex, authorization)
             route = self._endpoints.resolve_path(scope.get("raw_path") or scope["path"].encode())
             ex.endpoint = route.name
             if route.local is not None and scope["method"] == "GET":
-                if self._gate is not None:
-                    await self._gate.meter(ex)
+                if self._limit is not None:
+                    await self._limit.meter(ex)
                 await route.local(scope, ex, send)
                 return
             if route.local is not None or scope["method"] != "POST":
                 raise NotFound(
                     f"unknown route {scope['method']} {scope['path']}", code="unknown_route"
                 )
-            if self._gate is not None:
+            if self._limit is not None:
                 # before the body: a key the limiter would refuse costs no body's memory
-                self._gate.check_head(ex.principal)
-            await self._read(receive, ex, length)
-            entry = self._output.reserve(ex, self._endpoints.model_for(ex))
-            _check_fields(ex, entry)
-            ex.cache_salt = self._salt(ex.principal)
-            if self._responses is not None:
-                await self._responses.check(ex)  # a state read only with previous_response_id
+                self._limit.check_head(principal)
+            entry = await self._read(receive, ex, length, tags)
             watcher = _watch_disconnect(scope, receive, ex)
-            if self._gate is not None:
-                ticket = await self._gate.enter(ex, tags)
-            await self._forward(ex, entry, send, ticket)
+            if self._limit is not None:
+                await self._limit.enter(ex, ticket)
+            if self._admit is not None:
+                await self._admit.enter(ex, ticket)
+            await self._forwarder.forward(ex, entry, send, ticket)
         except GatewayError as error:
             ex.status = error.status
             ex.reason = ex.reason or (error.code or type(error).__name__)
@@ -138,8 +135,8 @@ class Pipeline:
                 ex.outcome = Outcome.REFUSED if not ex.attempts else Outcome.UPSTREAM_ERROR
             if not ex.responded:
                 # after the fair-share claim (the gateway's own 502/503/504) the answer
-                # says how the request stood; a refusal before it has no ticket
-                await _send_error(send, error, ex, _share(ex, ticket))
+                # says how the request stood; a refusal before it holds no claim
+                await _send_error(send, error, ex, share_headers(ex, ticket))
         except ClientGone:
             ex.outcome, ex.reason = Outcome.CLIENT_ABORT, "client_gone_before_body"
         except SlowReader:
@@ -163,6 +160,15 @@ class Pipeline:
             if watcher is not None:
                 _unwatch(watcher)
             await self._settler.settle(ex, ticket)
+
+    async def _identify(self, ex: Exchange, authorization: bytes | None) -> Principal:
+        """Before anything else, whatever the path, so no route can be reached without a
+        key (unknown paths answer 401 too, not 404)."""
+        if self._rules is not None and not self._rules.allows("inference", ex.client):
+            log.info("refused %s from %s: not in routes.inference.allow", ex.request_id, ex.client)
+            raise refusal()
+        ex.principal = principal = await self._authenticate(authorization, ex.client)
+        return principal
 
     def _scan_headers(
         self, scope: Scope, ex: Exchange
@@ -194,7 +200,26 @@ class Pipeline:
                 tags = value
         return authorization, length, tags
 
-    async def _read(self, receive: Receive, ex: Exchange, length: bytes | None) -> None:
+    async def _read(
+        self, receive: Receive, ex: Exchange, length: bytes | None, tags: bytes | None
+    ) -> ModelEntry:
+        """The read stage: the body (bounded, parsed once, capped), the model it names
+        with its reservation and request policies, the tenant's cache salt, and the
+        request's tags; returns the model's entry (its chain)."""
+        await self._read_body(receive, ex, length)
+        entry = self._output.reserve(ex, self._endpoints.model_for(ex))
+        _check_fields(ex, entry)
+        principal = ex.principal
+        assert principal is not None
+        ex.cache_salt = self._salt(principal)
+        if self._responses is not None:
+            await self._responses.check(ex)  # a state read only with previous_response_id
+        added = self._tags.apply(principal, tags)
+        if added is not None:
+            ex.tags = added
+        return entry
+
+    async def _read_body(self, receive: Receive, ex: Exchange, length: bytes | None) -> None:
         declared = None
         if length is not None:
             try:
@@ -214,114 +239,6 @@ class Pipeline:
             ex.client_wants_usage = (
                 isinstance(options, dict) and options.get("include_usage") is True
             )
-
-    async def _forward(
-        self, ex: Exchange, entry: ModelEntry, send: Send, ticket: Ticket | None = None
-    ) -> None:
-        budget = 1 + self._retries
-        last: AttemptFailed | None = None
-        hashed = any(self._registry.uses_prefix(c.name) for c in entry.chain)
-        session, prefix = routing_inputs(ex, prefix=hashed)
-        share = ticket.within_share if ticket is not None else None
-        for position, candidate in enumerate(entry.chain):
-            tried: set[str] = set()
-            while budget > 0:
-                replica = self._registry.pick(
-                    candidate.name,
-                    exclude=tried,
-                    session=session,
-                    prefix=prefix,
-                    within_share=share,
-                )
-                if replica is None:
-                    break
-                tried.add(replica.name)
-                budget -= 1
-                ex.attempts += 1
-                if ex.attempts > 1:
-                    self._settler.retried(ex.requested_model)
-                try:
-                    await self._attempt(ex, candidate, replica, send, ticket)
-                except AttemptFailed as failed:
-                    self._settler.attempt_failed(replica.name, failed.reason)
-                    if failed.ran:
-                        ex.unanswered += 1
-                    if failed.replica_at_fault:
-                        replica.breaker.failure()
-                    else:
-                        replica.breaker.abandon()
-                    last = failed
-                    ex.reason = failed.reason
-                    if not failed.retryable:
-                        budget = 0
-                    continue
-                if position:
-                    self._settler.fell_back(ex.requested_model, candidate.name)
-                return
-        if last is None:
-            raise ServiceUnavailable(
-                f"no replica of model '{entry.chain[0].name}' is available right now",
-                code="no_replica",
-            )
-        if last.answer is None:
-            ex.outcome = Outcome.TIMEOUT if last.error.status == 504 else Outcome.UPSTREAM_ERROR
-            raise last.error
-        status, content_type, body = last.answer
-        ex.outcome, ex.status = Outcome.UPSTREAM_ERROR, status
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", content_type),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"x-request-id", ex.request_id.encode()),
-                    *_share(ex, ticket),
-                ],
-            }
-        )
-        ex.first_byte_at = time.monotonic()
-        await send({"type": "http.response.body", "body": body})
-
-    async def _attempt(
-        self, ex: Exchange, candidate: Any, replica: Any, send: Send, ticket: Ticket | None
-    ) -> None:
-        adapter = replica.adapter
-        body = candidate.body_for(ex)
-        headers = candidate.headers_for(ex, replica)
-        target = replica.prefix + candidate.upstream_target(ex.endpoint)
-        # what the engine is told: an engine without a priority scheduler gets none
-        ex.sent_priority = ex.priority if adapter.sends_priority else None
-        share = ticket.within_share if ticket is not None else None
-        with self._registry.lease(replica, share):
-            if ticket is not None:
-                ticket.dispatched()
-            try:
-                opened = await self._relay.open(ex, replica, target, headers, body)
-            except (asyncio.CancelledError, ClientGone):
-                # The outcome is unknown: free a half-open probe slot, count nothing. The
-                # engine may be working on the request (a plain answer comes whole at the
-                # end, a stream's first token after the prefill), so it is charged its
-                # reservation, never nothing (proxy.reservation).
-                replica.breaker.abandon()
-                ex.unanswered += 1
-                raise
-            if opened.status >= 500:
-                replica.breaker.failure()
-            else:
-                replica.breaker.success()
-            ex.model, ex.replica = candidate.name, replica.name
-            extra = [(b"x-request-id", ex.request_id.encode()), *_share(ex, ticket)]
-            if opened.streaming:
-                await self._relay.stream(
-                    ex,
-                    opened,
-                    send,
-                    extra,
-                    strip_usage=adapter.rewrites_body and not ex.client_wants_usage,
-                )
-            else:
-                await self._relay.send_whole(ex, opened, send, extra)
 
 
 def _check_fields(ex: Exchange, entry: ModelEntry) -> None:
@@ -391,13 +308,6 @@ async def _end_at_shutdown(send: Send, ex: Exchange) -> None:
     elif ex.stream and ex.status == 200:
         tail = error_event("the gateway shut down before the answer ended", "shutting_down")
         await send({"type": "http.response.body", "body": tail, "more_body": False})
-
-
-def _share(ex: Exchange, ticket: Ticket | None) -> list[tuple[bytes, bytes]]:
-    """``X-Fairgate-Share`` for the answer, read now (after dispatch), or nothing; the
-    priority is the one the last attempt sent (none before any attempt)."""
-    header = share_header(ticket, ex.sent_priority)
-    return [] if header is None else [header]
 
 
 async def _send_error(

@@ -2,8 +2,9 @@
 
 1. charge    ``ex.usage`` becomes what the request is charged (``proxy.reservation.charge``)
 2. cost      ``ex.cost``: that usage at the served model's prices, computed here only
-3. leave     the limits, the fair-share claim and the admission lease are given back,
-             the limits and budgets charged ``ex.usage`` and ``ex.cost`` (the gate)
+3. leave     the admission lease and the fair-share claim are given back, then the
+             limits; the organisation's usage, the limits and budgets charged
+             ``ex.usage`` and ``ex.cost`` (``Admit.leave``, then ``Limit.leave``)
 4. record    the accounting record, at the same cost (``proxy.records``)
 5. metrics   and the log line
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from fairgate.accounting import Prices
@@ -26,7 +27,7 @@ from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.reservation import charge
 
 if TYPE_CHECKING:
-    from fairgate.proxy.gate import Ticket
+    from fairgate.proxy.ticket import Ticket
 
 __all__ = ["Settler"]
 
@@ -36,20 +37,21 @@ log = logging.getLogger("fairgate.request")
 
 
 class Settler:
-    """``prices`` per canonical model (a model without any costs nothing); ``leave`` gives
-    back what a ticket holds (the gate's); ``record`` builds the accounting record."""
+    """``prices`` per canonical model (a model without any costs nothing); ``leave`` give
+    back what a ticket holds, in their order (the admit stage's, then the limit
+    stage's); ``record`` builds the accounting record."""
 
     def __init__(
         self,
         metrics: GatewayMetrics,
         *,
         prices: Mapping[str, Prices] | None = None,
-        leave: Callable[[Ticket, Exchange], Awaitable[None]] | None = None,
+        leave: Sequence[Callable[[Ticket, Exchange], Awaitable[None]]] = (),
         record: Callable[[Exchange], None] | None = None,
     ) -> None:
         self._m = metrics
         self._prices: Mapping[str, Prices] = {} if prices is None else prices
-        self._leave = leave
+        self._leave = tuple(leave)
         self._record = record
         # Read once: the level does not change while serving, and the check costs µs.
         self._debug = log.isEnabledFor(logging.DEBUG)
@@ -71,8 +73,9 @@ class Settler:
         charge(ex)
         ex.cost = self.cost_of(ex)
         try:
-            if ticket is not None and self._leave is not None:
-                await self._leave(ticket, ex)
+            if ticket is not None:
+                for leave in self._leave:
+                    await leave(ticket, ex)
         finally:
             self._account(ex)
 

@@ -14,7 +14,7 @@ The value is read from the ticket when the answer is sent, after the request
 was dispatched: whatever decided the request's standing last (a queue that
 re-ranks borrowers at dispatch) is what the header shows.
 
->>> from fairgate.proxy.gate import Ticket
+>>> from fairgate.proxy.ticket import Ticket
 >>> share_header(Ticket(pool="p", priority=0), 0)
 (b'x-fairgate-share', b'within; priority=0')
 >>> share_header(Ticket(pool="p", borrowing=True, rank=2, priority=30), 30)
@@ -27,7 +27,7 @@ True
 
 from __future__ import annotations
 
-from fairgate.proxy.gate import Ticket
+from fairgate.proxy.ticket import Ticket
 
 __all__ = ["SHARE_HEADER", "share_header"]
 

@@ -1,11 +1,11 @@
-"""The gate holding borrowers while the pool is full: claimed again, prioritised, at dispatch."""
+"""The admit stage holding borrowers while the pool is full: claimed again at dispatch."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from tests.proxy.test_gate import PRICES, exchange, served
+from tests.proxy.stages import PRICES, Stages, exchange, served
 
 from fairgate.admission import CapacityTracker
 from fairgate.core.clock import SystemClock
@@ -15,7 +15,7 @@ from fairgate.fairshare import FairShare
 from fairgate.limits import BudgetBook, Limiter
 from fairgate.proxy.dispatch import Dispatcher, PoolEngines
 from fairgate.proxy.exchange import Exchange
-from fairgate.proxy.gate import Gate, Ticket
+from fairgate.proxy.ticket import Ticket
 from fairgate.state import MemoryCounterStore, RedisCounterStore
 
 A = Principal("ka", "a", "ta")
@@ -23,7 +23,7 @@ B = Principal("kb", "b", "tb")
 
 
 class Pool:
-    """A gate over pool p (C = 4, reservations a 2 / b 2) and one engine that runs four at
+    """The stages over pool p (C = 4, reservations a 2 / b 2) and one engine that runs four at
     once, keeping none waiting beyond them (depth 0); ``in_flight`` is what the registry
     would count."""
 
@@ -37,7 +37,7 @@ class Pool:
             queue_ttl=30.0,
             depth=0,
         )
-        self.gate = Gate(
+        self.gate = Stages(
             limiter=Limiter(state),
             budgets=BudgetBook,
             prices=PRICES,
@@ -62,7 +62,7 @@ class Pool:
         ]
 
     async def send(self, who: Principal) -> tuple[Ticket, Exchange]:
-        """Enter the gate and reach the engine (what the pipeline does after ``enter``)."""
+        """Enter the stages and reach the engine (what the pipeline does after ``enter``)."""
         ex = exchange(who)
         ticket = await self.gate.enter(ex)
         self.in_flight += 1

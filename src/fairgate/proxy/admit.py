@@ -1,0 +1,415 @@
+"""The admit stage: an admission lease, then a fair-share claim (and the dispatcher).
+
+    await admit.enter(ex, ticket)      # ServiceUnavailable 503, 504
+    ...                                # route, relay; ticket.dispatched()
+    await admit.leave(ticket, ex)      # by the settle stage, whatever happened
+
+``enter`` runs, in this order, each only when configured for the request's model:
+
+1. admission: a lease from the pool's admission controller, waiting in the
+   team's band while the pool is saturated, its tenant the team (so a team's
+   keys share one turn of the round-robin) (``fairgate.admission``); a queue
+   that orders by fair-share priority gets a provisional one from this
+   gateway's own counts (no slot is held while waiting);
+2. fair share: one atomic claim of a within-share slot of the organisation in
+   the model's pool (with team sub-shares: of the team's sub-reservation, else
+   of the organisation's unused seats), then the priority the policy decides
+   (``FairShare.decision``), which goes to the engine (vLLM's ``X-Vllm-Priority``);
+3. dispatch: a borrower finding its pool full waits in the gateway's own
+   queue (``fairgate.proxy.dispatch``) and is claimed again when it may go,
+   so its priority is the one its organisation ranks at that moment.
+
+``leave`` gives the lease and the fair-share slot back and charges the request's
+cost to the organisation's decayed usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Generic, TypeVar
+
+from fairgate.admission import AdmissionController, Bands
+from fairgate.core.clock import Clock
+from fairgate.core.money import Money
+from fairgate.fairshare import FairShare, PriorityClass
+from fairgate.fairshare.holding import Owner
+from fairgate.limits import StateUnavailable
+from fairgate.limits.fairshare_state import Claim, FairShareState, Split
+from fairgate.proxy.dispatch import Dispatcher
+from fairgate.proxy.exchange import Exchange
+from fairgate.proxy.ticket import Ticket
+
+__all__ = ["USAGE_TTL", "Admit"]
+
+log = logging.getLogger("fairgate.proxy")
+
+T = TypeVar("T")
+
+_FREE = Money(0)
+
+USAGE_TTL = 1.0
+"""Seconds a pool's decayed usage is reused between reads (a ranking a second old is as
+good as a fresh one at a half-life of days, and it saves a round trip per request)."""
+
+
+class _PoolUsage(Generic[T]):
+    """A pool's decayed usage (per organisation, or per team), re-read at most every
+    ``USAGE_TTL``."""
+
+    __slots__ = ("at", "cost", "reading", "value")
+
+    def __init__(self, empty: T) -> None:
+        self.value: T = empty
+        self.at = -USAGE_TTL
+        self.reading: asyncio.Future[T] | None = None
+        self.cost = 0.0  # moving mean of a finished request's cost units (held pools only)
+
+
+class Admit:
+    """Admission and fair share for every request, built once by the Gateway.
+
+    ``pools`` maps each canonical model to its pool (None: no pool); fair share
+    applies to models whose pool ``fairshare`` knows, admission to models whose
+    pool (or, without one, the model's own name) has a controller in
+    ``admission``. ``classes`` maps a model to ``interactive``/``batch``.
+    """
+
+    def __init__(
+        self,
+        *,
+        pools: Mapping[str, str | None],
+        classes: Mapping[str, str],
+        clock: Clock,
+        fairshare: FairShare | None = None,
+        fairshare_state: FairShareState | None = None,
+        admission: Mapping[str, AdmissionController] | None = None,
+        bands: Bands | None = None,
+        send_priority: bool = True,
+        on_claim: Callable[[str, str, bool], None] | None = None,
+        dispatcher: Dispatcher | None = None,
+    ) -> None:
+        self.pools = pools
+        self._classes = classes
+        self._clock = clock
+        self.policy = fairshare if fairshare_state is not None else None
+        self.state = fairshare_state
+        self.fair_pools = frozenset(fairshare.pools) if fairshare is not None else frozenset()
+        self._admission = dict(admission or {})
+        self._bands = bands
+        self._send_priority = send_priority
+        self._on_claim = on_claim  # (pool, org, borrowing), for a metric
+        self._usage: dict[str, _PoolUsage[dict[str, float]]] = {}
+        self._team_usage: dict[str, _PoolUsage[dict[str, dict[str, float]]]] = {}
+        self.in_flight: dict[tuple[str, str], list[int]] = {}  # (pool, org) → [within, borrowing]
+        self._state_down = False
+        self._dispatcher = dispatcher
+
+    @property
+    def available(self) -> bool:
+        """False while the fair-share state failed its last call."""
+        return not self._state_down
+
+    async def enter(self, ex: Exchange, ticket: Ticket) -> None:
+        """Admit ``ex`` (limits charged onto ``ticket``) or raise its refusal; what it
+        took is on ``ticket`` (given back here when it raises)."""
+        principal = ex.principal
+        assert principal is not None
+        model = ex.requested_model
+        pool = self.pools.get(model)
+        controller = self._admission.get(pool or model)
+        fair = pool is not None and pool in self.fair_pools
+        if not fair and controller is None:
+            return  # nothing to take
+        try:
+            if controller is not None and self._bands is not None:
+                # Admission first: a request waiting in the gateway's queue holds no
+                # within-share slot (its organisation's running requests keep them).
+                # A queue that orders waiters by priority gets this gateway's best
+                # guess now; the slot and the priority the engine sees are decided
+                # when the request leaves the queue.
+                waiting_priority = 0
+                if fair and controller.order_by_priority:
+                    assert pool is not None
+                    waiting_priority = await self._provisional(
+                        pool, principal.org, model, self._now()
+                    )
+                ticket.lease = await controller.admit(
+                    band=self._bands.for_team(principal.team).name,
+                    tenant=principal.team,
+                    priority=waiting_priority,
+                )
+            if fair:
+                assert pool is not None
+                ticket.team = principal.team
+                await self._claim(ticket, pool, principal.org, model, self._now())
+                if ticket.borrowing and ticket.claim is not None and self._dispatcher is not None:
+                    await self._dispatch(ticket, pool, principal.org, model)
+                if self._on_claim is not None:
+                    self._on_claim(pool, principal.org, ticket.borrowing)
+        except BaseException:
+            await self._give_back(ticket, _FREE)
+            raise
+        if self._send_priority:
+            ex.priority = ticket.priority
+
+    async def leave(self, ticket: Ticket, ex: Exchange) -> None:
+        """Give back the lease and the fair-share slot ``ticket`` holds and charge
+        ``ex.cost`` (the real usage's, set by the settle stage; nothing when no engine
+        was reached) to the organisation's usage. Never raises but ``CancelledError``;
+        safe to call twice."""
+        await self._give_back(ticket, ex.cost)
+
+    async def _give_back(self, ticket: Ticket, cost: Money) -> None:
+        lease, ticket.lease = ticket.lease, None
+        if lease is not None:
+            lease.release()
+        grant, ticket.grant = ticket.grant, None
+        if grant is not None:
+            grant.release()
+        if ticket.pool is None:
+            return
+        pool, org = ticket.pool, ticket.org
+        counts = self.in_flight.get((pool, org))
+        if counts is not None:
+            counts[1 if ticket.borrowing else 0] -= 1
+        claim, ticket.claim, ticket.pool = ticket.claim, None, None
+        dispatcher = self._dispatcher
+        if dispatcher is not None and dispatcher.holds(pool):
+            # the ranks of the next dispatch count this request's cost already
+            self._charged_here(pool, org, cost)
+            dispatcher.freed(pool)
+        await self._settle_fairshare(pool, org, claim, cost, ticket.team)
+        if dispatcher is not None and claim is not None and claim.within_share:
+            dispatcher.seat_freed(pool, org, self._owner_team(ticket))
+
+    def _now(self) -> float:
+        return self._clock.wall()
+
+    async def _claim(self, ticket: Ticket, pool: str, org: str, model: str, now: float) -> None:
+        assert self.policy is not None and self.state is not None
+        policy = self.policy
+        reservation = policy.reservations(pool).get(org, 0)
+        split = _split(policy, pool, org, ticket.team)
+        claim: Claim | None = None
+        try:
+            claim = await self.state.claim(pool, org, reservation, now, split, ticket.team)
+        except StateUnavailable as exc:
+            # Without the shared count no reservation can be proven: borrow, at the
+            # lowest rank (the safe answer), and serve the request.
+            self.note_state(exc)
+        else:
+            self.note_state(None)
+        # Held from here on: whatever happens next (a cancelled await included), leave()
+        # gives the slot back.
+        ticket.pool, ticket.org, ticket.claim = pool, org, claim
+        ticket.borrowing = claim is None or not claim.within_share
+        counts = self.in_flight.setdefault((pool, org), [0, 0])
+        counts[1 if ticket.borrowing else 0] += 1
+        usage: dict[str, float] | None = None
+        by_team: dict[str, dict[str, float]] | None = None
+        if claim is not None and not claim.within_share:
+            # a borrower is ranked by the pool's usage
+            try:
+                usage = self._ranked(pool, await self.pool_usage(pool, now), now)
+                if policy.has_team_shares:
+                    by_team = await self._pool_team_usage(pool, now)
+            except StateUnavailable as exc:
+                self.note_state(exc)
+                usage = {}
+        decision = policy.decision(
+            pool,
+            org,
+            _class(self._classes.get(model)),
+            within_share=None if claim is None else claim.within_share,
+            in_org=claim is not None and claim.in_org,
+            usage_by_org=usage,
+            team=ticket.team,
+            usage_by_team=by_team,
+        )
+        ticket.priority, ticket.rank = decision.priority, decision.rank
+
+    async def _dispatch(self, ticket: Ticket, pool: str, org: str, model: str) -> None:
+        """A borrower in a full pool waits in the dispatcher's queue, holding no claim, and
+        is claimed again when it may go: within share if a seat of its organisation came
+        free meanwhile, else borrowing at the rank its organisation has then."""
+        dispatcher = self._dispatcher
+        assert dispatcher is not None
+        if not dispatcher.holds(pool):
+            return
+        ticket.grant = dispatcher.grant_now(pool)
+        if ticket.grant is not None:
+            return
+        # Give back what the claim counted (a borrowing claim holds no slot in the state).
+        counts = self.in_flight.get((pool, org))
+        if counts is not None:
+            counts[1] -= 1
+        ticket.pool, ticket.claim, ticket.priority, ticket.rank = None, None, None, None
+        ticket.borrowing = False
+        if ticket.lease is not None:
+            ticket.lease.dispatched()  # admission: held here, it is not pending there
+        cls = int(_class(self._classes.get(model)))
+        ticket.grant = await dispatcher.wait(pool, org, cls, self._owner_team(ticket))
+        ticket.held = ticket.grant.waited
+        await self._claim(ticket, pool, org, model, self._clock.wall())
+
+    def _owner_team(self, ticket: Ticket) -> str:
+        """The team a held borrower is ranked and queued under: its own where teams have
+        sub-shares (they rank too), else none."""
+        teams = self.policy is not None and self.policy.has_team_shares
+        return (ticket.team or "") if teams else ""
+
+    def ranks_now(self, pool: str, owners: Collection[Owner]) -> dict[Owner, int]:
+        """The Fair Tree rank of each owner, ``(organisation, team)``, in ``pool`` from the
+        last usage reading, this gateway's charges since and its requests in flight
+        (synchronous; for the dispatcher). Teams rank inside their organisation where it
+        has team sub-shares (from the last team usage reading)."""
+        policy = self.policy
+        assert policy is not None
+        entry = self._usage.get(pool)
+        usage = dict.fromkeys({org for org, _ in owners}, 0.0)
+        if entry is not None:
+            usage.update(self._ranked(pool, entry.value, self._now()))
+        teams = self._team_usage.get(pool)
+        by_team = teams.value if teams is not None else None
+        return policy.ranks(pool, owners, usage, usage_by_team=by_team)
+
+    def _ranked(self, pool: str, usage: dict[str, float], now: float) -> dict[str, float]:
+        """The usage a borrower's rank reads: ``usage`` (the last reading, with this
+        gateway's charges since) and, where the dispatcher holds the pool, this gateway's
+        requests in flight, each counted at the pool's mean cost of a request until it
+        finishes and is charged for real.
+
+        Counting what runs, as Slurm charges running jobs, makes a rank follow a
+        dispatch at once instead of a request's lifetime later; nothing is charged
+        for it, it only ranks."""
+        dispatcher = self._dispatcher
+        entry = self._usage.get(pool)
+        if (
+            dispatcher is None
+            or not dispatcher.holds(pool)
+            or entry is None
+            or entry.cost <= 0
+            or entry.at < 0
+        ):
+            return usage
+        assert self.policy is not None
+        weight = _weight(now - entry.at, self.policy.half_life) * entry.cost
+        ranked = dict(usage)
+        for (p, org), (within, borrowing) in self.in_flight.items():
+            if p == pool and within + borrowing > 0:
+                ranked[org] = ranked.get(org, 0.0) + (within + borrowing) * weight
+        return ranked
+
+    def _charged_here(self, pool: str, org: str, cost: Money) -> None:
+        """Add a finished request's cost to the cached usage of ``pool`` until the next
+        reading brings it from the state back end (which ``charge`` updates)."""
+        entry = self._usage.get(pool)
+        if entry is None or cost.micro <= 0 or entry.at < 0 or self.policy is None:
+            return
+        units = cost.micro / 1_000_000
+        entry.cost = units if entry.cost <= 0 else entry.cost + (units - entry.cost) / 32
+        # The cache holds values decayed to ``entry.at``; a charge now weighs more by
+        # the decay since then (ranks compare ratios, so only that weighting matters).
+        value = dict(entry.value)
+        value[org] = value.get(org, 0.0) + units * _weight(
+            self._now() - entry.at, self.policy.half_life
+        )
+        entry.value = value
+
+    async def _provisional(self, pool: str, org: str, model: str, now: float) -> int:
+        """The priority a waiter of ``org`` would get if its turn came now, from this
+        gateway's own within-share count (no slot is taken)."""
+        assert self.policy is not None
+        cls = _class(self._classes.get(model))
+        within = self.in_flight.get((pool, org), (0, 0))[0]
+        usage: dict[str, float] = {}
+        if not self.policy.within_reservation(pool, org, within):
+            with contextlib.suppress(StateUnavailable):  # ranked as if nobody had used it
+                usage = await self.pool_usage(pool, now)
+        return self.policy.decide(pool, org, cls, within, usage).priority
+
+    async def pool_usage(self, pool: str, now: float) -> dict[str, float]:
+        """The pool's decayed usage per organisation, re-read at most every ``USAGE_TTL``;
+        ``StateUnavailable`` when the back end does not answer."""
+        assert self.state is not None and self.policy is not None
+        state, half_life = self.state, self.policy.half_life
+        entry = self._usage.get(pool)
+        if entry is None:
+            entry = self._usage[pool] = _PoolUsage({})
+        return await _cached(entry, now, lambda: state.usage(pool, now, half_life))
+
+    async def _pool_team_usage(self, pool: str, now: float) -> dict[str, dict[str, float]]:
+        assert self.state is not None and self.policy is not None
+        state, half_life = self.state, self.policy.half_life
+        entry = self._team_usage.get(pool)
+        if entry is None:
+            entry = self._team_usage[pool] = _PoolUsage({})
+        return await _cached(entry, now, lambda: state.team_usage(pool, now, half_life))
+
+    async def _settle_fairshare(
+        self, pool: str, org: str, claim: Claim | None, cost: Money | None, team: str | None
+    ) -> None:
+        assert self.state is not None and self.policy is not None
+        try:
+            if claim is not None:
+                await self.state.release(claim)
+            if cost is not None and cost.micro > 0:
+                units, half_life = cost.micro / 1_000_000, self.policy.half_life
+                await self.state.charge(pool, org, units, self._now(), half_life, team=team)
+        except StateUnavailable as exc:
+            # The slot expires by itself (lease TTL); the usage charge is lost.
+            self.note_state(exc)
+
+    def note_state(self, exc: StateUnavailable | None) -> None:
+        """Note whether the fair-share state answered its last call (logged on change)."""
+        if exc is not None and not self._state_down:
+            self._state_down = True
+            log.error("fair-share state unavailable, requests borrow meanwhile: %s", exc)
+        elif exc is None and self._state_down:
+            self._state_down = False
+            log.warning("fair-share state available again")
+
+    def fairshare_counts(self) -> Mapping[tuple[str, str], tuple[int, int]]:
+        """This process's (within share, borrowing) requests in flight per (pool, org)."""
+        return {key: (c[0], c[1]) for key, c in self.in_flight.items()}
+
+
+async def _cached(entry: _PoolUsage[T], now: float, read: Callable[[], Awaitable[T]]) -> T:
+    """``entry``'s value, re-read with ``read`` when older than ``USAGE_TTL``; one read at
+    a time (the others take the last value, or wait for the first one)."""
+    if now - entry.at < USAGE_TTL:
+        return entry.value
+    if entry.reading is not None:
+        if entry.at >= 0:
+            return entry.value  # someone is reading; the last value will do
+        return await asyncio.shield(entry.reading)
+    entry.reading = asyncio.ensure_future(read())
+    try:
+        entry.value = await asyncio.shield(entry.reading)
+        entry.at = now
+    finally:
+        entry.reading = None
+    return entry.value
+
+
+def _split(policy: FairShare, pool: str, org: str, team: str | None) -> Split | None:
+    """Where a request of ``team`` claims when ``org`` has team sub-shares; else None."""
+    group = policy.group(org, team)
+    if group is None:
+        return None
+    seats = policy.team_reservations(pool, org)
+    return Split(group, seats.get(group, 0), tuple(policy.team_shares(org)))
+
+
+def _weight(age: float, half_life: float) -> float:
+    """How much more a cost charged ``age`` seconds after a reading weighs than the
+    reading's values: ``2 ** (age / half_life)``, capped far below overflow."""
+    return math.exp(min(700.0, math.log(2) * max(0.0, age) / half_life))
+
+
+def _class(name: str | None) -> PriorityClass:
+    return PriorityClass.BATCH if name == "batch" else PriorityClass.INTERACTIVE

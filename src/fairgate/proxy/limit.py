@@ -1,0 +1,189 @@
+"""The limit stage: the key's rate limits and every budget the request falls under.
+
+    limit.check_head(principal)        # before the body: RateLimited 429
+    await limit.enter(ex, ticket)      # after the read: RateLimited 429, 503
+    ...                                # admit, route, relay
+    await limit.leave(ticket, ex)      # by the settle stage, whatever happened
+
+``enter`` is one atomic check-and-charge of the key's rate limits (and its
+team's totals) and of every budget the request falls under, at the estimated
+tokens and cost (``fairgate.limits``); a refusal names the limit or the budget.
+A reservation crossing a budget's soft limit is reported once. ``leave`` gives
+the in-flight slot back and corrects tokens and cost with the real usage.
+
+``check_head`` refuses, before the body is read, what this process already knows
+the limiter would refuse (``fairgate.limits.head``); ``meter`` counts a request
+the gateway answers itself against the key's requests per minute and per day.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from fairgate.accounting import Prices, TokenCounts
+from fairgate.core.clock import Clock
+from fairgate.core.errors import RateLimited
+from fairgate.core.money import Money
+from fairgate.core.principal import Principal
+from fairgate.limits import Budget, BudgetBook, Demand, Limiter, Limits, Subject
+from fairgate.limits.demand import Admission
+from fairgate.limits.head import HeadGate
+from fairgate.proxy.exchange import Exchange
+from fairgate.proxy.ticket import Ticket
+
+__all__ = ["Alert", "Limit", "key_limits", "subject_of"]
+
+Alert = Callable[[Budget, float, Money], None]
+"""Called once per budget whose soft limit a reservation crossed: (budget, now, spent)."""
+
+_NO_LIMITS = Limits()
+
+
+class Limit:
+    """Rate limits and budgets for every request, built once by the Gateway.
+
+    ``budgets()`` returns the current book (refreshed by its owner); ``prices``
+    maps each canonical model to its prices (a model without any costs nothing).
+    """
+
+    def __init__(
+        self,
+        *,
+        limiter: Limiter,
+        budgets: Callable[[], BudgetBook],
+        prices: Mapping[str, Prices],
+        clock: Clock,
+        on_soft_limit: Alert | None = None,
+    ) -> None:
+        self._limiter = limiter
+        self._budgets = budgets
+        self._prices = prices
+        self._clock = clock
+        self._on_soft_limit = on_soft_limit
+        self._head = HeadGate()
+
+    @property
+    def available(self) -> bool:
+        """False while the state back end failed the limiter's last call."""
+        return self._limiter.available
+
+    def check_head(self, principal: Principal) -> None:
+        """Refuse, before the body is read, a request the limiter would refuse anyway:
+        ``principal``'s key is at its in-flight limit in this process, or its requests
+        per minute or per day were refused and the Retry-After has not passed
+        (``fairgate.limits.head``). Raises ``RateLimited`` (429). Skipped while the
+        state back end is down, when the limiter's failure policy decides instead."""
+        p = principal.limits
+        if p.rpm is None and p.rpd is None and p.max_in_flight is None:
+            return  # nothing the head could know: the common case costs three reads
+        if self._limiter.available:
+            self._head.check(principal.key_id, p.rpm, p.rpd, p.max_in_flight, self._clock.wall())
+
+    async def enter(self, ex: Exchange, ticket: Ticket) -> None:
+        """Charge ``ex`` (identified, body read, model resolved) against its limits and
+        budgets onto ``ticket``, or raise its refusal."""
+        principal = ex.principal
+        assert principal is not None
+        model = ex.requested_model
+        # Whichever model of the chain serves, its per-model budgets bind the request
+        # and its prices bound the reservation; only the one that served is charged.
+        chain = ex.chain or (model,)
+        now = self._clock.wall()
+        book = self._budgets()
+        subject = subject_of(principal, ex.tags or principal.tags) if len(book) else None
+        budgets = book.applicable(subject, model, chain) if subject is not None else ()
+        limits, team_limits = key_limits(principal)
+        if not budgets and limits == _NO_LIMITS and team_limits == _NO_LIMITS:
+            return
+        reservation = ex.reservation
+        assert reservation is not None  # reserved when the model was resolved
+        subject = subject or subject_of(principal, ex.tags or principal.tags)
+        cost = max(self.cost(m, reservation.usage()) for m in chain)
+        demand = Demand(subject, limits, model, reservation.tokens, cost, budgets, team_limits)
+        admitted = ticket.limits = await self._admit(demand, principal, now)
+        if admitted.lease is not None and limits.max_in_flight is not None:
+            self._head.entered(principal.key_id)
+            ticket.head_key = principal.key_id
+        if self._on_soft_limit is not None:
+            for budget, spent in zip(admitted.soft_crossed, admitted.soft_spent, strict=True):
+                self._on_soft_limit(budget, now, spent)
+
+    async def leave(self, ticket: Ticket, ex: Exchange) -> None:
+        """Give back the in-flight slot ``ticket`` holds and charge the real usage:
+        ``ex.usage`` and ``ex.cost``, set by the settle stage (``proxy.settle``); no usage
+        when nothing reached an engine: the estimate is given back. Never raises but
+        ``CancelledError``; safe to call twice."""
+        if ticket.head_key is not None:
+            # first: this process's count may never exceed the shared one
+            self._head.left(ticket.head_key)
+            ticket.head_key = None
+        admitted, ticket.limits = ticket.limits, None
+        if admitted is None:
+            return
+        usage = ex.usage
+        tokens = 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
+        served = ex.model if usage is not None else None
+        await self._limiter.settle(
+            admitted, tokens=tokens, cost=ex.cost, now=self._clock.wall(), model=served
+        )
+
+    async def meter(self, ex: Exchange) -> None:
+        """Count a request the gateway answers itself (``GET /v1/models``, ``GET /me``)
+        against the key's requests per minute and per day, or raise its refusal (429;
+        503 when the back end is down and the limiter fails closed).
+
+        It reaches no engine, so it holds no slot and charges no tokens or budget:
+        nothing to settle afterwards. Without it a key could send such requests
+        without end, each one an accounting record."""
+        principal = ex.principal
+        assert principal is not None
+        p = principal
+        limits = Limits(rpm=p.limits.rpm, rpd=p.limits.rpd)
+        team_limits = Limits(rpm=p.team_limits.rpm, rpd=p.team_limits.rpd)
+        if limits == _NO_LIMITS and team_limits == _NO_LIMITS:
+            return
+        subject = subject_of(principal, principal.tags)
+        demand = Demand(subject, limits, "", 1, Money(0), team_limits=team_limits)
+        await self._admit(demand, principal, self._clock.wall())
+
+    def cost(self, model: str, usage: TokenCounts) -> Money:
+        """What ``usage`` of ``model`` costs at its prices (the reservation's bound)."""
+        prices = self._prices.get(model)
+        return prices.cost_of(usage) if prices is not None else Money(0)
+
+    @property
+    def limiter(self) -> Limiter:
+        return self._limiter
+
+    def budgets(self) -> BudgetBook:
+        """The current budget book."""
+        return self._budgets()
+
+    def now(self) -> float:
+        return self._clock.wall()
+
+    async def _admit(self, demand: Demand, principal: Principal, now: float) -> Admission:
+        try:
+            return await self._limiter.admit(demand, now)
+        except RateLimited as error:
+            limits = principal.limits
+            self._head.refused(principal.key_id, error, limits.rpm, limits.rpd, now)
+            raise
+
+
+def key_limits(p: Principal) -> tuple[Limits, Limits]:
+    """The key's limits and its team's totals (built once, when the key was loaded)."""
+    return p.limits, p.team_limits
+
+
+def subject_of(principal: Principal, tags: tuple[str, ...]) -> Subject:
+    """Who a request is charged to, for its limits and budgets."""
+    # budgets name a project as team/project: project names are unique per team only
+    project = principal.project
+    return Subject(
+        principal.key_id,
+        principal.org,
+        principal.team,
+        None if project is None else f"{principal.team}/{project}",
+        tags,
+    )

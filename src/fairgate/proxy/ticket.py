@@ -1,0 +1,44 @@
+"""What one request holds between the limit and admit stages and the settle stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fairgate.admission.lease import Lease
+from fairgate.limits.demand import Admission
+from fairgate.limits.fairshare_state import Claim
+from fairgate.proxy.dispatch import Grant
+
+__all__ = ["Ticket"]
+
+
+@dataclass(slots=True)
+class Ticket:
+    """What one request holds from the limit stage to its settle: filled by
+    ``Limit.enter`` and ``Admit.enter``, given back by their ``leave``."""
+
+    limits: Admission | None = None
+    pool: str | None = None
+    org: str = ""
+    team: str | None = None  # charged with the organisation when fair share applies
+    claim: Claim | None = None
+    lease: Lease | None = None
+    priority: int | None = None
+    borrowing: bool = False
+    rank: int | None = None  # the borrower's Fair Tree rank when it was decided
+    head_key: str | None = None  # counted in the head check's in-flight (``Limit.leave`` uncounts)
+    grant: Grant | None = None  # a borrower let go by the dispatcher, pending until dispatched
+    held: float = 0.0  # seconds the gateway held it before it was dispatched
+
+    @property
+    def within_share(self) -> bool | None:
+        """How fair share admitted the request: True within its organisation's
+        reservation, False borrowing, None outside fair share (no pool)."""
+        return None if self.pool is None else not self.borrowing
+
+    def dispatched(self) -> None:
+        """The request is now counted in a replica's in-flight: no longer pending."""
+        if self.lease is not None:
+            self.lease.dispatched()
+        if self.grant is not None:
+            self.grant.dispatched()

@@ -1,0 +1,132 @@
+"""The pipeline's stages in their order, through the real Gateway called in-process.
+
+identify → read → limit → admit → route → relay → settle: each test shows what a
+caller or an operator sees when one stage comes before another (a refusal that
+costs no body, a refusal that takes no fair-share slot), and what the route and
+settle stages promise (no retry once bytes reached the client; a client gone
+before its answer is charged the reservation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.e2e.conftest import HEAVIEST_FIRST, model
+from tests.proxy.conftest import InProcess, StartGateway
+
+from fairgate.sim.process import SimProcess
+from fairgate.tenancy.limits import KeyLimits
+
+CHAT = "/v1/chat/completions"
+
+
+def chat(tokens: int = 5, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": tokens,
+        **extra,
+    }
+
+
+def heaviest_first(first: SimProcess, then: SimProcess) -> dict[str, Any]:
+    """Model m on two replicas, ``first`` always tried first."""
+    return model(
+        "m",
+        upstreams=[{"name": "r0", "url": first.url, "weight": 2}, {"name": "r1", "url": then.url}],
+        routing=HEAVIEST_FIRST,
+    )
+
+
+async def engine_saw(sim: SimProcess) -> int:
+    """How many chat requests reached the engine."""
+    return len(await asyncio.to_thread(sim.requests, CHAT))
+
+
+async def test_a_key_refused_its_rate_is_refused_again_before_its_body_is_read(
+    sim: SimProcess, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway([model("m", sim)])
+    key = await gw.add_key(limits=KeyLimits(rpm=1))
+    first = await gw.call(CHAT, chat(), key=key)
+    assert first.status == 200, first.body
+    refused = await gw.call(CHAT, chat(), key=key)  # the limiter refuses: body read
+    assert refused.status == 429 and refused.reads >= 1
+    again = await gw.call(CHAT, chat(), key=key)
+    # the head check knows the refusal: 429 without asking for a byte of the body
+    assert again.status == 429, again.body
+    assert again.json()["error"]["code"] == "rpm_limit_exceeded"
+    assert b"retry-after" in again.headers
+    assert again.reads == 0
+    assert await engine_saw(sim) == 1
+
+
+async def test_a_request_refused_by_its_limits_takes_no_fair_share_slot(
+    sim: SimProcess, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway(
+        [model("m", sim, pool="p")],
+        pools=[{"name": "p", "capacity": 4}],
+        fairshare={"half_life": "1h"},
+    )
+    key = await gw.add_key(limits=KeyLimits(rpm=1))
+    claims = {"pool": "p", "org": "test-org", "kind": "within_share"}
+    served = await gw.call(CHAT, chat(), key=key)
+    assert served.status == 200
+    assert served.headers[b"x-fairgate-share"].startswith(b"within")
+    assert gw.metric("fairgate_fairshare_requests_total", **claims) == 1
+    refused = await gw.call(CHAT, chat(), key=key)
+    assert refused.status == 429
+    # refused in the limit stage, before admit: no claim counted, no standing shown
+    assert b"x-fairgate-share" not in refused.headers
+    assert gw.metric("fairgate_fairshare_requests_total", **claims) == 1
+    assert await engine_saw(sim) == 1
+
+
+async def test_a_client_gone_before_its_answer_is_charged_its_reservation(
+    sim: SimProcess, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway([model("m", sim)])
+    key = await gw.add_key(limits=KeyLimits(tpm=1_000_000))
+    await asyncio.to_thread(sim.faults, stall_before_headers=30)  # the engine works on it
+    gone = asyncio.Event()
+
+    async def leave_once_the_engine_has_it() -> None:
+        while await engine_saw(sim) == 0:
+            await asyncio.sleep(0.02)
+        gone.set()
+
+    leaving = asyncio.create_task(leave_once_the_engine_has_it())
+    answer = await asyncio.wait_for(gw.call(CHAT, chat(tokens=500), key=key, disconnect=gone), 20)
+    await leaving
+    assert answer.status == 0 and answer.body == b""  # nothing reached the client
+    me = (await gw.client.get("/me", headers={"authorization": f"Bearer {key}"})).json()
+    # charged the prompt's estimate and every output token it may have generated
+    assert me["limits"]["tpm"]["used"] >= 500
+    assert gw.metric("fairgate_requests_total", model="m", route=CHAT, status="499") == 1
+
+
+async def test_an_attempt_failing_before_any_byte_is_retried_on_another_replica(
+    sim: SimProcess, other_sim: SimProcess, start_gateway: StartGateway
+) -> None:
+    gw: InProcess = await start_gateway([heaviest_first(sim, other_sim)])
+    await asyncio.to_thread(sim.faults, fail_next=1, fail_status=503)  # tried first
+    answer = await gw.call(CHAT, chat())
+    assert answer.status == 200, answer.body
+    assert await engine_saw(sim) + await engine_saw(other_sim) == 2
+    assert gw.metric("fairgate_upstream_retries_total", model="m") == 1
+
+
+async def test_no_retry_once_bytes_reached_the_client(
+    sim: SimProcess, other_sim: SimProcess, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway([heaviest_first(sim, other_sim)])
+    await asyncio.to_thread(sim.faults, close_mid_stream=2)  # tried first, drops after two tokens
+    answer = await gw.call(CHAT, chat(tokens=20, stream=True))
+    assert answer.status == 200
+    events = [line for line in answer.body.split(b"\n\n") if line.startswith(b"data:")]
+    assert len(events) >= 2 and b"error" in events[-1]  # the stream ends with an error event
+    assert b"[DONE]" not in answer.body
+    assert await engine_saw(sim) + await engine_saw(other_sim) == 1  # no other try
+    assert gw.metric("fairgate_upstream_retries_total", model="m") == 0
