@@ -91,10 +91,12 @@ STAGES: list[tuple[str, str, str]] = [
     ("route", r"fairgate/upstream/(registry|replica|breaker)\.py", r".*"),
     ("route", r"fairgate/core/(breaker|replica)\.py", r".*"),
     ("route", r"fairgate/proxy/pipeline\.py", r"(^|\.)(_forward|route\w*)$"),
+    ("route", r"fairgate/proxy/forward\.py", r"(^|\.)(forward|_tries|_failed|_answer_failure)$"),
     # relay: the attempt toward the engine and the answer toward the client
     ("relay", r"fairgate/proxy/(relay|sse|encoding|usage|exchange)\w*\.py", r".*"),
     ("relay", r"fairgate/engines/", r".*"),
     ("relay", r"fairgate/proxy/pipeline\.py", r"(^|\.)(_attempt|_send_error|relay\w*)$"),
+    ("relay", r"fairgate/proxy/forward\.py", r".*"),
     # the upstream client (httptools, the socket writes toward the engine)
     ("upstream client", r"fairgate/upstream/", r".*"),
     ("upstream client", r"(^|/)(aiohttp|httpx|httpcore)/", r".*"),
