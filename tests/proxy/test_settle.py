@@ -191,19 +191,24 @@ async def test_a_request_whose_key_is_unknown_has_no_record_but_is_counted(store
 
 async def test_the_record_is_kept_when_the_leave_step_is_cancelled() -> None:
     """A cancellation while the state back end is being answered (the server's grace
-    period ran out) still leaves the request's record and its metrics."""
+    period ran out) still gives back the next stage's slots and leaves the request's
+    record and its metrics."""
     records: list[UsageRecord] = []
     entered = asyncio.Event()
+    given_back: list[str] = []
 
     async def leave(ticket: Ticket, ex: Exchange) -> None:
         entered.set()
         await asyncio.Event().wait()  # a back end that never answers
 
+    async def later(ticket: Ticket, ex: Exchange) -> None:
+        given_back.append(ex.request_id)
+
     metrics = GatewayMetrics()
     settler = Settler(
         metrics,
         prices=PRICES,
-        leave=(leave,),
+        leave=(leave, later),
         record=RecordBuilder(lambda r: records.append(r) is None, {"m": None}),
     )
     ex = exchange()
@@ -214,6 +219,7 @@ async def test_the_record_is_kept_when_the_leave_step_is_cancelled() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert given_back == [ex.request_id]
     [record] = records
     assert record.cost == PRICES["m"].cost_of(Usage(10, 10))
     assert (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,7 @@ class Exchange:
     sent_priority: int | None = None  # the priority the last attempt sent (none: not sent)
     disconnected: bool = False  # the client went away while the request ran
     complete: bool = False  # the request is settling: a disconnect no longer cancels it
+    unwatch: Callable[[], object] | None = None  # ends the disconnect watch (proxy.pipeline)
     upstream_bodies: dict[str, bytes] = field(default_factory=dict)  # per candidate model
 
     @property

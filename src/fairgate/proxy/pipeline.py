@@ -102,7 +102,6 @@ class Pipeline:
             started=time.monotonic(),
             client=peer if self._clients is None else self._clients.of(peer, scope["headers"]),
         )
-        watcher: _Watcher | None = None
         ticket = Ticket()
         try:
             authorization, length, tags = self._scan_headers(scope, ex)
@@ -122,7 +121,7 @@ class Pipeline:
                 # before the body: a key the limiter would refuse costs no body's memory
                 self._limit.check_head(principal)
             entry = await self._read(receive, ex, length, tags)
-            watcher = _watch_disconnect(scope, receive, ex)
+            _watch_disconnect(scope, receive, ex)
             if self._limit is not None:
                 await self._limit.enter(ex, ticket)
             if self._admit is not None:
@@ -157,8 +156,6 @@ class Pipeline:
                 ex.outcome, ex.reason = Outcome.TRUNCATED, "shutdown"
                 await _end_at_shutdown(send, ex)
         finally:
-            if watcher is not None:
-                _unwatch(watcher)
             await self._settler.settle(ex, ticket)
 
     async def _identify(self, ex: Exchange, authorization: bytes | None) -> Principal:
@@ -256,15 +253,12 @@ def _check_fields(ex: Exchange, entry: ModelEntry) -> None:
         raise
 
 
-_Watcher = Callable[[Callable[[], None] | None], None] | asyncio.Task[None]
-
-
-def _watch_disconnect(scope: Scope, receive: Receive, ex: Exchange) -> _Watcher:
+def _watch_disconnect(scope: Scope, receive: Receive, ex: Exchange) -> None:
     """Cancel the request's task the moment its client disconnects (upstream cancelled with it).
 
     The listener's protocol calls back on connection loss; under a server without
-    that extension a task waits on ``receive()`` instead. The result is handed to
-    ``_unwatch`` when the request ends.
+    that extension a task waits on ``receive()`` instead. ``ex.unwatch`` ends the
+    watch (the settle stage calls it).
     """
     task = asyncio.current_task()
 
@@ -276,21 +270,15 @@ def _watch_disconnect(scope: Scope, receive: Receive, ex: Exchange) -> _Watcher:
     register = scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
     if register is not None:
         register(lost)
-        return register  # type: ignore[no-any-return]
+        ex.unwatch = lambda: register(None)
+        return
 
     async def watch() -> None:
         message = await receive()
         if message["type"] == "http.disconnect":
             lost()
 
-    return asyncio.ensure_future(watch())
-
-
-def _unwatch(watcher: _Watcher) -> None:
-    if isinstance(watcher, asyncio.Task):
-        watcher.cancel()
-    else:
-        watcher(None)
+    ex.unwatch = asyncio.ensure_future(watch()).cancel
 
 
 def _abort_connection(scope: Scope) -> None:

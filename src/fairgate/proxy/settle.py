@@ -8,13 +8,16 @@
 4. record    the accounting record, at the same cost (``proxy.records``)
 5. metrics   and the log line
 
-It is the one call of the pipeline's ``finally``. Only the leave step awaits (the
-state back end); the record and the metrics run even when it is cancelled, and
-nothing here raises but that ``CancelledError``.
+It is the one call of the pipeline's ``finally``. It first ends the watch on the
+client's connection (``ex.unwatch``): from then on a disconnect cancels nothing.
+Only the leave step awaits (the state back end); when it is cancelled, the later
+leaves, the record and the metrics are still made, and nothing here raises but
+that ``CancelledError``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -69,15 +72,29 @@ class Settler:
         """Settle ``ex`` in the order of the module text; ``ticket`` is what the gate
         admitted it with (None: refused before, or no gate)."""
         ex.complete = True  # from here on a disconnect does not cancel the request
+        if ex.unwatch is not None:
+            ex.unwatch()
+            ex.unwatch = None
         ex.finished = time.monotonic()
         charge(ex)
         ex.cost = self.cost_of(ex)
         try:
             if ticket is not None:
-                for leave in self._leave:
-                    await leave(ticket, ex)
+                await self._give_back(ticket, ex)
         finally:
             self._account(ex)
+
+    async def _give_back(self, ticket: Ticket, ex: Exchange) -> None:
+        # Each stage gives back its own slots: one cancelled (the server's grace period
+        # ran out while the state back end answered) does not skip the next.
+        cancelled: asyncio.CancelledError | None = None
+        for leave in self._leave:
+            try:
+                await leave(ticket, ex)
+            except asyncio.CancelledError as error:
+                cancelled = error
+        if cancelled is not None:
+            raise cancelled
 
     def _account(self, ex: Exchange) -> None:
         if self._record is not None:
