@@ -114,7 +114,6 @@ from fairgate.tenancy import (
     model_catalogue,
     redis_notices,
 )
-from fairgate.tenancy.budgets import budget_book
 from fairgate.tenancy.runtime import key_hasher
 from fairgate.upstream import (
     Breaker,
@@ -426,7 +425,7 @@ class Gateway:
             # Serve anyway (limits fail closed or open as configured); the first refresh
             # that reaches the back end restores the spend.
             log.error("budgets: state back end unavailable, spend not restored yet: %s", exc)
-            self.budgets = await budget_book(self.tenancy)
+            self.budgets = await self.tenancy.budgets.book()
         self.recorder.start()
         self.alerter.start()
         self.health.start()
@@ -497,7 +496,7 @@ class Gateway:
         """Read every budget from the store and raise the counters of the ones not seen
         before to their recorded spend: all of them at start-up, and again whenever the
         state back end has lost its data since (a Redis restarted without persistence)."""
-        book = await budget_book(self.tenancy)
+        book = await self.tenancy.budgets.book()
         now = self.clock.wall()
         everything = not await self.limiter.holds_restored_spend(now)
         known = set() if everything else {b.counter_prefix for b in self.budgets.all()}

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from admin.conftest import Api
-from fairgate.tenancy import budget_book
 
 
 async def _put(api: Api, user: str, **body: Any) -> Any:
@@ -27,7 +26,7 @@ async def test_an_org_admin_caps_a_team_and_setting_it_again_changes_that_budget
     assert [b["id"] for b in listed.json()["data"]] == [budget["id"]]
     one = await api.client.get(f"/admin/budgets/{budget['id']}", headers=api.as_user("val"))
     assert one.status_code == 200 and one.json()["max_micro"] == 500_000
-    book = await budget_book(api.tenancy)
+    book = await api.tenancy.budgets.book()
     assert len(book) == 1
 
 

@@ -12,7 +12,7 @@ from fairgate.limits import Subject
 from fairgate.store import budgets as budget_rows
 from fairgate.store import from_unix, new_ulid
 from fairgate.store.budgets import NewBudgetRow
-from fairgate.tenancy import Tenancy, budget_book
+from fairgate.tenancy import Tenancy
 from store.backends import FakeClock
 from tenancy.world import OPERATOR, build_world
 
@@ -33,7 +33,7 @@ async def test_a_budget_set_on_an_alias_is_stored_and_binds_under_the_canonical_
         olga, scope="team:a1", period="day", max=Money(7), model="llama-70b"
     )
     assert again.id == budget.id
-    book = await budget_book(tenancy)
+    book = await tenancy.budgets.book()
     (found,) = book.applicable(A1, "llama-70b")  # requests carry the canonical name
     assert (found.model, found.max) == ("llama-70b", Money(7))
     assert book.applicable(A1, "llama-8b") == ()
@@ -72,5 +72,5 @@ async def test_a_budget_stored_under_an_alias_before_binds_its_model(
             from_unix(clock.wall()),
             true(),
         )
-    (found,) = (await budget_book(tenancy)).applicable(A1, "llama-70b")
+    (found,) = (await tenancy.budgets.book()).applicable(A1, "llama-70b")
     assert found.model == "llama-70b"

@@ -11,7 +11,7 @@ from fairgate.limits.budgets import Budget, Increase
 from fairgate.limits.subject import Subject
 from fairgate.store import Store
 from fairgate.store.tables import budgets as budgets_table
-from fairgate.tenancy import Tenancy, budget_book, public
+from fairgate.tenancy import Tenancy, public
 from store.backends import FakeClock
 from tenancy.world import DECLARED, OPERATOR
 
@@ -83,7 +83,7 @@ async def test_the_book_holds_every_budget_as_the_limiter_reads_it(
     await synced.budgets.set(OPERATOR, scope="team:b1", period="day", max=Money(7))
     until = clock.now + 7 * DAY
     await synced.budgets.increase(OPERATOR, raised.id, by=Money.from_units(1), until=until)
-    book = await budget_book(synced)
+    book = await synced.budgets.book()
     assert len(book) == 4
     subject = Subject(key=key, org="A", team="a1", project="a1/p", tags=("ci",))
     found = book.applicable(subject, "llama-8b")
@@ -111,7 +111,7 @@ async def test_an_increase_raises_the_cap_until_it_expires_and_survives_a_second
     clock.advance(DAY)
     later = await synced.budgets.get(OPERATOR, budget.id)
     assert (later.effective_max, later.increases) == ("0.00002", ())
-    assert (await budget_book(synced)).applicable(Subject("k", "A", "a1"), "m")[0].increases == ()
+    assert (await synced.budgets.book()).applicable(Subject("k", "A", "a1"), "m")[0].increases == ()
 
 
 async def test_delete_removes_the_budget_and_its_increases(
@@ -124,7 +124,7 @@ async def test_delete_removes_the_budget_and_its_increases(
     assert await synced.budgets.list(OPERATOR) == []
     with pytest.raises(NotFound):
         await synced.budgets.delete(OPERATOR, budget.id)
-    assert len(await budget_book(synced)) == 0
+    assert len(await synced.budgets.book()) == 0
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,6 @@ def test_exported_members() -> None:
         "Teams",
         "Tenancy",
         "Users",
-        "budget_book",
         "build_store",
         "declared_teams",
         "model_catalogue",

@@ -23,7 +23,7 @@ from fairgate.tenancy.actor import Actor, Holding, Role
 from fairgate.tenancy.admin_tokens import AdminTokens, NewAdminToken
 from fairgate.tenancy.audit import Audit
 from fairgate.tenancy.budget_record import BudgetRecord
-from fairgate.tenancy.budgets import Budgets, budget_book
+from fairgate.tenancy.budgets import Budgets
 from fairgate.tenancy.errors import ConfigConflict, Conflict
 from fairgate.tenancy.keys import MAX_GRACE, Keys, NewKey
 from fairgate.tenancy.limits import KeyLimits
@@ -67,7 +67,6 @@ __all__ = [
     "Teams",
     "Tenancy",
     "Users",
-    "budget_book",
     "build_store",
     "declared_teams",
     "model_catalogue",

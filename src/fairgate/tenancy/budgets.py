@@ -3,7 +3,7 @@
     b = await tenancy.budgets.set(actor, scope="team:lab-nlp", period="month",
                                   max=Money.from_units(100), soft=Money.from_units(80))
     await tenancy.budgets.increase(actor, b.id, by=Money.from_units(20), until=unix_seconds)
-    book = await budget_book(tenancy)          # fairgate.limits.BudgetBook, for the limiter
+    book = await tenancy.budgets.book()        # fairgate.limits.BudgetBook, for the limiter
 
 One budget per (scope, model, period): setting it again changes its caps and
 keeps its id and its increases. Who may set which scope is in
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -31,10 +30,7 @@ from fairgate.tenancy.budget_scope import BudgetScope, budgets_read, budgets_wri
 from fairgate.tenancy.errors import BadRequest, Forbidden, NotFound
 from fairgate.tenancy.names import check_labels
 
-if TYPE_CHECKING:
-    from fairgate.tenancy.services import Tenancy
-
-__all__ = ["MAX_AMOUNT", "MAX_INCREASE", "PERIODS", "Budgets", "budget_book"]
+__all__ = ["MAX_AMOUNT", "MAX_INCREASE", "PERIODS", "Budgets"]
 
 PERIODS = ("day", "week", "month")
 MAX_AMOUNT = Money.from_units(1_000_000_000)
@@ -273,10 +269,9 @@ class Budgets(Service):
         # binds the model the alias stands for.
         return tuple(limiter_budget(r, self.canonical_model) for r in rows)
 
+    async def book(self) -> BudgetBook:
+        """Every stored budget as the limiter's book; call at start-up and on a refresh timer.
 
-async def budget_book(tenancy: Tenancy) -> BudgetBook:
-    """Every stored budget as the limiter's book; call at start-up and on a refresh timer.
-
-    Raises StoreUnavailable when the database does not answer (keep the previous book).
-    """
-    return BudgetBook(await tenancy.budgets.snapshot())
+        Raises StoreUnavailable when the database does not answer (keep the previous book).
+        """
+        return BudgetBook(await self.snapshot())

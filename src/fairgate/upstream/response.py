@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fairgate.upstream.errors import UpstreamProtocolError, UpstreamTooLarge
 
-if TYPE_CHECKING:
-    from fairgate.upstream.http1 import Http1Connection
+__all__ = ["BodySource", "UpstreamResponse"]
 
-__all__ = ["UpstreamResponse"]
+
+class BodySource(Protocol):
+    """What a response reads its body from: the connection it arrived on
+    (``upstream.http1.Http1Connection``), which imports this module, not the reverse."""
+
+    @property
+    def body_complete(self) -> bool:
+        """The whole body has arrived."""
+        ...
+
+    async def read_chunk(self) -> bytes:
+        """The body received since the last read, waiting for some if none."""
+        ...
+
+    def release(self) -> None:
+        """Done with the body: keep the connection if it is complete, else close it."""
+        ...
+
+    def abort(self) -> None:
+        """Close the connection now."""
+        ...
 
 
 class UpstreamResponse:
@@ -26,11 +45,11 @@ class UpstreamResponse:
 
     __slots__ = ("_conn", "_ended", "content_length", "headers", "status")
 
-    def __init__(self, conn: Http1Connection) -> None:
+    def __init__(self, conn: BodySource) -> None:
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.content_length: int | None = None
-        self._conn: Http1Connection | None = conn
+        self._conn: BodySource | None = conn
         self._ended = False
 
     def header(self, name: bytes) -> bytes | None:
