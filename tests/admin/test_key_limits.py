@@ -83,7 +83,7 @@ async def test_a_team_lowered_below_its_keys_binds_them_at_once(api: Api) -> Non
     lowered = await api.client.patch("/admin/teams/a1", headers=olga, json={"rpm": 30})
     assert lowered.status_code == 200
     record = await StoreKeyDirectory(api.tenancy.store).find_key(sha256(secret), 0.0)
-    assert record is not None and record.rpm == 30  # the key's 600 stays stored, bound by 30
+    assert record is not None and record.limits.rpm == 30  # the key's 600 stays stored, bound by 30
 
 
 async def test_team_totals_are_set_by_org_admins_and_reach_the_key_directory(api: Api) -> None:
@@ -100,7 +100,8 @@ async def test_team_totals_are_set_by_org_admins_and_reach_the_key_directory(api
         sha256(created.json()["secret"]), 0.0
     )
     assert record is not None
-    assert (record.total_rpm, record.total_tpm, record.total_max_in_flight) == (100, 5000, 4)
+    totals = record.team_limits
+    assert (totals.rpm, totals.tpm, totals.max_in_flight) == (100, 5000, 4)
     too_many = await api.client.patch(
         "/admin/teams/a1", headers=api.as_user("olga"), json={"total_rpm": 0}
     )

@@ -51,7 +51,8 @@ async def test_the_directory_finds_a_key_by_its_secret_with_its_team_list_and_or
     assert (record.key_id, record.org, record.team) == (new.key.id, "A", "a1")
     assert record.team_models == ("llama-70b",) and record.models == ("llama70b",)
     assert record.tags == ("ci",)
-    assert (record.rpm, record.tpm) == (5, 99)  # the key narrows rpm; the team fills the gap
+    # the key narrows rpm; the team fills the gap
+    assert (record.limits.rpm, record.limits.tpm) == (5, 99)
     assert record.revoked_at is None
     assert await StoreKeyDirectory(store).find_key(sha256("fg-unknown"), 0.0) is None
 
