@@ -25,7 +25,7 @@ from fairgate.accounting import (
     WebhookTarget,
     prices_by_model,
 )
-from fairgate.accounting.restore import restore_spend
+from fairgate.accounting.budget_keeper import BudgetKeeper
 from fairgate.accounting.snapshots import CounterSnapshots
 from fairgate.admin import build_admin_app
 from fairgate.admin.fairshare import FairShareMonitor
@@ -35,6 +35,7 @@ from fairgate.admission import (
     CapacityTracker,
     SaturationDetector,
 )
+from fairgate.admission.capacity import starting_capacities
 from fairgate.admission.saturation import replica_key
 from fairgate.auth import (
     Authenticator,
@@ -52,7 +53,6 @@ from fairgate.core.cidr import NetworkSet, parse_network
 from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.clock import Clock, SystemClock
 from fairgate.core.errors import StoreUnavailable
-from fairgate.core.money import Money
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.core.route_classes import RouteClass, RouteRules
 from fairgate.engines import EngineAdapter, adapter_for
@@ -63,12 +63,8 @@ from fairgate.fairshare.learned_capacity import (
     CapacityLearner,
 )
 from fairgate.limits import (
-    Budget,
-    BudgetBook,
-    Calendar,
     LeaseRefresher,
     Limiter,
-    StateUnavailable,
 )
 from fairgate.observability.auth_metrics import AuthMetrics
 from fairgate.observability.dispatch_metrics import DispatchMetrics
@@ -139,7 +135,6 @@ class Gateway:
         self.config = config
         self.draining = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._calendar = Calendar()  # budgets run in UTC periods
         limits = config.limits
         adapters: dict[str, EngineAdapter] = {
             kind: adapter_for(kind) for kind in sorted({m.engine for m in config.models})
@@ -193,7 +188,6 @@ class Gateway:
             day_zone=ZoneInfo(config.state.day_zone),
             on_unavailable=lambda outcome: self.metrics.state_unavailable.labels(outcome).inc(),
         )
-        self.budgets = BudgetBook()
         self.fairshare = _fairshare(config)
         _assign_seats(config, self.registry)
         self.pool_capacity = _pool_capacity(config, self.fairshare, self.registry, clock)
@@ -202,12 +196,19 @@ class Gateway:
         fair_requests = self.metrics.fairshare_requests
         self.dispatcher = self._dispatcher(config, clock)
         self.alerter = _alerter(config, self.store, clock, self.metrics.alerts)
+        self.budgets = BudgetKeeper(
+            read=lambda: self.tenancy.budgets.book(),
+            limiter=self.limiter,
+            store=self.store,
+            clock=clock,
+            alerter=self.alerter,
+        )
         self.limit = Limit(
             limiter=self.limiter,
-            budgets=lambda: self.budgets,
+            budgets=self.budgets.current,
             prices=prices_by_model(config.models),
             clock=clock,
-            on_soft_limit=self._soft_limit if self.alerter.enabled else None,
+            on_soft_limit=self.budgets.on_soft_limit,
         )
         self.admit = Admit(
             pools={m.name: m.pool for m in config.models},
@@ -419,13 +420,7 @@ class Gateway:
             restored = await self.snapshots.restore()
             log.info("rate counters: %d restored from the last snapshot", restored)
         await self.change_watcher.start()
-        try:
-            await self._load_budgets()
-        except StateUnavailable as exc:
-            # Serve anyway (limits fail closed or open as configured); the first refresh
-            # that reaches the back end restores the spend.
-            log.error("budgets: state back end unavailable, spend not restored yet: %s", exc)
-            self.budgets = await self.tenancy.budgets.book()
+        await self.budgets.start()
         self.recorder.start()
         self.alerter.start()
         self.health.start()
@@ -434,7 +429,7 @@ class Gateway:
             self.pool_capacity.start(self.config.health.interval)
         self._tasks = [
             asyncio.create_task(LeaseRefresher(self.state, self.clock).run()),
-            asyncio.create_task(self._refresh_budgets()),
+            asyncio.create_task(self.budgets.run(self.config.state.budget_refresh)),
             asyncio.create_task(self.change_watcher.run()),
             *(asyncio.create_task(c.run()) for c in self.admission.values()),
         ]
@@ -486,35 +481,6 @@ class Gateway:
         """False while the state back end failed its last call, for limits or fair share."""
         return self.limit.available and self.admit.available
 
-    def _soft_limit(self, budget: Budget, now: float, spent: Money) -> None:
-        span = self._calendar.span(budget.period, now)
-        self.alerter.soft_limit_crossed(
-            budget, span.label, span.end, spent, budget.effective_max(now)
-        )
-
-    async def _load_budgets(self) -> None:
-        """Read every budget from the store and raise the counters of the ones not seen
-        before to their recorded spend: all of them at start-up, and again whenever the
-        state back end has lost its data since (a Redis restarted without persistence)."""
-        book = await self.tenancy.budgets.book()
-        now = self.clock.wall()
-        everything = not await self.limiter.holds_restored_spend(now)
-        known = set() if everything else {b.counter_prefix for b in self.budgets.all()}
-        fresh = [b for b in book.all() if b.counter_prefix not in known]
-        raised = await restore_spend(self.store, self.limiter, fresh, now)
-        await self.limiter.mark_restored(now)
-        if raised:
-            log.info("budgets: spend restored from the store for %d budget(s)", raised)
-        self.budgets = book
-
-    async def _refresh_budgets(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.state.budget_refresh)
-            try:
-                await self._load_budgets()
-            except (StoreUnavailable, StateUnavailable) as exc:
-                log.warning("budgets: refresh failed, keeping the previous ones: %s", exc)
-
     def _dispatcher(self, config: Config, clock: SystemClock) -> Dispatcher | None:
         """Borrowers held while their pool is full (``fairshare.hold_borrowers``), each
         replica's batch capacity learned from its ``running`` from its seats upwards."""
@@ -557,17 +523,11 @@ class Gateway:
         for pool, models in members.items():
             replicas = [r for m in models for r in self.registry.replicas(m.name)]
             declared = config.pool(pool)
-            weight = sum(r.weight for r in replicas) or 1
-            starts = {
-                replica_key(r.snapshot()): (
-                    a.replica_capacity
-                    if a.replica_capacity is not None
-                    else max(1.0, declared.start * r.weight / weight)
-                    if declared is not None
-                    else 1.0
-                )
-                for r in replicas
-            }
+            starts = starting_capacities(
+                [(replica_key(r.snapshot()), r.weight) for r in replicas],
+                pool_start=None if declared is None else declared.start,
+                fixed=a.replica_capacity,
+            )
             detector = SaturationDetector(
                 _snapshots(replicas),
                 CapacityTracker(a.replica_capacity or 1, initial_by_replica=starts),

@@ -99,3 +99,14 @@ def test_replicas_may_start_from_their_own_estimate() -> None:
     assert tracker.capacity("m/big") == 96.0  # forgotten back to its own start
     with pytest.raises(ValueError, match="m/big"):
         CapacityTracker(initial=8, initial_by_replica={"m/big": 0})
+
+
+def test_starting_capacities_split_the_pool_by_weight_unless_the_operator_fixed_one() -> None:
+    from fairgate.admission.capacity import starting_capacities
+
+    replicas = [("a:1", 3.0), ("b:1", 1.0)]
+    assert starting_capacities(replicas, pool_start=16, fixed=None) == {"a:1": 12.0, "b:1": 4.0}
+    # never below one request, whatever the weights
+    assert starting_capacities(replicas, pool_start=2, fixed=None) == {"a:1": 1.5, "b:1": 1.0}
+    assert starting_capacities(replicas, pool_start=16, fixed=5) == {"a:1": 5, "b:1": 5}
+    assert starting_capacities(replicas, pool_start=None, fixed=None) == {"a:1": 1.0, "b:1": 1.0}

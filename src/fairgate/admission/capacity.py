@@ -43,7 +43,12 @@ from types import MappingProxyType
 from fairgate.admission.saturation import replica_key
 from fairgate.core.replica import ReplicaSnapshot
 
-__all__ = ["DEFAULT_PROBE_FRACTION", "DEFAULT_RESET_AFTER", "CapacityTracker"]
+__all__ = [
+    "DEFAULT_PROBE_FRACTION",
+    "DEFAULT_RESET_AFTER",
+    "CapacityTracker",
+    "starting_capacities",
+]
 
 DEFAULT_RESET_AFTER = 60.0
 """Seconds without metrics after which a replica's learned capacity is forgotten."""
@@ -137,3 +142,21 @@ class CapacityTracker:
     def capacities(self) -> Mapping[str, float]:
         """A live read-only view: ``replica_key`` → learned capacity, for ``saturation``."""
         return MappingProxyType(self._view)
+
+
+def starting_capacities(
+    replicas: Sequence[tuple[str, float]], *, pool_start: float | None, fixed: float | None
+) -> dict[str, float]:
+    """Each replica's batch capacity before anything is learned, by replica key, from
+    ``(key, weight)`` pairs: ``fixed`` when the operator set one
+    (``admission.replica_capacity``); else the replica's part of its pool's starting
+    capacity ``pool_start`` by weight (at least 1); else 1."""
+    total = sum(weight for _, weight in replicas) or 1
+    return {
+        key: fixed
+        if fixed is not None
+        else 1.0
+        if pool_start is None
+        else max(1.0, pool_start * weight / total)
+        for key, weight in replicas
+    }

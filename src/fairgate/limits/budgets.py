@@ -78,6 +78,10 @@ class Budget:
         return text if self.model is None else f"{text} for model '{self.model}'"
 
 
+_MEMO_SIZE = 8192
+"""How many (subject, model, fallbacks) a book remembers what applies to."""
+
+
 class BudgetBook:
     """Every configured budget, indexed by (scope kind, scope name)."""
 
@@ -88,6 +92,9 @@ class BudgetBook:
             self._by_scope.setdefault((budget.scope_kind, budget.scope), []).append(budget)
             count += 1
         self._count = count
+        # A book never changes (a reload builds a new one), so what applies to a
+        # (subject, model, fallbacks) is worked out once; bounded, cleared when full.
+        self._applicable: dict[tuple[Subject, str, tuple[str, ...]], tuple[Budget, ...]] = {}
 
     def applicable(
         self, subject: Subject, model: str, fallbacks: Collection[str] = ()
@@ -97,13 +104,20 @@ class BudgetBook:
         ``fallbacks`` are the other models that may serve it: their per-model budgets
         are included too (checked and reserved at admission; settled at the real cost
         only for the model that served, ``Limiter.settle``)."""
+        memo = (subject, model, tuple(fallbacks))
+        known = self._applicable.get(memo)
+        if known is not None:
+            return known
         models = {model, *fallbacks}
         found: list[Budget] = []
         for scope in subject.scopes():
             for budget in self._by_scope.get(scope, ()):
                 if budget.model is None or budget.model in models:
                     found.append(budget)
-        return tuple(found)
+        if len(self._applicable) >= _MEMO_SIZE:
+            self._applicable.clear()
+        applicable = self._applicable[memo] = tuple(found)
+        return applicable
 
     def for_subject(self, subject: Subject) -> tuple[Budget, ...]:
         """Every budget of ``subject``'s scopes, whatever its model, widest scope first."""

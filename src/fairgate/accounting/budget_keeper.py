@@ -1,0 +1,99 @@
+"""The budget book the request path reads, kept current: loaded at start-up, refreshed
+every ``state.budget_refresh``, with each budget's counter raised to its recorded spend
+whenever the state back end has not seen it (start-up, a new budget, a Redis that lost
+its data); and the soft-limit alert a reservation's crossing raises.
+
+    keeper = BudgetKeeper(read=tenancy.budgets.book, limiter=..., store=..., clock=...)
+    await keeper.start()          # serve anyway if the state back end is down
+    book = keeper.book            # what the limit stage reads, per request
+    task = create_task(keeper.run(interval))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from fairgate.accounting.alerts import Alerter
+from fairgate.accounting.restore import restore_spend
+from fairgate.core.clock import Clock
+from fairgate.core.errors import StoreUnavailable
+from fairgate.core.money import Money
+from fairgate.limits import Budget, BudgetBook, Calendar, Limiter, StateUnavailable
+from fairgate.store import Store
+
+__all__ = ["BudgetKeeper"]
+
+log = logging.getLogger("fairgate.accounting")
+
+
+class BudgetKeeper:
+    """Holds the current ``BudgetBook`` (``book``) and keeps the counters behind it true."""
+
+    def __init__(
+        self,
+        *,
+        read: Callable[[], Awaitable[BudgetBook]],
+        limiter: Limiter,
+        store: Store,
+        clock: Clock,
+        alerter: Alerter,
+    ) -> None:
+        self._read = read
+        self._limiter = limiter
+        self._store = store
+        self._clock = clock
+        self._alerter = alerter
+        self._calendar = Calendar()  # budgets run in UTC periods
+        self.book = BudgetBook()
+
+    def current(self) -> BudgetBook:
+        return self.book
+
+    @property
+    def on_soft_limit(self) -> Callable[[Budget, float, Money], None] | None:
+        """What the limit stage calls when a reservation crossed a soft limit; None when no
+        alert channel is configured (nothing to tell)."""
+        return self.soft_limit_crossed if self._alerter.enabled else None
+
+    def soft_limit_crossed(self, budget: Budget, now: float, spent: Money) -> None:
+        span = self._calendar.span(budget.period, now)
+        self._alerter.soft_limit_crossed(
+            budget, span.label, span.end, spent, budget.effective_max(now)
+        )
+
+    async def start(self) -> None:
+        """The first load. With the state back end down the book is read anyway (limits
+        fail closed or open as configured) and the first refresh that reaches the back
+        end restores the spend."""
+        try:
+            await self.load()
+        except StateUnavailable as exc:
+            log.error("budgets: state back end unavailable, spend not restored yet: %s", exc)
+            self.book = await self._read()
+
+    async def load(self) -> None:
+        """Read every budget from the store and raise the counters of the ones not seen
+        before to their recorded spend: all of them when the state back end holds no
+        restored spend (start-up, or a Redis restarted without persistence)."""
+        book = await self._read()
+        now = self._clock.wall()
+        everything = not await self._limiter.holds_restored_spend(now)
+        known = set() if everything else {b.counter_prefix for b in self.book.all()}
+        fresh = [b for b in book.all() if b.counter_prefix not in known]
+        raised = await restore_spend(self._store, self._limiter, fresh, now)
+        await self._limiter.mark_restored(now)
+        if raised:
+            log.info("budgets: spend restored from the store for %d budget(s)", raised)
+        self.book = book
+
+    async def run(self, interval: float) -> None:
+        """Reload every ``interval`` seconds until cancelled; a failed reload keeps the
+        previous book."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.load()
+            except (StoreUnavailable, StateUnavailable) as exc:
+                log.warning("budgets: refresh failed, keeping the previous ones: %s", exc)
