@@ -166,6 +166,19 @@ def test_teams_take_per_key_limits_totals_and_keys_per_member(config: Path) -> N
     above = fairgate(config, "keys", "create", "--team", "lab-bio", "--rpm", "61")
     assert above.returncode == 1
     assert "rpm 61 is above team 'lab-bio''s limit of 60 per key" in above.stderr
+    # a value out of range is one line of reason, never a traceback, and creates nothing
+    keys_before = fairgate(config, "keys", "list", "--team", "lab-bio", "--json").stdout
+    for command in (
+        ("keys", "create", "--team", "lab-bio", "--tpm", "2000000000"),
+        ("teams", "create", "lab-astro", "--org", "etabA", "--total-rpm", "2000000000"),
+    ):
+        refused = fairgate(config, *command)
+        assert refused.returncode == 1, refused.stderr
+        assert "must be an integer from 1 to 1000000000" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert fairgate(config, "keys", "list", "--team", "lab-bio", "--json").stdout == keys_before
+    teams = orjson.loads(fairgate(config, "teams", "list", "--json").stdout)
+    assert "lab-astro" not in [t["name"] for t in teams]
 
 
 def test_a_user_disabled_then_enabled_comes_back_without_the_tokens_revoked_at_disable(

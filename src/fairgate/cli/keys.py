@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from fairgate.cli.options import ConfigOption, fail
-from fairgate.cli.tenancy import csv, run, show
+from fairgate.cli.tenancy import csv, key_limits, run, show
 
 __all__ = ["HELP", "app"]
 
@@ -78,10 +78,8 @@ def create(
     as_json: Json = False,
 ) -> None:
     """Create a key and print its secret, once."""
-    from fairgate.tenancy import KeyLimits
-
     lifetime = _duration("--expires", expires)
-    limits = KeyLimits(rpm=rpm, tpm=tpm, rpd=rpd, max_in_flight=max_inflight)
+    limits = key_limits(rpm, tpm, rpd, max_inflight)
     new = run(
         config,
         lambda t, actor: t.keys.create(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fairgate.cli.options import ConfigOption
-from fairgate.cli.tenancy import csv, run, show
+from fairgate.cli.tenancy import csv, key_limits, run, show
 
 if TYPE_CHECKING:
     from fairgate.store.teams import Team
@@ -51,12 +51,8 @@ def create(
     A name the configuration declares under any organisation is reserved: refused.
     --rpm … --max-inflight bind each key (a key may narrow them, never widen
     them); --total-rpm … --total-max-inflight bind all the team's keys together."""
-    from fairgate.tenancy import KeyLimits
-
-    limits = KeyLimits(rpm=rpm, tpm=tpm, rpd=rpd, max_in_flight=max_inflight)
-    totals = KeyLimits(
-        rpm=total_rpm, tpm=total_tpm, rpd=total_rpd, max_in_flight=total_max_inflight
-    )
+    limits = key_limits(rpm, tpm, rpd, max_inflight)
+    totals = key_limits(total_rpm, total_tpm, total_rpd, total_max_inflight)
     team = run(
         config,
         lambda t, actor: t.teams.create(

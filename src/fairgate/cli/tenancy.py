@@ -21,7 +21,7 @@ import typer
 from fairgate.cli.options import fail, load_or_exit
 
 if TYPE_CHECKING:
-    from fairgate.tenancy import Actor, Tenancy
+    from fairgate.tenancy import Actor, KeyLimits, Tenancy
 
 __all__ = ["csv", "run", "show"]
 
@@ -48,6 +48,19 @@ def run(config: Path | None, work: Callable[[Tenancy, Actor], Awaitable[T]]) -> 
         raise fail(f"store unavailable: {error}") from None
     except ValueError as error:
         raise fail(f"store: {error}") from None
+
+
+def key_limits(
+    rpm: int | None, tpm: int | None, rpd: int | None, max_in_flight: int | None
+) -> KeyLimits:
+    """Limits from the command line, or exit 1 with the reason (a value out of range)."""
+    from fairgate.core.errors import GatewayError
+    from fairgate.tenancy import KeyLimits
+
+    try:
+        return KeyLimits(rpm=rpm, tpm=tpm, rpd=rpd, max_in_flight=max_in_flight)
+    except GatewayError as error:
+        raise fail(error.message) from None
 
 
 def show(records: Sequence[object], columns: Sequence[str], *, as_json: bool, title: str) -> None:
