@@ -93,7 +93,7 @@ async def test_run_keeps_the_gauges_fresh_until_cancelled() -> None:
 async def redis_store(redis_url: str) -> AsyncIterator[RedisCounterStore]:
     prefix = f"fgtest:{uuid.uuid4().hex}:"
     store = RedisCounterStore(
-        redis_url, prefix=prefix, timeout=5.0, breaker=Breaker(threshold=1, cooldown=3600.0)
+        redis_url, prefix=prefix, timeout=5.0, breaker=Breaker.fixed(threshold=1, cooldown=3600.0)
     )
     try:
         yield store
