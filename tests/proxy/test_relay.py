@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -227,15 +227,7 @@ async def test_the_requests_own_deadline_running_out_is_not_the_replicas_fault(
 
 async def test_an_engine_slower_than_the_headers_deadline_is_at_fault(serve: Serve) -> None:
     silent = await serve(b"", hold=True)
-    short = Deadlines(
-        connect=5,
-        headers=0.2,
-        first_token=5,
-        idle=5,
-        total=10,
-        slow_reader=5,
-        max_response_bytes=4096,
-    )
+    short = replace(DEADLINES, headers=0.2)
     with pytest.raises(AttemptFailed) as failed:
         await attempt(silent, exchange(stream=False), short)
     assert failed.value.reason == "headers_timeout"
