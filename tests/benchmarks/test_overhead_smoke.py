@@ -132,7 +132,9 @@ def test_streaming_completes_every_stream_and_frees_every_disconnect() -> None:
         assert burst["failed"] == 0 and burst["rounds"] >= 2
         assert 0 < burst["ttft_p50_ms"] <= burst["ttft_p99_ms"]
         completion = streaming["completions"][name]
-        assert completion["complete"] == 10 and completion["cpu_us_per_token"] > 0
+        # /proc counts CPU in clock ticks (10 ms): a phase of 40 tokens may read as zero
+        assert completion["complete"] == 10 and completion["cpu_us_per_token"] >= 0
+        assert completion["cpu_seconds"] >= 0
     assert {"ttft_p99_ratio", "cpu_per_token_ratio"} <= set(
         document["targets"]["streaming (bare/memory)"]
     )
