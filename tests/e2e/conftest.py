@@ -149,11 +149,16 @@ def start_gateway(tmp_path: Path) -> Iterator[StartGateway]:
     started: list[GatewayProcess] = []
 
     def start(
-        models: list[dict[str, Any]], *args: str, env: dict[str, str] | None = None, **sections: Any
+        models: list[dict[str, Any]],
+        *args: str,
+        env: dict[str, str] | None = None,
+        stderr: Path | None = None,
+        **sections: Any,
     ) -> GatewayProcess:
         directory = tmp_path / f"gw{len(started)}"
         directory.mkdir()
-        gateway = GatewayProcess(write_config(directory, models, **sections), *args, env=env)
+        config = write_config(directory, models, **sections)
+        gateway = GatewayProcess(config, *args, env=env, stderr=stderr)
         gateway.start()
         started.append(gateway)
         return gateway
