@@ -14,6 +14,8 @@ def test_exported_members() -> None:
         "Audit",
         "BudgetRecord",
         "Budgets",
+        "ClaimCreated",
+        "Claims",
         "ConfigConflict",
         "Conflict",
         "DeclaredOrg",

@@ -9,8 +9,8 @@
         await keys.revoke(conn, key_id, now, where=scope_clause)
 
 One repository module per table (``orgs``, ``teams``, ``projects``, ``users``,
-``keys``, ``role_bindings``, ``admin_tokens``, ``audit_events``,
-``usage_records``, ``budgets``, ``access_changes``, ``allowlists``): functions that run inside
+``keys``, ``role_bindings``, ``admin_tokens``, ``audit_events``, ``usage_records``,
+``budgets``, ``access_changes``, ``allowlists``, ``claim_links``): functions that run inside
 the caller's transaction and take the ``where`` clause the tenancy layer builds
 from who is acting, so a write outside the actor's scope matches no row. Nothing
 on the request path reads the store except a key cache miss
@@ -29,6 +29,7 @@ from fairgate.store import (
     allowlists,
     audit_events,
     budgets,
+    claim_links,
     keys,
     orgs,
     projects,
@@ -59,6 +60,7 @@ __all__ = [
     "allowlists",
     "audit_events",
     "budgets",
+    "claim_links",
     "current_revision",
     "from_unix",
     "head_revision",

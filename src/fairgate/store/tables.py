@@ -11,13 +11,16 @@
     counter_snapshots (the memory back end's rate counters as last saved; replaced whole)
     access_changes (append only, pruned: a feed of changes that withdraw or alter access)
     allowlists (the IP allowlist of an organisation, a team or a key: one row each at most)
+    claim_links >── keys (a one-time link handing a key's secret over; the secret sealed)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
 guessable from their neighbours); everything else has an integer id. Secrets are
 never stored: keys and admin tokens keep only the SHA-256 of their secret (or its
 HMAC-SHA-256 with the key pepper; the columns keep their name) and a short
-display prefix. Every timestamp is UTC (:class:`UtcDateTime`).
+display prefix; a pending claim link keeps the secret sealed under a key derived from
+the link's token, which is never stored either (``fairgate.tenancy.sealing``). Every
+timestamp is UTC (:class:`UtcDateTime`).
 
 The migrations in ``store/migrations/`` create exactly this schema; a test
 compares the two on both back ends.
@@ -54,6 +57,7 @@ __all__ = [
     "audit_events",
     "budget_increases",
     "budgets",
+    "claim_links",
     "counter_snapshots",
     "keys",
     "metadata",
@@ -326,4 +330,20 @@ allowlists = Table(
     Column("cidrs", JSON, nullable=False),  # networks in their normal form (core.cidr)
     Column("updated_at", UtcDateTime, nullable=False),
     Column("updated_by", String(200), nullable=False),
+)
+
+claim_links = Table(
+    "claim_links",
+    metadata,
+    # One per key handed over by link. ``lookup`` is a hash of the link's token (never the
+    # token, never the sealing key); ``sealed`` is the key's secret under AES-GCM with a key
+    # only the token derives, wiped (NULL) in the transaction that redeems the link.
+    Column("id", String(26), primary_key=True),
+    Column("key_id", String(26), ForeignKey("keys.id"), nullable=False, unique=True),
+    Column("lookup", LargeBinary(32), nullable=False, unique=True),
+    Column("sealed", LargeBinary(256), nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("created_by", String(200), nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Column("claimed_at", UtcDateTime, nullable=True),
 )

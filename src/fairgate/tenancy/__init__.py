@@ -24,6 +24,7 @@ from fairgate.tenancy.admin_tokens import AdminTokens, NewAdminToken
 from fairgate.tenancy.audit import Audit
 from fairgate.tenancy.budget_record import BudgetRecord
 from fairgate.tenancy.budgets import Budgets
+from fairgate.tenancy.claims import ClaimCreated, Claims
 from fairgate.tenancy.errors import ConfigConflict, Conflict
 from fairgate.tenancy.keys import MAX_GRACE, Keys, NewKey
 from fairgate.tenancy.limits import KeyLimits
@@ -51,6 +52,8 @@ __all__ = [
     "Audit",
     "BudgetRecord",
     "Budgets",
+    "ClaimCreated",
+    "Claims",
     "ConfigConflict",
     "Conflict",
     "DeclaredOrg",

@@ -87,6 +87,34 @@ class Keys(Service):
         limits: KeyLimits | None = None,
         expires_in: float | None = None,
     ) -> NewKey:
+        async with self._store.write() as conn:
+            return await self.create_in(
+                conn,
+                actor,
+                team=team,
+                project=project,
+                name=name,
+                models=models,
+                tags=tags,
+                limits=limits,
+                expires_in=expires_in,
+            )
+
+    async def create_in(
+        self,
+        conn: AsyncConnection,
+        actor: Actor,
+        *,
+        team: str,
+        project: str | None = None,
+        name: str | None = None,
+        models: Collection[str] | None = None,
+        tags: Collection[str] = (),
+        limits: KeyLimits | None = None,
+        expires_in: float | None = None,
+    ) -> NewKey:
+        """:meth:`create` inside the caller's write transaction ``conn`` (a claim link is
+        stored with its key in one transaction: both or neither)."""
         if name is not None:
             check_name("key", name)
         model_list = self._check_models(models)
@@ -97,48 +125,45 @@ class Keys(Service):
         now = self._now()
         secret, _, prefix = new_key()
         digest = self._hasher.digest(secret)
-        async with self._store.write() as conn:
-            owner_team = await teams.by_name(conn, team, scope.teams_read())
-            if owner_team is None:
-                raise NotFound(f"no team {team!r}", code="team_not_found")
-            administers = await teams.by_name(conn, team, scope.teams_admin()) is not None
-            if not administers and owner_team.id not in actor.member_teams:
-                raise Forbidden(
-                    f"creating keys in {team!r} needs member or above", code="forbidden"
-                )
-            if tag_list and not administers:
-                raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
-            if owner_team.disabled_at is not None:
-                raise BadRequest(f"team {team!r} is disabled", code="team_disabled")
-            if limits != KeyLimits():
-                _check_limits(owner_team, limits, administers)
-            await self._check_key_count(conn, actor, owner_team, now)
-            project_id = await self._project_id(conn, owner_team.name, project)
-            row = NewKeyRow(
-                id=new_ulid(self._clock.wall()),
-                team_id=owner_team.id,
-                project_id=project_id,
-                owner_id=actor.user_id,
-                name=name,
-                prefix=prefix,
-                secret_sha256=digest,
-                models=model_list,
-                tags=tag_list,
-                limits=limits.columns(),
-                created_by=actor.name,
-                expires_at=expires_at,
-            )
-            key = await keys.insert_key(conn, row, now)
-            await self._audit(
-                conn,
-                actor,
-                "key.created",
-                now,
-                target=f"key:{key.id}",
-                org_id=owner_team.org_id,
-                team_id=owner_team.id,
-                detail={"prefix": prefix, "project": project, "models": _list(model_list)},
-            )
+        owner_team = await teams.by_name(conn, team, scope.teams_read())
+        if owner_team is None:
+            raise NotFound(f"no team {team!r}", code="team_not_found")
+        administers = await teams.by_name(conn, team, scope.teams_admin()) is not None
+        if not administers and owner_team.id not in actor.member_teams:
+            raise Forbidden(f"creating keys in {team!r} needs member or above", code="forbidden")
+        if tag_list and not administers:
+            raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
+        if owner_team.disabled_at is not None:
+            raise BadRequest(f"team {team!r} is disabled", code="team_disabled")
+        if limits != KeyLimits():
+            _check_limits(owner_team, limits, administers)
+        await self._check_key_count(conn, actor, owner_team, now)
+        project_id = await self._project_id(conn, owner_team.name, project)
+        row = NewKeyRow(
+            id=new_ulid(self._clock.wall()),
+            team_id=owner_team.id,
+            project_id=project_id,
+            owner_id=actor.user_id,
+            name=name,
+            prefix=prefix,
+            secret_sha256=digest,
+            models=model_list,
+            tags=tag_list,
+            limits=limits.columns(),
+            created_by=actor.name,
+            expires_at=expires_at,
+        )
+        key = await keys.insert_key(conn, row, now)
+        await self._audit(
+            conn,
+            actor,
+            "key.created",
+            now,
+            target=f"key:{key.id}",
+            org_id=owner_team.org_id,
+            team_id=owner_team.id,
+            detail={"prefix": prefix, "project": project, "models": _list(model_list)},
+        )
         return NewKey(key, secret)
 
     async def revoke(self, actor: Actor, key_id: str) -> Key:

@@ -4,7 +4,7 @@ Internal integer ids (``id`` of a team, ``team_id``, ``user_id``…) are left
 out: records are addressed by name, keys and tokens by their ULID; audit events
 keep their integer id, which pages the trail (``before_id``). Timestamps are RFC 3339 in
 UTC; tuples become lists. A secret appears only in what ``create`` and
-``rotate`` return, once.
+``rotate`` return, once; a key created with a claim link shows the link instead.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from fairgate.store.audit_events import AuditEvent
 from fairgate.tenancy.admin_tokens import NewAdminToken
+from fairgate.tenancy.claims import ClaimCreated
 from fairgate.tenancy.keys import NewKey
 
 __all__ = ["public"]
@@ -23,7 +24,16 @@ _HIDDEN = frozenset({"org_id", "team_id", "user_id", "scope_id"})
 
 
 def public(record: object) -> dict[str, Any]:
-    """``record`` (a store row, NewKey or NewAdminToken) as a JSON-ready dict."""
+    """``record`` (a store row, NewKey, NewAdminToken or ClaimCreated) as a JSON-ready dict.
+
+    A ClaimCreated gives the key, ``claim_url`` and ``claim_expires_at``: the link, never
+    the secret (the token is only inside the URL)."""
+    if isinstance(record, ClaimCreated):
+        return {
+            **public(record.key),
+            "claim_url": record.url,
+            "claim_expires_at": _value(record.expires_at),
+        }
     if isinstance(record, NewKey):
         return {**public(record.key), "secret": record.secret}
     if isinstance(record, NewAdminToken):

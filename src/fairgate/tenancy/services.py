@@ -11,6 +11,7 @@ from fairgate.tenancy.admin_tokens import AdminTokens
 from fairgate.tenancy.allowlists import Allowlists
 from fairgate.tenancy.audit import Audit
 from fairgate.tenancy.budgets import Budgets
+from fairgate.tenancy.claims import Claims
 from fairgate.tenancy.keys import Keys
 from fairgate.tenancy.orgs import DeclaredOrg, Orgs, SyncReport
 from fairgate.tenancy.projects import Projects
@@ -23,9 +24,10 @@ __all__ = ["Tenancy"]
 
 class Tenancy:
     """The tenancy services: ``orgs``, ``teams``, ``projects``, ``keys``, ``users``, ``roles``,
-    ``admin_tokens``, ``audit``, ``budgets``, ``allowlists``. Every method takes the acting
-    :class:`Actor` first (except the start-up sync and token authentication) and enforces its
-    scope in SQL.
+    ``admin_tokens``, ``audit``, ``budgets``, ``allowlists``, ``claims``. Every method takes
+    the acting :class:`Actor` first (except the start-up sync, token authentication and a
+    claim link's peek and redeem, where the token is the credential) and enforces its scope
+    in SQL.
 
     ``models``: every model name the gateway serves (canonical names and aliases);
     allowlists naming anything else are refused. None accepts any name. A mapping
@@ -35,6 +37,8 @@ class Tenancy:
     ``teams.create`` refuses (``fairgate.tenancy.orgs.declared_teams``).
     ``hasher``: how key and admin-token secrets are stored (``fairgate.auth.pepper``;
     plain SHA-256 by default, HMAC with ``auth.key_pepper_file``).
+    ``public_url``: the base URL of claim links (``public_url`` in the configuration);
+    None refuses to create them.
     """
 
     def __init__(
@@ -45,6 +49,7 @@ class Tenancy:
         models: Collection[str] | Mapping[str, str] | None = None,
         declared_teams: Collection[str] = (),
         hasher: KeyHasher | None = None,
+        public_url: str | None = None,
     ) -> None:
         clock = clock or SystemClock()
         self.store = store
@@ -59,6 +64,9 @@ class Tenancy:
         self.audit = Audit(store, clock, models=models)
         self.budgets = Budgets(store, clock, models=models)
         self.allowlists = Allowlists(store, clock, models=models)
+        self.claims = Claims(
+            store, clock, keys=self.keys, hasher=self.hasher, public_url=public_url
+        )
 
     async def sync_orgs(self, declared: Sequence[DeclaredOrg]) -> SyncReport:
         """Make the store's organisations and teams match the configuration's ``orgs``."""
