@@ -122,6 +122,7 @@ from fairgate.upstream import (
 )
 from fairgate.upstream.pool_capacity import PoolCapacity
 from fairgate.vault import refresher_for
+from fairgate.web import build_web
 
 __all__ = ["Gateway"]
 
@@ -327,7 +328,9 @@ class Gateway:
             clients=self.clients,
             rules=rules,
         )
-        self.proxy_app = ProxyApp(self.pipeline)
+        self.proxy_app = ProxyApp(
+            self.pipeline, build_web(config, clients=self.clients, rules=rules)
+        )
         master = config.master_key_file
         metrics_token = config.metrics_token_file
         self.admin_app = build_admin_app(
@@ -600,7 +603,7 @@ def _alerter(config: Config, store: Store, clock: SystemClock, counter: Counter)
 
 def _route_rules(config: Config) -> RouteRules:
     """The networks of every route class with a rule (``allow: null`` has none)."""
-    classes: tuple[RouteClass, ...] = ("inference", "admin", "metrics", "health")
+    classes: tuple[RouteClass, ...] = ("inference", "web", "admin", "metrics", "health")
     allow = {name: getattr(config.routes, name).allow for name in classes}
     return RouteRules(
         {

@@ -55,8 +55,8 @@ def test_a_bad_network_is_named_with_its_position(problems: Problems) -> None:
 
 
 def test_an_unknown_route_class_is_refused(problems: Problems) -> None:
-    found = problems(with_minimal("routes: {web: {allow: []}}\n"))
-    assert len(found) == 1 and "unknown key 'web' in 'routes'" in found[0]
+    found = problems(with_minimal("routes: {pages: {allow: []}}\n"))
+    assert len(found) == 1 and "unknown key 'pages' in 'routes'" in found[0]
 
 
 def test_an_inline_metrics_token_points_to_its_file_key(problems: Problems) -> None:

@@ -4,6 +4,7 @@
     routes:
       metrics: {allow: [10.1.0.0/16]}        # replaces the default (loopback)
       admin: {allow: [10.2.0.0/24]}          # absent: everyone
+      web: {allow: [10.0.0.0/8]}             # the web pages of the client listener
 
 Networks are validated and kept as their normalised text
 (``fairgate.core.cidr.parse_network``); the gateway builds its lookup sets from
@@ -42,6 +43,7 @@ class Routes(Section):
     """The networks of each route class (``fairgate.core.route_classes``)."""
 
     inference: RouteAccess = Field(default_factory=RouteAccess)
+    web: RouteAccess = Field(default_factory=RouteAccess)
     admin: RouteAccess = Field(default_factory=RouteAccess)
     metrics: RouteAccess = Field(default_factory=lambda: RouteAccess(allow=LOOPBACK))
     health: RouteAccess = Field(default_factory=lambda: RouteAccess(allow=LOOPBACK))

@@ -37,6 +37,7 @@ from fairgate.config.settings import (
     Tags,
 )
 from fairgate.config.vault import VaultSettings
+from fairgate.config.web import Web
 
 __all__ = ["Config", "FieldKind", "field_kind", "keys_of", "model_at"]
 
@@ -73,6 +74,7 @@ class Config(Section):
     alerts: Alerts = Field(default_factory=Alerts)
     accounting: Accounting = Field(default_factory=Accounting)
     landing: Landing = Field(default_factory=Landing)
+    web: Web = Field(default_factory=Web)
     vault: VaultSettings | None = None
     trusted_proxies: tuple[Cidr, ...] = ()
     routes: Routes = Field(default_factory=Routes)

@@ -2,7 +2,9 @@
 
 Every path the gateway serves belongs to one class:
 
-    inference   every route of the client listener (the OpenAI API, /me, …)
+    inference   every route of the client listener (the OpenAI API, /me, …) but the pages
+    web         the web pages of the client listener: /, /signup, /signin, /signout,
+                /account…, /claim/…, /static/… (``fairgate.web``)
     admin       every other path of the admin listener: /admin/*, the OpenAPI document
     metrics     /metrics on the admin listener
     health      /healthz and /readyz on the admin listener
@@ -24,7 +26,7 @@ from fairgate.core.errors import Forbidden
 
 __all__ = ["LOOPBACK", "RouteClass", "RouteRules", "admin_class", "refusal"]
 
-RouteClass = Literal["inference", "admin", "metrics", "health"]
+RouteClass = Literal["inference", "web", "admin", "metrics", "health"]
 
 LOOPBACK = ("127.0.0.0/8", "::1/128")
 """Where metrics and health answer unless the configuration says otherwise."""

@@ -1,0 +1,111 @@
+"""The web pages as one ASGI application, mounted on the client listener by ``ProxyApp``.
+
+    request → NetworkGate (routes.web) → SecurityHeaders → Starlette router → a page
+
+``build_web`` is what ``fairgate.app`` calls: it returns the ``Mount`` (the
+application and the exact paths it owns, ``fairgate.web.paths``) or None when
+``web.enabled`` is false.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from fairgate.config import Config
+from fairgate.core.asgi import ASGIApp, Mount, Receive, Scope, Send
+from fairgate.core.client_addr import ClientAddresses
+from fairgate.core.route_classes import RouteRules
+from fairgate.web.errors import PageError, error_handlers, failure_page
+from fairgate.web.headers import SecurityHeaders
+from fairgate.web.landing import LandingPage
+from fairgate.web.origin import Origins
+from fairgate.web.paths import EXACT, PREFIXES
+from fairgate.web.render import Pages
+from fairgate.web.site import Site
+from fairgate.web.static_files import Stylesheet
+
+__all__ = ["NetworkGate", "build_web"]
+
+log = logging.getLogger("fairgate.web")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def build_web(config: Config, *, clients: ClientAddresses, rules: RouteRules) -> Mount | None:
+    """The web pages of ``config`` (None when ``web.enabled`` is false)."""
+    if not config.web.enabled:
+        return None
+    site = Site.of(config)
+    pages = Pages({"name": site.name})
+    origins = Origins(clients, site.public_url)
+    landing = LandingPage(site, pages, origins)
+    style = Stylesheet()
+    routes: list[BaseRoute] = [
+        Route("/", _guarded(pages, landing.get), methods=["GET", "HEAD"]),
+        Route("/static/style.css", _guarded(pages, style.get), methods=["GET", "HEAD"]),
+    ]
+    router = Starlette(routes=routes, exception_handlers=error_handlers(pages))  # type: ignore[arg-type]
+    app: ASGIApp = SecurityHeaders(router)  # type: ignore[arg-type]
+    return Mount(NetworkGate(app, pages, clients, rules), EXACT, PREFIXES)
+
+
+def _guarded(pages: Pages, handler: Handler) -> Handler:
+    """``handler`` whose unexpected errors become the 500 page (PageError and HTTP errors
+    go on to their handlers)."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except (PageError, HTTPException):
+            raise
+        except Exception:  # one page for every unexpected failure, logged
+            return failure_page(pages, request)
+
+    return endpoint
+
+
+class NetworkGate:
+    """Refuses clients outside ``routes.web`` (403 page) before any page runs.
+
+    The client is the address resolved through ``trusted_proxies``, as for every
+    other route class (``fairgate.core.route_classes``).
+    """
+
+    def __init__(
+        self, app: ASGIApp, pages: Pages, clients: ClientAddresses, rules: RouteRules
+    ) -> None:
+        self._app = app
+        self._pages = pages
+        self._clients = clients
+        self._rules = rules if rules.restricts("web") else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._rules is not None and scope["type"] == "http":
+            client = scope.get("client")
+            peer = client[0] if client else ""
+            address = self._clients.of(peer, scope["headers"])
+            if not self._rules.allows("web", address):
+                log.info("web %s refused: %s is outside routes.web", scope["path"], address)
+                refused = self._pages.html(
+                    "error.html",
+                    status=403,
+                    title="Forbidden",
+                    message="This request is not allowed.",
+                )
+                await SecurityHeaders(_as_asgi(refused))(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
+def _as_asgi(response: Response) -> ASGIApp:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await response(scope, receive, send)  # type: ignore[arg-type]
+
+    return app
