@@ -35,6 +35,9 @@ from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
 
 MODEL = "m"
+COST = {"input_per_mtok": 1000.0, "output_per_mtok": 10000.0}
+"""Prices high enough that one short request shows as spend on /account."""
+MASTER_KEY = "a-master-key-for-the-browser-tests"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,14 @@ class FrontDoor:
     config: Path
     log: Path
     """The gateway's stderr (what it logged)."""
+
+    @property
+    def admin_url(self) -> str:
+        """The admin listener as ``http://localhost:PORT``."""
+        return self.gateway.admin_url.replace("127.0.0.1", "localhost")
+
+    def logged(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 StartFrontDoor = Callable[..., FrontDoor]
@@ -115,10 +126,13 @@ def start_front_door(
         port = free_port()
         url = f"http://localhost:{port}"
         log = tmp_path / f"gateway-{port}.log"
+        (tmp_path / "master.key").write_text(MASTER_KEY + "\n")
         sections.setdefault("listen", {"host": "127.0.0.1", "port": port})
+        sections.setdefault("master_key_file", str(tmp_path / "master.key"))
         for key, value in front_door_sections(url).items():
             sections.setdefault(key, value)
-        gw = off_loop(lambda: start_gateway([model(MODEL, sim)], stderr=log, **sections))
+        models = [model(MODEL, sim, cost=COST)]
+        gw = off_loop(lambda: start_gateway(models, stderr=log, **sections))
         return FrontDoor(url=url, gateway=gw, sim=sim, config=gw.config, log=log)
 
     return start
