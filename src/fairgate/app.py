@@ -329,7 +329,8 @@ class Gateway:
             rules=rules,
         )
         self.proxy_app = ProxyApp(
-            self.pipeline, build_web(config, clients=self.clients, rules=rules)
+            self.pipeline,
+            build_web(config, clients=self.clients, rules=rules, tenancy=self.tenancy),
         )
         master = config.master_key_file
         metrics_token = config.metrics_token_file

@@ -22,6 +22,9 @@ from fairgate.config import Config
 from fairgate.core.asgi import ASGIApp, Mount, Receive, Scope, Send
 from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.route_classes import RouteRules
+from fairgate.tenancy import Tenancy
+from fairgate.web.claim import ClaimPages
+from fairgate.web.csrf import FormTokens
 from fairgate.web.errors import PageError, error_handlers, failure_page
 from fairgate.web.headers import SecurityHeaders
 from fairgate.web.landing import LandingPage
@@ -38,7 +41,9 @@ log = logging.getLogger("fairgate.web")
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def build_web(config: Config, *, clients: ClientAddresses, rules: RouteRules) -> Mount | None:
+def build_web(
+    config: Config, *, clients: ClientAddresses, rules: RouteRules, tenancy: Tenancy
+) -> Mount | None:
     """The web pages of ``config`` (None when ``web.enabled`` is false)."""
     if not config.web.enabled:
         return None
@@ -47,7 +52,11 @@ def build_web(config: Config, *, clients: ClientAddresses, rules: RouteRules) ->
     origins = Origins(clients, site.public_url)
     landing = LandingPage(site, pages, origins)
     style = Stylesheet()
+    forms = FormTokens()
+    claim = ClaimPages(site, pages, origins, tenancy.claims, forms)
     routes: list[BaseRoute] = [
+        Route("/claim/{token}", _guarded(pages, claim.get), methods=["GET", "HEAD"]),
+        Route("/claim/{token}", _guarded(pages, claim.post), methods=["POST"]),
         Route("/", _guarded(pages, landing.get), methods=["GET", "HEAD"]),
         Route("/static/style.css", _guarded(pages, style.get), methods=["GET", "HEAD"]),
     ]

@@ -39,6 +39,11 @@ class Origins:
         self._public_url = public_url.rstrip("/") if public_url else None
         self._public_origin = _origin_of(public_url) if public_url else None
 
+    def address(self, request: Request) -> str:
+        """The client's address, resolved through ``trusted_proxies``."""
+        peer = request.client.host if request.client else ""
+        return self._clients.of(peer, request.scope["headers"])
+
     def scheme(self, request: Request) -> str:
         """``https`` or ``http``: what the browser used, as far as the gateway can tell."""
         peer = request.client.host if request.client else ""
