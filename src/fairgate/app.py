@@ -28,6 +28,8 @@ from fairgate.accounting import (
 from fairgate.accounting.budget_keeper import BudgetKeeper
 from fairgate.accounting.snapshots import CounterSnapshots
 from fairgate.admin import build_admin_app
+from fairgate.admin.dashboard import DecisionRing
+from fairgate.admin.dashboard.build import DECISIONS_KEPT, build_board
 from fairgate.admin.fairshare import FairShareMonitor
 from fairgate.admission import (
     AdmissionController,
@@ -143,10 +145,13 @@ class Gateway:
         # metrics first: _replica_gauges reads the registry only when scraped
         self.metrics = GatewayMetrics(replicas=self._replica_gauges)
         self.routing_metrics = RoutingMetrics(self.metrics.registry)
+        clock = self.clock = SystemClock()
+        self.decisions = DecisionRing(DECISIONS_KEPT, clock)  # the dashboard's last decisions
+        observe, keep = self.routing_metrics.observe, self.decisions.observe
         self.registry = ReplicaRegistry(
             self._replicas(config, adapters),
             strategies={m.name: strategy_for(m.routing) for m in config.models},
-            on_decision=self.routing_metrics.observe,
+            on_decision=lambda decision: (observe(decision), keep(decision))[0],
             log_decisions=config.routing.log_decisions,
             fair_share=config.routing.fair_share,
         )
@@ -175,7 +180,6 @@ class Gateway:
         )
         # Tenancy: the store is opened in start(); nothing on the request path reads it
         # except a key-cache miss.
-        clock = self.clock = SystemClock()
         self.store = build_store(config)
         # Counters held in this process are saved to the store to survive a restart.
         self.snapshots = (
@@ -334,6 +338,14 @@ class Gateway:
         )
         master = config.master_key_file
         metrics_token = config.metrics_token_file
+        board, self.share_history = build_board(
+            models=[(m.name, m.pool) for m in config.models],
+            registry=self.registry,
+            decisions=self.decisions,
+            clock=clock,
+            monitor=self.fairshare_monitor,
+            admission=self.admission,
+        )
         self.admin_app = build_admin_app(
             tenancy=self.tenancy,
             master_key_sha256=sha256(master.read()) if master is not None else None,
@@ -355,6 +367,7 @@ class Gateway:
             metrics_token_changes=(
                 metrics_token.cell if metrics_token is not None and metrics_token.vault else None
             ),
+            dashboard=board,
         )
         self.metrics.state_available.set_function(lambda: float(self.state_available))
         # Vault secrets were read before this; the refresher reads them again every cache_ttl.
@@ -442,6 +455,8 @@ class Gateway:
         if self.fairshare_metrics is not None:
             interval = self.config.health.interval
             self._tasks.append(asyncio.create_task(self.fairshare_metrics.run(interval)))
+        if self.share_history is not None:
+            self._tasks.append(asyncio.create_task(self.share_history.run()))
         if self.snapshots is not None:
             every = self.config.state.snapshot_interval
             self._tasks.append(asyncio.create_task(self.snapshots.run(every)))

@@ -26,6 +26,10 @@ from starlette.types import ASGIApp
 
 from fairgate.admin.authn import AdminAuthenticator
 from fairgate.admin.body_limit import BodyLimit
+from fairgate.admin.dashboard import Board
+from fairgate.admin.dashboard.access import Access
+from fairgate.admin.dashboard.endpoints import dashboard_router
+from fairgate.admin.dashboard.pages import Pages
 from fairgate.admin.endpoints.allowlists import allowlists_router
 from fairgate.admin.endpoints.audit import audit_router
 from fairgate.admin.endpoints.budgets import budgets_router
@@ -65,9 +69,11 @@ def build_admin_app(
     rules: RouteRules | None = None,
     metrics_token_sha256: bytes | None = None,
     metrics_token_changes: SecretCell | None = None,
+    dashboard: Board | None = None,
 ) -> ASGIApp:
     """The whole admin listener as one ASGI application (``GET /admin/fairshare`` only
-    with a ``fairshare`` monitor: without fair share configured the route is absent).
+    with a ``fairshare`` monitor: without fair share configured the route is absent;
+    ``GET /admin/dashboard`` only with a ``dashboard``).
 
     ``master_key_changes``, the cell of a master key held in a vault, makes the
     master key accepted follow each new value read there (``metrics_token_changes``
@@ -100,6 +106,8 @@ def build_admin_app(
     app.include_router(allowlists_router(tenancy))
     if fairshare is not None:
         app.include_router(fairshare_router(fairshare, tenancy))
+    if dashboard is not None:
+        app.include_router(dashboard_router(dashboard, Pages(), tenancy, Access(authenticator)))
     for route in health_routes(
         registry=registry, models_ready=models_ready, draining=draining, details=health_details
     ):

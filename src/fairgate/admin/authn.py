@@ -53,11 +53,21 @@ class AdminAuthenticator:
         """Accept the master key with this SHA-256 from now on (a key rotated in a vault)."""
         self._master = digest
 
+    @property
+    def master_key_enabled(self) -> bool:
+        """True while a master key is accepted (an admin session opened with it is too)."""
+        return self._master is not None
+
     async def __call__(
         self, request: Request, credentials: HTTPAuthorizationCredentials | None
     ) -> Actor:
         remote = request.client.host if request.client else "unknown"
         secret = credentials.credentials if credentials is not None else None
+        return await self.authenticate(secret, remote)
+
+    async def authenticate(self, secret: str | None, remote: str) -> Actor:
+        """The actor behind ``secret`` (a bearer's, or the dashboard's sign-in form's),
+        refused and counted as the module docstring says."""
         if secret is None:
             return await self._refuse(remote, "no bearer credential", looked_up=False)
         if self._master is not None and constant_time_equal(sha256(secret), self._master):

@@ -52,7 +52,7 @@ from fairgate.fairshare.policy import TeamUsage
 from fairgate.limits import FairShareState, StateUnavailable
 from fairgate.tenancy import Actor, Tenancy
 
-__all__ = ["FairShareMonitor", "LocalInFlight", "fairshare_router"]
+__all__ = ["FairShareMonitor", "LocalInFlight", "fairshare_router", "visible_orgs"]
 
 log = logging.getLogger("fairgate.admin")
 
@@ -260,8 +260,9 @@ row per pool for each of their organisations; other roles are refused (403).
 """
 
 
-async def _visible(tenancy: Tenancy, actor: Actor) -> Collection[str] | None:
-    """The organisations whose rows ``actor`` reads (None: all of them)."""
+async def visible_orgs(tenancy: Tenancy, actor: Actor) -> Collection[str] | None:
+    """The organisations whose rows ``actor`` reads (None: all of them); raises Forbidden
+    for an actor who reads no organisation (the rule of ``GET /admin/fairshare``)."""
     if actor.root_reader:
         return None
     if not actor.read_orgs:
@@ -277,7 +278,7 @@ def fairshare_router(monitor: FairShareMonitor, tenancy: Tenancy) -> APIRouter:
 
     @router.get("/fairshare", summary="Fair-share standings", description=_DESCRIPTION)
     async def fairshare(actor: Caller, pool: str | None = None) -> dict[str, Any]:
-        orgs = await _visible(tenancy, actor)
+        orgs = await visible_orgs(tenancy, actor)
         if pool is not None and pool not in monitor.pools:
             raise NotFound(f"no pool {pool!r}", code="pool_not_found")
         try:
