@@ -254,6 +254,7 @@ class Gateway:
             models=model_catalogue(config),
             declared_teams=declared_teams(config.orgs),
             hasher=hasher,
+            public_url=config.public_url,
         )
         a = config.auth
         auth_metrics = AuthMetrics(self.metrics.registry)

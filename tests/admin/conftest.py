@@ -22,6 +22,7 @@ __all__ = ["admin_guard", "api", "pg_store_url", "sqlite_template", "store", "st
 
 MASTER_KEY = "master-key-for-tests-only-0123456789abcdef"
 MODELS = {"llama-70b": "llama-70b", "llama70b": "llama-70b", "llama-8b": "llama-8b"}
+PUBLIC_URL = "https://llm.example.org"
 
 
 @dataclass
@@ -58,7 +59,7 @@ def make_client(app: object, addr: str = "10.1.2.3") -> httpx.AsyncClient:
 @pytest.fixture
 async def api(store: Store) -> AsyncIterator[Api]:
     clock = FakeClock()
-    tenancy = Tenancy(store, clock=clock, models=MODELS)
+    tenancy = Tenancy(store, clock=clock, models=MODELS, public_url=PUBLIC_URL)
     world = await build_world(tenancy)
     guard = admin_guard(clock)
     ready = {"llama-70b": True}

@@ -261,3 +261,29 @@ def test_admission_bands_that_would_invert_or_overlap_are_refused(problems: Prob
         with_minimal("admission: {default_band: silver, bands: [{name: gold, ceiling: 1.0}]}\n")
     )
     assert found == ["1:27: admission.default_band: no band is called 'silver'"]
+
+
+def test_public_url_is_an_http_base_url_without_a_trailing_slash(load: Load) -> None:
+    assert load(MINIMAL).public_url is None
+    cfg = load("public_url: 'HTTPS://LLM.Example.org/gw/'\n" + MINIMAL)
+    assert cfg.public_url == "https://llm.example.org/gw"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("javascript:alert(1)", "must start with http:// or https://"),
+        ("ftp://files.example.org", "must start with http:// or https://"),
+        ("https://", "has no host"),
+        ("https://ops:hunter2@llm.example.org", "must not contain credentials"),
+        ("https://llm.example.org/?a=1", "must not have a query or fragment"),
+        ("https://llm.example.org/#x", "must not have a query or fragment"),
+        ("https://llm.example.org:99999", "has an invalid port"),
+    ],
+)
+def test_a_public_url_people_could_not_open_is_refused_with_its_place(
+    problems: Problems, value: str, reason: str
+) -> None:
+    (found,) = problems(f"public_url: '{value}'\n" + MINIMAL)
+    assert found.startswith("1:13: public_url: ") and reason in found
+    assert "hunter2" not in found

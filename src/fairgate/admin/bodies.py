@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
 
 from fairgate.core.durations import parse_duration
 from fairgate.core.errors import BadRequest
@@ -95,7 +103,12 @@ class ProjectBody(_Body):
 
 
 class KeyBody(_Limits):
-    """A new key; ``expires_in`` a duration from now (``"90d"``), null = never."""
+    """A new key; ``expires_in`` a duration from now (``"90d"``), null = never.
+
+    ``claim: true`` answers with a one-time link (``claim_url``) instead of the secret,
+    redeemable for ``claim_expires_in`` (default ``"72h"``, at most ``"30d"``); it needs
+    ``public_url`` in the configuration. ``claim_expires_in`` without ``claim`` is refused.
+    """
 
     team: Name
     project: Name | None = None
@@ -103,6 +116,14 @@ class KeyBody(_Limits):
     models: Models = None
     tags: Annotated[list[Name], Field(max_length=8)] = []
     expires_in: Duration | None = None
+    claim: StrictBool = False
+    claim_expires_in: Duration | None = None
+
+    @model_validator(mode="after")
+    def _claim_lifetime_needs_a_claim(self) -> KeyBody:
+        if self.claim_expires_in is not None and not self.claim:
+            raise ValueError("claim_expires_in goes with claim: true")
+        return self
 
 
 class KeyChange(_Limits):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -11,7 +12,10 @@ from fairgate.cli.tenancy import csv, key_limits, run, show
 
 __all__ = ["HELP", "app"]
 
-HELP = "Virtual keys (fg-…): stored hashed only; the secret is printed once, at creation."
+HELP = (
+    "Virtual keys (fg-…): stored hashed only; the secret is printed once, at creation, "
+    "or handed over by a one-time claim link (--claim)."
+)
 
 app = typer.Typer(help=HELP, no_args_is_help=True)
 
@@ -72,29 +76,77 @@ def create(
     rpd: Limit = None,
     max_inflight: Limit = None,
     expires: Annotated[
-        str | None, typer.Option("--expires", help="Lifetime from now: 30d, 12h.")
+        str | None,
+        typer.Option(
+            "--expires",
+            help="Lifetime from now: 30d, 12h. With --claim: the link's lifetime "
+            "(default 72h, at most 30d).",
+        ),
+    ] = None,
+    claim: Annotated[
+        bool,
+        typer.Option(
+            "--claim",
+            help="Print a one-time claim link ({public_url}/claim/…) instead of the secret; "
+            "needs public_url in the configuration.",
+        ),
+    ] = False,
+    key_expires: Annotated[
+        str | None,
+        typer.Option("--key-expires", help="With --claim: the key's own lifetime (30d, 12h)."),
     ] = None,
     config: ConfigOption = None,
     as_json: Json = False,
 ) -> None:
-    """Create a key and print its secret, once."""
-    lifetime = _duration("--expires", expires)
+    """Create a key and print its secret, once; or, with --claim, a link that reveals it once."""
+    if key_expires is not None and not claim:
+        raise fail("--key-expires goes with --claim; without it --expires is the key's lifetime")
     limits = key_limits(rpm, tpm, rpd, max_inflight)
+    fields: dict[str, Any] = {
+        "project": project,
+        "name": name,
+        "models": csv(models),
+        "tags": csv(tags) or (),
+        "limits": limits,
+    }
+    if claim:
+        _create_claim(team, fields, expires, key_expires, config, as_json)
+        return
+    lifetime = _duration("--expires", expires)
     new = run(
-        config,
-        lambda t, actor: t.keys.create(
-            actor,
-            team=team,
-            project=project,
-            name=name,
-            models=csv(models),
-            tags=csv(tags) or (),
-            limits=limits,
-            expires_in=lifetime,
-        ),
+        config, lambda t, actor: t.keys.create(actor, team=team, expires_in=lifetime, **fields)
     )
     show([new] if as_json else [new.key], _COLUMNS, as_json=as_json, title="key created")
     _secret(new.secret, new.key.id, as_json)
+
+
+def _create_claim(
+    team: str,
+    fields: dict[str, Any],
+    expires: str | None,
+    key_expires: str | None,
+    config: Path | None,
+    as_json: bool,
+) -> None:
+    """``keys create --claim``: the key and its link; the link printed, never the secret."""
+    from fairgate.tenancy.claims import DEFAULT_CLAIM_LIFETIME
+
+    link_lifetime = _duration("--expires", expires) or DEFAULT_CLAIM_LIFETIME
+    key_lifetime = _duration("--key-expires", key_expires)
+    made = run(
+        config,
+        lambda t, actor: t.claims.create(
+            actor, team=team, expires_in=link_lifetime, key_expires_in=key_lifetime, **fields
+        ),
+    )
+    show([made] if as_json else [made.key], _COLUMNS, as_json=as_json, title="key created")
+    if as_json:
+        return
+    typer.echo(f"claim link: {made.url}")
+    typer.echo(
+        f"(opens once, until {made.expires_at:%Y-%m-%d %H:%M} UTC: send it to the key's holder; "
+        "the secret is shown only to whoever opens it first)"
+    )
 
 
 @app.command("list")

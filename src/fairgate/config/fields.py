@@ -37,9 +37,11 @@ __all__ = [
     "NonNegativeDuration",
     "Port",
     "PositiveDuration",
+    "PublicUrl",
     "Section",
     "Size",
     "describe",
+    "normalise_public_url",
     "normalise_upstream_url",
 ]
 
@@ -151,6 +153,30 @@ def normalise_upstream_url(value: str) -> str:
     return urlunsplit((scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
+def normalise_public_url(value: str) -> str:
+    """``value`` with a lower-case scheme and host and no trailing slash, or ``ValueError``.
+
+    The address people open the gateway at (claim links are ``{public_url}/claim/…``):
+    ``http`` or ``https`` with a host, optionally a path (a reverse proxy's prefix); no
+    credentials, query or fragment, which would end up in every link.
+    """
+    parts = urlsplit(value.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise ValueError(f"public_url must start with http:// or https://, got {describe(value)}")
+    if "@" in parts.netloc:
+        raise ValueError("public_url must not contain credentials")
+    if not parts.hostname:
+        raise ValueError(f"public_url has no host: {describe(value)}")
+    try:
+        parts.port  # noqa: B018 - reading it validates it
+    except ValueError:
+        raise ValueError(f"public_url has an invalid port: {describe(value)}") from None
+    if parts.query or parts.fragment or "?" in value or "#" in value:
+        raise ValueError(f"public_url must not have a query or fragment: {describe(value)}")
+    return urlunsplit((scheme, parts.netloc.lower(), parts.path.rstrip("/"), "", ""))
+
+
 def _non_empty(value: tuple[object, ...]) -> tuple[object, ...]:
     # An AfterValidator rather than min_length: pydantic counts only the valid
     # items for min_length, so one bad entry would also report "too short".
@@ -170,6 +196,9 @@ PositiveDuration = Annotated[StrictFloat, BeforeValidator(_positive_duration)]
 
 NonNegativeDuration = Annotated[StrictFloat, BeforeValidator(_non_negative_duration)]
 """A duration string, >= 0 (``0s`` allowed), as float seconds."""
+
+PublicUrl = Annotated[StrictStr, AfterValidator(normalise_public_url)]
+"""An http(s) base URL people open (no credentials, query or fragment; no trailing slash)."""
 
 Port = Annotated[StrictInt, Field(ge=0, le=65535)]
 """A TCP port; 0 lets the operating system choose one."""

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
 from fairgate.config.catalog import Model, Org, Pool
 from fairgate.config.document import Loc
-from fairgate.config.fields import NonEmpty, Section
+from fairgate.config.fields import NonEmpty, PublicUrl, Section
 from fairgate.config.network import Cidr, Routes
 from fairgate.config.secrets import SecretRef
 from fairgate.config.settings import (
@@ -75,6 +75,7 @@ class Config(Section):
     accounting: Accounting = Field(default_factory=Accounting)
     landing: Landing = Field(default_factory=Landing)
     web: Web = Field(default_factory=Web)
+    public_url: PublicUrl | None = None
     vault: VaultSettings | None = None
     trusted_proxies: tuple[Cidr, ...] = ()
     routes: Routes = Field(default_factory=Routes)

@@ -86,10 +86,12 @@ class Claims(Service):
         *,
         team: str,
         expires_in: float = DEFAULT_CLAIM_LIFETIME,
+        key_expires_in: float | None = None,
         **key_fields: Any,
     ) -> ClaimCreated:
-        """A new key of ``team`` (``key_fields`` as for :meth:`Keys.create`) and its link,
-        redeemable for ``expires_in`` seconds (at most 30 days)."""
+        """A new key of ``team`` (``key_fields`` as for :meth:`Keys.create`; its own lifetime
+        is ``key_expires_in``, None: no expiry) and its link, redeemable for ``expires_in``
+        seconds (at most 30 days)."""
         if self._public_url is None:
             raise BadRequest(
                 "claim links need public_url in the configuration (the address people open "
@@ -105,7 +107,9 @@ class Claims(Service):
         now = self._now()
         expires_at = from_unix(self._clock.wall() + expires_in)
         async with self._store.write() as conn:
-            new = await self._keys.create_in(conn, actor, team=team, **key_fields)
+            new = await self._keys.create_in(
+                conn, actor, team=team, expires_in=key_expires_in, **key_fields
+            )
             link_id = new_ulid(self._clock.wall())
             await claim_links.insert_link(
                 conn,

@@ -106,6 +106,7 @@ async def open_tenancy(
             models=model_catalogue(config),
             declared_teams=declared_teams(config.orgs),
             hasher=key_hasher(config),
+            public_url=config.public_url,
         )
         if sync:
             await tenancy.sync_orgs(config.orgs)

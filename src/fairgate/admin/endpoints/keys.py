@@ -1,4 +1,5 @@
-"""Virtual keys: ``/admin/keys`` (the secret only in the answers to create and rotate).
+"""Virtual keys: ``/admin/keys`` (the secret only in the answers to create and rotate;
+created with ``"claim": true``, a one-time link instead of the secret).
 
 (No ``from __future__ import annotations``: FastAPI reads these annotations at run time.)
 """
@@ -10,6 +11,7 @@ from fastapi import APIRouter
 from fairgate.admin.bodies import KeyBody, KeyChange, RotateBody, seconds
 from fairgate.admin.endpoints.context import Caller, listing
 from fairgate.tenancy import KeyLimits, Tenancy, public
+from fairgate.tenancy.claims import DEFAULT_CLAIM_LIFETIME
 
 __all__ = ["keys_router"]
 
@@ -25,19 +27,31 @@ def keys_router(t: Tenancy) -> APIRouter:
     ) -> dict[str, Any]:
         return listing(await t.keys.list(actor, team=team, include_revoked=include_revoked))
 
-    @router.post("", status_code=201, summary="Create a key; the secret is in this answer only")
+    @router.post(
+        "",
+        status_code=201,
+        summary="Create a key; the secret is in this answer only (or, with claim, a link)",
+    )
     async def create_key(body: KeyBody, actor: Caller) -> dict[str, Any]:
-        new = await t.keys.create(
-            actor,
-            team=body.team,
-            project=body.project,
-            name=body.name,
-            models=body.models,
-            tags=body.tags,
-            limits=body.limits(),
-            expires_in=seconds("expires_in", body.expires_in),
-        )
-        return public(new)
+        fields: dict[str, Any] = {
+            "project": body.project,
+            "name": body.name,
+            "models": body.models,
+            "tags": body.tags,
+            "limits": body.limits(),
+        }
+        lifetime = seconds("expires_in", body.expires_in)
+        if body.claim:
+            link = seconds("claim_expires_in", body.claim_expires_in)
+            made = await t.claims.create(
+                actor,
+                team=body.team,
+                expires_in=DEFAULT_CLAIM_LIFETIME if link is None else link,
+                key_expires_in=lifetime,
+                **fields,
+            )
+            return public(made)
+        return public(await t.keys.create(actor, team=body.team, expires_in=lifetime, **fields))
 
     @router.get("/{key_id}", summary="One key (no secret)")
     async def get_key(key_id: str, actor: Caller) -> dict[str, Any]:
