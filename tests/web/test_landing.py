@@ -136,3 +136,10 @@ async def test_routes_web_refuses_a_client_outside_its_networks(start_web: Start
         assert (await inside.get("/")).status_code == 200
     # the API is its own class: the web rule does not touch it
     assert (await web.client.get("/v1/models")).status_code == 401
+
+
+async def test_public_url_is_the_address_the_page_shows(start_web: StartWeb) -> None:
+    web = await start_web(public_url="https://ai.example.org/gw")
+    text = (await web.client.get("/")).text
+    assert "https://ai.example.org/gw/v1" in text
+    assert "gateway.test" not in text

@@ -38,7 +38,7 @@ class Site:
             name="fairgate",
             models=tuple(ModelEntry(m.name, tuple(m.aliases)) for m in config.models),
             contact=contact_of(config.landing.contact),
-            public_url=getattr(config, "public_url", None),
+            public_url=config.public_url,
             max_form_bytes=config.web.max_form_bytes,
         )
 
