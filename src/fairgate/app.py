@@ -27,6 +27,7 @@ from fairgate.accounting import (
 )
 from fairgate.accounting.budget_keeper import BudgetKeeper
 from fairgate.accounting.snapshots import CounterSnapshots
+from fairgate.accounts import build_accounts
 from fairgate.admin import build_admin_app
 from fairgate.admin.dashboard import DecisionRing
 from fairgate.admin.dashboard.build import DECISIONS_KEPT, build_board
@@ -156,7 +157,7 @@ class Gateway:
             fair_share=config.routing.fair_share,
         )
         # Health checks and metric scrapes use aiohttp; requests use the lean pool.
-        self.sessions = UpstreamSessions(connect_timeout=limits.connect_timeout)
+        self.upstream_sessions = UpstreamSessions(connect_timeout=limits.connect_timeout)
         # Idle connections are dropped before the engines' own keep-alive timeout
         # (uvicorn's 5 s for vLLM), so a reused connection is rarely closed under us.
         self.pool = UpstreamPool(connect_timeout=limits.connect_timeout, idle_timeout=4.0)
@@ -256,6 +257,9 @@ class Gateway:
             hasher=hasher,
             public_url=config.public_url,
         )
+        # Web accounts (sign-up, sign-in, sessions): argon2 runs in its own bounded pool.
+        self.front_door = build_accounts(config.accounts, self.store, self.tenancy, clock)
+        self.accounts, self.sessions = self.front_door.accounts, self.front_door.sessions
         a = config.auth
         auth_metrics = AuthMetrics(self.metrics.registry)
         self.key_cache = KeyCache(
@@ -378,13 +382,13 @@ class Gateway:
         )
         self.health = HealthChecker(
             self.registry,
-            self.sessions,
+            self.upstream_sessions,
             interval=config.health.interval,
             timeout=config.health.timeout,
         )
         self.scraper = MetricsScraper(
             self.registry,
-            self.sessions,
+            self.upstream_sessions,
             interval=config.health.interval,
             timeout=config.health.timeout,
             stale_after=3 * config.health.interval,
@@ -473,13 +477,14 @@ class Gateway:
         await self.scraper.stop()
         if self.pool_capacity is not None:
             await self.pool_capacity.stop()
-        await self.sessions.close()
+        await self.upstream_sessions.close()
         await self.pool.close()
         if self.secrets is not None:
             await self.secrets.close()
         # Every record queued so far reaches the store before it closes (SIGTERM loses none).
         if not await self.recorder.drain(timeout=30.0):
             log.error("accounting: some usage records could not be written at shutdown")
+        await self.front_door.aclose()
         await self.alerter.stop(timeout=10.0)
         await self._save_counters()
         await self.state.aclose()

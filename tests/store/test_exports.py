@@ -15,10 +15,12 @@ def test_exported_members() -> None:
         "StoreURL",
         "StoreUnavailable",
         "access_changes",
+        "accounts",
         "admin_tokens",
         "allowlists",
         "audit_events",
         "budgets",
+        "claim_links",
         "current_revision",
         "from_unix",
         "head_revision",
@@ -32,6 +34,7 @@ def test_exported_members() -> None:
         "upgrade",
         "usage_records",
         "users",
+        "web_sessions",
     }
     for name in store.__all__:
         assert hasattr(store, name)

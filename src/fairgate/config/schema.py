@@ -38,6 +38,7 @@ from fairgate.config.settings import (
 )
 from fairgate.config.vault import VaultSettings
 from fairgate.config.web import Web
+from fairgate.config.web_accounts import WebAccounts
 
 __all__ = ["Config", "FieldKind", "field_kind", "keys_of", "model_at"]
 
@@ -76,6 +77,7 @@ class Config(Section):
     landing: Landing = Field(default_factory=Landing)
     web: Web = Field(default_factory=Web)
     public_url: PublicUrl | None = None
+    accounts: WebAccounts = Field(default_factory=WebAccounts)
     vault: VaultSettings | None = None
     trusted_proxies: tuple[Cidr, ...] = ()
     routes: Routes = Field(default_factory=Routes)

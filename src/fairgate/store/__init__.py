@@ -10,7 +10,8 @@
 
 One repository module per table (``orgs``, ``teams``, ``projects``, ``users``,
 ``keys``, ``role_bindings``, ``admin_tokens``, ``audit_events``, ``usage_records``,
-``budgets``, ``access_changes``, ``allowlists``, ``claim_links``): functions that run inside
+``budgets``, ``access_changes``, ``allowlists``, ``claim_links``, ``accounts``,
+``web_sessions``): functions that run inside
 the caller's transaction and take the ``where`` clause the tenancy layer builds
 from who is acting, so a write outside the actor's scope matches no row. Nothing
 on the request path reads the store except a key cache miss
@@ -25,6 +26,7 @@ Errors (``fairgate.store.errors``)::
 
 from fairgate.store import (
     access_changes,
+    accounts,
     admin_tokens,
     allowlists,
     audit_events,
@@ -37,6 +39,7 @@ from fairgate.store import (
     teams,
     usage_records,
     users,
+    web_sessions,
 )
 from fairgate.store.change_feed import PostgresChangeListener, StoreChangeFeed
 from fairgate.store.database import Store
@@ -56,6 +59,7 @@ __all__ = [
     "StoreURL",
     "StoreUnavailable",
     "access_changes",
+    "accounts",
     "admin_tokens",
     "allowlists",
     "audit_events",
@@ -74,4 +78,5 @@ __all__ = [
     "upgrade",
     "usage_records",
     "users",
+    "web_sessions",
 ]

@@ -12,6 +12,7 @@
     access_changes (append only, pruned: a feed of changes that withdraw or alter access)
     allowlists (the IP allowlist of an organisation, a team or a key: one row each at most)
     claim_links >── keys (a one-time link handing a key's secret over; the secret sealed)
+    accounts ─< web_sessions (a person's web sign-in; once approved, bound to a user and a team)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
@@ -49,8 +50,10 @@ from sqlalchemy import (
 from fairgate.store.timestamp import UtcDateTime
 
 __all__ = [
+    "EMAIL_LENGTH",
     "NAME_LENGTH",
     "access_changes",
+    "accounts",
     "admin_tokens",
     "alert_marks",
     "allowlists",
@@ -68,10 +71,14 @@ __all__ = [
     "usage_record_tags",
     "usage_records",
     "users",
+    "web_sessions",
 ]
 
 NAME_LENGTH = 128
 """Longest name of an organisation, team, project, user, key or token label."""
+
+EMAIL_LENGTH = NAME_LENGTH
+"""Longest e-mail address of an account: it becomes a user's name once approved."""
 
 metadata = MetaData(
     naming_convention={
@@ -346,4 +353,40 @@ claim_links = Table(
     Column("created_by", String(200), nullable=False),
     Column("expires_at", UtcDateTime, nullable=False),
     Column("claimed_at", UtcDateTime, nullable=True),
+)
+
+accounts = Table(
+    "accounts",
+    metadata,
+    # A person's web account: an e-mail address (lower-cased) and the argon2id hash of their
+    # password (fairgate.accounts.passwords: the PHC string, parameters included). Pending
+    # until an operator approves it; approval binds it to a tenancy user (named after the
+    # address) and a team. ``notified_at`` is the claim of the one pending-sign-up alert.
+    Column("id", Integer, primary_key=True),
+    Column("email", String(EMAIL_LENGTH), nullable=False, unique=True),
+    Column("password_hash", String(512), nullable=False),
+    Column("state", String(16), nullable=False),  # pending | active | suspended
+    Column("user_id", Integer, ForeignKey("users.id"), nullable=True, unique=True),
+    Column("team_id", Integer, ForeignKey("teams.id"), nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("approved_at", UtcDateTime, nullable=True),
+    Column("suspended_at", UtcDateTime, nullable=True),
+    Column("notified_at", UtcDateTime, nullable=True),
+)
+
+web_sessions = Table(
+    "web_sessions",
+    metadata,
+    # A signed-in browser: only the SHA-256 of the 256-bit cookie value and of the CSRF
+    # token are stored. ``kind`` account: ``account_id`` is set; admin (the dashboard):
+    # ``actor_name`` and, for an admin token's user, ``user_id``.
+    Column("id_sha256", LargeBinary(32), primary_key=True),
+    Column("kind", String(8), nullable=False),  # account | admin
+    Column("account_id", Integer, ForeignKey("accounts.id"), nullable=True, index=True),
+    Column("actor_name", String(200), nullable=True),
+    Column("user_id", Integer, ForeignKey("users.id"), nullable=True),
+    Column("csrf_sha256", LargeBinary(32), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("seen_at", UtcDateTime, nullable=False),  # for the idle timeout
+    Column("expires_at", UtcDateTime, nullable=False, index=True),  # the absolute timeout
 )

@@ -1,0 +1,63 @@
+"""``build_accounts``: the accounts parts from the ``accounts:`` configuration section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fairgate.accounts.guesses import GuessCounter, MemoryGuesses
+from fairgate.accounts.notices import SignUpNotifier, Unnotified
+from fairgate.accounts.passwords import Passwords
+from fairgate.accounts.service import Accounts
+from fairgate.accounts.sessions import Sessions
+from fairgate.accounts.verifier import Verifier
+from fairgate.config.web_accounts import WebAccounts
+from fairgate.core.clock import Clock
+from fairgate.store import Store
+from fairgate.tenancy import Tenancy
+
+__all__ = ["AccountsParts", "build_accounts"]
+
+
+@dataclass(frozen=True, slots=True)
+class AccountsParts:
+    """What a gateway holds of the accounts package; ``aclose`` at shutdown."""
+
+    accounts: Accounts
+    sessions: Sessions
+    verifier: Verifier
+
+    async def aclose(self) -> None:
+        await self.accounts.close()
+        self.verifier.close()
+
+
+def build_accounts(
+    settings: WebAccounts,
+    store: Store,
+    tenancy: Tenancy,
+    clock: Clock,
+    *,
+    notifier: SignUpNotifier | None = None,
+    guesses: GuessCounter | None = None,
+) -> AccountsParts:
+    """Passwords, the bounded verifier, sessions and the service, as configured. ``guesses``
+    defaults to counters in this process (``MemoryGuesses``)."""
+    passwords = Passwords(
+        memory_kib=settings.argon2_memory_kib,
+        iterations=settings.argon2_iterations,
+        parallelism=settings.argon2_parallelism,
+    )
+    verifier = Verifier(passwords, threads=settings.verify_threads, queue=settings.verify_queue)
+    sessions = Sessions(
+        store, idle=settings.session_idle, lifetime=settings.session_lifetime, clock=clock
+    )
+    counter = guesses or MemoryGuesses(
+        per_address=settings.guesses_per_address,
+        per_network=settings.guesses_per_network,
+        window=settings.guess_window,
+        clock=clock,
+    )
+    accounts = Accounts(
+        store, tenancy, sessions, verifier, counter, notifier or Unnotified(), clock
+    )
+    return AccountsParts(accounts=accounts, sessions=sessions, verifier=verifier)
