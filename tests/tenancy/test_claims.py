@@ -130,6 +130,24 @@ async def test_concurrent_redeems_give_one_secret(
     assert len(redeemed) == 1
 
 
+async def test_two_gateways_on_one_database_redeem_a_link_once(
+    claims_tenancy: Tenancy, store: Store, store_url: str, clock: FakeClock
+) -> None:
+    made = await claims_tenancy.claims.create(OPERATOR, team="a1")
+    other_store = Store(store_url)
+    await other_store.connect()
+    try:
+        other = Tenancy(other_store, clock=clock, models=MODELS, public_url=BASE)
+        racers = [claims_tenancy.claims.redeem(made.token) for _ in range(4)]
+        racers += [other.claims.redeem(made.token) for _ in range(4)]
+        got = await asyncio.gather(*racers)
+    finally:
+        await other_store.close()
+    assert len([g for g in got if g is not None]) == 1, got
+    (row,) = await _rows(store)
+    assert row["claimed_at"] is not None and row["sealed"] is None
+
+
 async def test_an_expired_link_opens_nothing_and_stays_unclaimed(
     claims_tenancy: Tenancy, store: Store, clock: FakeClock
 ) -> None:

@@ -125,18 +125,7 @@ class Keys(Service):
         now = self._now()
         secret, _, prefix = new_key()
         digest = self._hasher.digest(secret)
-        owner_team = await teams.by_name(conn, team, scope.teams_read())
-        if owner_team is None:
-            raise NotFound(f"no team {team!r}", code="team_not_found")
-        administers = await teams.by_name(conn, team, scope.teams_admin()) is not None
-        if not administers and owner_team.id not in actor.member_teams:
-            raise Forbidden(f"creating keys in {team!r} needs member or above", code="forbidden")
-        if tag_list and not administers:
-            raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
-        if owner_team.disabled_at is not None:
-            raise BadRequest(f"team {team!r} is disabled", code="team_disabled")
-        if limits != KeyLimits():
-            _check_limits(owner_team, limits, administers)
+        owner_team = await self._creatable_team(conn, actor, scope, team, tag_list, limits)
         await self._check_key_count(conn, actor, owner_team, now)
         project_id = await self._project_id(conn, owner_team.name, project)
         row = NewKeyRow(
@@ -165,6 +154,32 @@ class Keys(Service):
             detail={"prefix": prefix, "project": project, "models": _list(model_list)},
         )
         return NewKey(key, secret)
+
+    async def _creatable_team(
+        self,
+        conn: AsyncConnection,
+        actor: Actor,
+        scope: Scope,
+        team: str,
+        tags: tuple[str, ...],
+        limits: KeyLimits,
+    ) -> Team:
+        """The team ``actor`` may create this key in: NotFound for a team it cannot see,
+        Forbidden below member (or, for tags and limits, below team admin), BadRequest for
+        a disabled team or limits above the team's."""
+        owner_team = await teams.by_name(conn, team, scope.teams_read())
+        if owner_team is None:
+            raise NotFound(f"no team {team!r}", code="team_not_found")
+        administers = await teams.by_name(conn, team, scope.teams_admin()) is not None
+        if not administers and owner_team.id not in actor.member_teams:
+            raise Forbidden(f"creating keys in {team!r} needs member or above", code="forbidden")
+        if tags and not administers:
+            raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
+        if owner_team.disabled_at is not None:
+            raise BadRequest(f"team {team!r} is disabled", code="team_disabled")
+        if limits != KeyLimits():
+            _check_limits(owner_team, limits, administers)
+        return owner_team
 
     async def revoke(self, actor: Actor, key_id: str) -> Key:
         scope = self._scope(actor)
