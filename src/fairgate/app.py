@@ -258,7 +258,14 @@ class Gateway:
             public_url=config.public_url,
         )
         # Web accounts (sign-up, sign-in, sessions): argon2 runs in its own bounded pool.
-        self.front_door = build_accounts(config.accounts, self.store, self.tenancy, clock)
+        self.front_door = build_accounts(
+            config.accounts,
+            self.store,
+            self.tenancy,
+            clock,
+            state=self.state,
+            fail_open=config.state.fail_open,
+        )
         self.accounts, self.sessions = self.front_door.accounts, self.front_door.sessions
         a = config.auth
         auth_metrics = AuthMetrics(self.metrics.registry)

@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from fairgate.accounts import AccountsParts, MemoryGuesses, build_accounts
+from fairgate.accounts import AccountsParts, build_accounts
 from fairgate.config.web_accounts import WebAccounts
+from fairgate.state import MemoryCounterStore
 from fairgate.store import Store
 from fairgate.tenancy import Actor, Tenancy
 from store.backends import FakeClock, pg_store_url, sqlite_template, store, store_url
@@ -47,13 +48,7 @@ async def tenancy(store: Store, clock: FakeClock) -> Tenancy:
 
 @pytest.fixture
 async def parts(store: Store, tenancy: Tenancy, clock: FakeClock) -> AsyncIterator[AccountsParts]:
-    guesses = MemoryGuesses(
-        per_address=SETTINGS.guesses_per_address,
-        per_network=SETTINGS.guesses_per_network,
-        window=SETTINGS.guess_window,
-        clock=clock,
-    )
-    built = build_accounts(SETTINGS, store, tenancy, clock, guesses=guesses)
+    built = build_accounts(SETTINGS, store, tenancy, clock, state=MemoryCounterStore())
     try:
         yield built
     finally:

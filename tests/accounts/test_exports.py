@@ -17,7 +17,7 @@ def test_exported_members() -> None:
         "AccountsParts",
         "EmailRejected",
         "GuessCounter",
-        "MemoryGuesses",
+        "Guesses",
         "OpenedSession",
         "PasswordRejected",
         "Passwords",

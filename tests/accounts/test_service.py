@@ -16,6 +16,7 @@ from fairgate.accounts import (
     build_accounts,
 )
 from fairgate.core.errors import BadRequest, Forbidden, NotFound
+from fairgate.state import MemoryCounterStore
 from fairgate.store import Store
 from fairgate.store.tables import accounts as accounts_table
 from fairgate.tenancy import Actor, Conflict, Tenancy
@@ -234,6 +235,7 @@ async def test_sign_in_rehashes_when_the_parameters_were_raised(
         store,
         tenancy,
         clock,
+        state=MemoryCounterStore(),
     )
     try:
         await stronger.accounts.sign_in(EMAIL, PASSWORD, network=PEER)

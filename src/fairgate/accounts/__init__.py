@@ -29,7 +29,7 @@ from fairgate.accounts.errors import (
     TooManyGuesses,
     VerifierBusy,
 )
-from fairgate.accounts.guesses import GuessCounter, MemoryGuesses
+from fairgate.accounts.guesses import GuessCounter, Guesses
 from fairgate.accounts.notices import SignUpNotifier, Unnotified
 from fairgate.accounts.passwords import MAX_PASSWORD, MIN_PASSWORD, Passwords, Verdict
 from fairgate.accounts.service import TEAM_ROLES, Accounts
@@ -47,7 +47,7 @@ __all__ = [
     "AccountsParts",
     "EmailRejected",
     "GuessCounter",
-    "MemoryGuesses",
+    "Guesses",
     "OpenedSession",
     "PasswordRejected",
     "Passwords",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fairgate.accounts.guesses import GuessCounter, MemoryGuesses
+from fairgate.accounts.guesses import Guesses
 from fairgate.accounts.notices import SignUpNotifier, Unnotified
 from fairgate.accounts.passwords import Passwords
 from fairgate.accounts.service import Accounts
@@ -12,6 +12,7 @@ from fairgate.accounts.sessions import Sessions
 from fairgate.accounts.verifier import Verifier
 from fairgate.config.web_accounts import WebAccounts
 from fairgate.core.clock import Clock
+from fairgate.limits import CounterStore
 from fairgate.store import Store
 from fairgate.tenancy import Tenancy
 
@@ -37,11 +38,12 @@ def build_accounts(
     tenancy: Tenancy,
     clock: Clock,
     *,
+    state: CounterStore,
+    fail_open: bool = False,
     notifier: SignUpNotifier | None = None,
-    guesses: GuessCounter | None = None,
 ) -> AccountsParts:
-    """Passwords, the bounded verifier, sessions and the service, as configured. ``guesses``
-    defaults to counters in this process (``MemoryGuesses``)."""
+    """Passwords, the bounded verifier, sessions and the service, as configured; sign-in
+    guesses are counted in ``state`` (the limiter's back end: memory or Redis)."""
     passwords = Passwords(
         memory_kib=settings.argon2_memory_kib,
         iterations=settings.argon2_iterations,
@@ -51,11 +53,13 @@ def build_accounts(
     sessions = Sessions(
         store, idle=settings.session_idle, lifetime=settings.session_lifetime, clock=clock
     )
-    counter = guesses or MemoryGuesses(
+    counter = Guesses(
+        state,
         per_address=settings.guesses_per_address,
         per_network=settings.guesses_per_network,
         window=settings.guess_window,
         clock=clock,
+        fail_open=fail_open,
     )
     accounts = Accounts(
         store, tenancy, sessions, verifier, counter, notifier or Unnotified(), clock

@@ -1,138 +1,107 @@
-"""Sign-in guess limits: failed sign-ins counted per e-mail address and per client network.
+"""Sign-in guess limits: every attempt charged per e-mail address and per client network.
 
-    guesses = MemoryGuesses(per_address=10, per_network=100, window=900, clock=clock)
-    wait = await guesses.blocked("alice@example.org", "192.0.2.7")   # None, or seconds
-    await guesses.failed("alice@example.org", "192.0.2.7")           # after a refusal
-    await guesses.forget("alice@example.org")                        # after a success
+    guesses = Guesses(state, per_address=10, per_network=100, window=900, clock=clock)
+    ticket = await guesses.attempt("alice@example.org", peer)   # TooManyGuesses past a limit
+    ...verify the password...
+    await guesses.refund(ticket)                                 # it was right: not a guess
 
 Per address, not per IP: an attacker spraying one address from a thousand
 machines gets ``per_address`` guesses per window in all. The network ceiling
 (an IPv4 address or an IPv6 /64, ``fairgate.core.network``) stops one client
-trying many addresses. Counts are the usual two-window estimate over aligned
-windows of ``window`` seconds (the current one plus the previous one weighted
-by its overlap). A locked-out address is also locked for its owner until the
-window slides: the price of refusing to let anyone keep guessing.
+trying many addresses. Each attempt is charged *before* its password is
+verified, in one atomic check-and-charge of both counters (the limiter's
+``CounterStore``: this process's memory, or Redis shared by every replica), so
+a burst of concurrent attempts cannot slip past a limit while their hashes
+run; a right password gives its charge back. The windows slide
+(``fairgate.limits.window``) over ``window`` seconds.
 
-Both counters live in memory (one process) or in Redis (``RedisGuesses``,
-shared by every replica). Addresses are kept only as their SHA-256.
+A locked-out address is locked for its owner too until the window slides: the
+price of refusing to let anyone keep guessing. Addresses are counted under
+their SHA-256, never in the clear. When the state back end does not answer,
+``fail_open`` (``state.fail_open``) lets attempts through uncounted (the
+verifier pool still bounds their rate); otherwise sign-in answers 503.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Protocol
 
+from fairgate.accounts.errors import TooManyGuesses
 from fairgate.core.clock import Clock
+from fairgate.core.errors import ServiceUnavailable
 from fairgate.core.network import network_of
+from fairgate.limits import CounterStore, Lease, StateUnavailable, WindowCharge
 
-__all__ = ["GuessCounter", "MemoryGuesses", "address_key", "network_key"]
+__all__ = ["GuessCounter", "Guesses", "address_key", "network_key"]
 
-_MAX_COUNTERS = 200_000
+log = logging.getLogger(__name__)
 
 
 class GuessCounter(Protocol):
-    """Where guesses are counted. ``blocked`` is the seconds to wait when the address or the
-    network is at its limit, else None; ``failed`` counts one guess against both;
-    ``forget`` clears an address after a successful sign-in."""
+    """Where sign-in attempts are counted. ``attempt`` charges one against the address and
+    the network (TooManyGuesses past either limit) and returns what ``refund`` takes back
+    after a right password (None: nothing to give back)."""
 
-    async def blocked(self, address: str, network: str) -> float | None: ...
+    async def attempt(self, address: str, network: str) -> Lease | None: ...
 
-    async def failed(self, address: str, network: str) -> None: ...
-
-    async def forget(self, address: str) -> None: ...
+    async def refund(self, ticket: Lease | None) -> None: ...
 
 
 def address_key(address: str) -> str:
-    """The counter name of an address: its SHA-256, so no address sits in Redis or memory."""
-    return "a:" + hashlib.sha256(address.encode()).hexdigest()
+    """The counter of an address: its SHA-256, so no address sits in Redis or memory."""
+    return "signin:a:" + hashlib.sha256(address.encode()).hexdigest()
 
 
 def network_key(peer: str) -> str:
-    """The counter name of a client address's network (IPv4 address, IPv6 /64)."""
-    return f"n:{network_of(peer)}"
+    """The counter of a client address's network (an IPv4 address, an IPv6 /64)."""
+    return f"signin:n:{network_of(peer)}"
 
 
-class _Window:
-    __slots__ = ("current", "index", "previous")
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.previous = 0
-        self.current = 0
-
-    def roll(self, index: int) -> None:
-        if index == self.index:
-            return
-        self.previous = self.current if index == self.index + 1 else 0
-        self.current = 0
-        self.index = index
-
-    def estimate(self, weight: float) -> float:
-        return self.current + self.previous * weight
-
-
-class MemoryGuesses:
-    """Guess counters of one process. At most ``max_counters`` are held; when full, windows
-    that have aged out are dropped first, then the oldest (a full table of live counters
-    means a flood: dropping one then frees one attacker's count, never adds guesses to an
-    address that is not being guessed)."""
+class Guesses:
+    """Sign-in attempts over a ``CounterStore``; see the module docstring for the rules."""
 
     def __init__(
         self,
+        state: CounterStore,
         *,
         per_address: int,
         per_network: int,
         window: float,
         clock: Clock,
-        max_counters: int = _MAX_COUNTERS,
+        fail_open: bool = False,
     ) -> None:
-        self._limits = {"a": per_address, "n": per_network}
+        self._state = state
+        self._per_address = per_address
+        self._per_network = per_network
         self._window = window
         self._clock = clock
-        self._max = max_counters
-        self._counts: dict[str, _Window] = {}
+        self._fail_open = fail_open
 
-    async def blocked(self, address: str, network: str) -> float | None:
-        waits = [self._wait(address_key(address)), self._wait(network_key(network))]
-        over = [wait for wait in waits if wait is not None]
-        return max(over) if over else None
+    async def attempt(self, address: str, network: str) -> Lease | None:
+        charges = (
+            WindowCharge(address_key(address), 1, self._per_address, self._window),
+            WindowCharge(network_key(network), 1, self._per_network, self._window),
+        )
+        try:
+            verdict = await self._state.acquire(charges, self._clock.wall())
+        except StateUnavailable as exc:
+            if self._fail_open:
+                log.warning("sign-in guesses not counted (state unavailable): %s", exc)
+                return None
+            log.error("sign-in refused: the guess counters are unavailable: %s", exc)
+            raise ServiceUnavailable(
+                "sign-in is unavailable; try again in a moment", code="state_unavailable"
+            ) from None
+        if verdict.lease is None:
+            raise TooManyGuesses(verdict.retry_after or self._window)
+        return verdict.lease
 
-    async def failed(self, address: str, network: str) -> None:
-        index = self._index()
-        for key in (address_key(address), network_key(network)):
-            counter = self._counts.pop(key, None) or _Window(index)
-            counter.roll(index)
-            counter.current += 1
-            self._counts[key] = counter  # to the end: the dict is oldest-first
-        while len(self._counts) > self._max:
-            del self._counts[next(iter(self._counts))]
-
-    async def forget(self, address: str) -> None:
-        self._counts.pop(address_key(address), None)
-
-    def _index(self) -> int:
-        return int(self._clock.wall() // self._window)
-
-    def _wait(self, key: str) -> float | None:
-        counter = self._counts.get(key)
-        if counter is None:
-            return None
-        now = self._clock.wall()
-        index = int(now // self._window)
-        counter.roll(index)
-        elapsed = now - index * self._window
-        weight = 1.0 - elapsed / self._window
-        limit = self._limits[key[0]]
-        if counter.estimate(weight) < limit:
-            return None
-        return _until_below(counter, limit, elapsed, self._window)
-
-
-def _until_below(counter: _Window, limit: int, elapsed: float, window: float) -> float:
-    """Seconds until the estimate falls below ``limit`` with no new guess."""
-    if counter.current >= limit:
-        # this window's guesses weigh current * (1 - t/window) into the next window
-        return max(1.0, window - elapsed + window * (1.0 - limit / counter.current))
-    # previous * (1 - t/window) + current < limit  ⇔  t > window * (1 - (limit-current)/previous)
-    needed = window * (1.0 - (limit - counter.current) / counter.previous)
-    return max(1.0, needed - elapsed)
+    async def refund(self, ticket: Lease | None) -> None:
+        if ticket is None:
+            return
+        try:
+            await self._state.settle(ticket, {c.key: 0 for c in ticket.charges}, self._clock.wall())
+        except StateUnavailable as exc:
+            log.warning("sign-in guess not refunded (state unavailable): %s", exc)

@@ -12,8 +12,9 @@ The enumeration and timing rules, in code below:
 - ``sign_in`` runs one real argon2 verification whether or not the account
   exists (the dummy hash), then checks the account's state only after the
   password matched; every refusal is the same :class:`SignInRefused`.
-- Guesses count per address and per network *before* the verification, so a
-  locked address costs no CPU.
+- Each attempt is charged per address and per network *before* the
+  verification (a right password gives it back), so a locked address costs no
+  CPU and concurrent attempts cannot slip past the limit.
 
 An approved account is a tenancy user named after its address, bound to the
 team (``member`` unless told otherwise) through ``Tenancy.users`` and
@@ -33,7 +34,7 @@ from typing import Any
 
 from fairgate.accounts.account import Account
 from fairgate.accounts.emails import normalise_email
-from fairgate.accounts.errors import SignInRefused, TooManyGuesses, VerifierBusy
+from fairgate.accounts.errors import SignInRefused, VerifierBusy
 from fairgate.accounts.guesses import GuessCounter
 from fairgate.accounts.notices import SignUpNotifier
 from fairgate.accounts.passwords import check_password
@@ -105,16 +106,19 @@ class Accounts:
             address = normalise_email(email)
         except BadRequest:
             address = email.strip().lower()[:256]  # still counted, still verified
-        wait = await self._guesses.blocked(address, network)
-        if wait is not None:
-            raise TooManyGuesses(wait)
+        ticket = await self._guesses.attempt(address, network)
         async with self._store.read() as conn:
             row = await rows.by_email(conn, address)
-        verdict = await self._verifier.verify(None if row is None else row.password_hash, password)
+        try:
+            verdict = await self._verifier.verify(
+                None if row is None else row.password_hash, password
+            )
+        except VerifierBusy:
+            await self._guesses.refund(ticket)  # nothing was tried
+            raise
         if row is None or not verdict.ok:
-            await self._guesses.failed(address, network)
-            raise SignInRefused()
-        await self._guesses.forget(address)
+            raise SignInRefused()  # the attempt stays counted
+        await self._guesses.refund(ticket)
         if row.state != "active":
             raise SignInRefused()
         if verdict.rehash:
