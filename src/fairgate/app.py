@@ -346,7 +346,15 @@ class Gateway:
         )
         self.proxy_app = ProxyApp(
             self.pipeline,
-            build_web(config, clients=self.clients, rules=rules, tenancy=self.tenancy),
+            build_web(
+                config,
+                clients=self.clients,
+                rules=rules,
+                tenancy=self.tenancy,
+                accounts=self.accounts,
+                sessions=self.sessions,
+                clock=clock,
+            ),
         )
         master = config.master_key_file
         metrics_token = config.metrics_token_file

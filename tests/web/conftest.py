@@ -14,6 +14,7 @@ cookie is Secure, so the client must believe it speaks HTTPS).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from tests.e2e.conftest import write_config
 
 from fairgate.app import Gateway
 from fairgate.config import load_config
+from fairgate.tenancy.actor import Actor
 
 BASE = "https://gateway.test"
 MODELS = [
@@ -73,3 +75,48 @@ async def start_web(tmp_path: Path) -> AsyncIterator[StartWeb]:
     for web in started:
         await web.client.aclose()
         await web.gateway.stop()
+
+
+PASSWORD = "correct horse battery staple"
+
+
+def csrf_of(page: httpx.Response) -> str:
+    """The CSRF token in a page's first form."""
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found is not None, page.text[:2000]
+    return found.group(1)
+
+
+SAME_ORIGIN = {"origin": BASE, "sec-fetch-site": "same-origin"}
+
+
+async def post_form(
+    client: httpx.AsyncClient, path: str, form_page: str, **fields: str
+) -> httpx.Response:
+    """What a browser does: open ``form_page``, fill the form, submit it (same origin)."""
+    page = await client.get(form_page)
+    return await client.post(path, data={"csrf": csrf_of(page), **fields}, headers=SAME_ORIGIN)
+
+
+async def sign_up(
+    client: httpx.AsyncClient, email: str, password: str = PASSWORD
+) -> httpx.Response:
+    return await post_form(client, "/signup", "/signup", email=email, password=password)
+
+
+async def sign_in(
+    client: httpx.AsyncClient, email: str, password: str = PASSWORD
+) -> httpx.Response:
+    """Signs in (the form token from the sign-up page: one token per browser, and a
+    signed-in browser's /signin redirects to /account)."""
+    return await post_form(client, "/signin", "/signup", email=email, password=password)
+
+
+async def approved_account(web: Web, email: str, team: str = "t") -> httpx.AsyncClient:
+    """A browser signed in as a newly approved account of ``team``."""
+    client = web.other_client()
+    await sign_up(client, email)
+    await web.gateway.accounts.approve(Actor.operator("tests"), email, team=team)
+    signed = await sign_in(client, email)
+    assert signed.status_code == 303, signed.text
+    return client

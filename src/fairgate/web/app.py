@@ -18,11 +18,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from fairgate.accounts import Accounts, Sessions
 from fairgate.config import Config
 from fairgate.core.asgi import ASGIApp, Mount, Receive, Scope, Send
 from fairgate.core.client_addr import ClientAddresses
+from fairgate.core.clock import Clock
 from fairgate.core.route_classes import RouteRules
 from fairgate.tenancy import Tenancy
+from fairgate.web.account import AccountPages
 from fairgate.web.claim import ClaimPages
 from fairgate.web.csrf import FormTokens
 from fairgate.web.errors import PageError, error_handlers, failure_page
@@ -31,8 +34,10 @@ from fairgate.web.landing import LandingPage
 from fairgate.web.origin import Origins
 from fairgate.web.paths import EXACT, PREFIXES
 from fairgate.web.render import Pages
+from fairgate.web.signin import SignPages
 from fairgate.web.site import Site
 from fairgate.web.static_files import Stylesheet
+from fairgate.web.visitor import Visitors
 
 __all__ = ["NetworkGate", "build_web"]
 
@@ -42,7 +47,14 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def build_web(
-    config: Config, *, clients: ClientAddresses, rules: RouteRules, tenancy: Tenancy
+    config: Config,
+    *,
+    clients: ClientAddresses,
+    rules: RouteRules,
+    tenancy: Tenancy,
+    accounts: Accounts,
+    sessions: Sessions,
+    clock: Clock,
 ) -> Mount | None:
     """The web pages of ``config`` (None when ``web.enabled`` is false)."""
     if not config.web.enabled:
@@ -54,11 +66,23 @@ def build_web(
     style = Stylesheet()
     forms = FormTokens()
     claim = ClaimPages(site, pages, origins, tenancy.claims, forms)
+    visitors = Visitors(sessions, accounts, origins)
+    sign = SignPages(site, pages, origins, forms, accounts, sessions, visitors, clock)
+    account = AccountPages(site, pages, visitors, tenancy, tenancy.store, clock)
+    get, post = ["GET", "HEAD"], ["POST"]
     routes: list[BaseRoute] = [
-        Route("/claim/{token}", _guarded(pages, claim.get), methods=["GET", "HEAD"]),
-        Route("/claim/{token}", _guarded(pages, claim.post), methods=["POST"]),
-        Route("/", _guarded(pages, landing.get), methods=["GET", "HEAD"]),
-        Route("/static/style.css", _guarded(pages, style.get), methods=["GET", "HEAD"]),
+        Route("/signup", _guarded(pages, sign.signup_form), methods=get),
+        Route("/signup", _guarded(pages, sign.signup), methods=post),
+        Route("/signin", _guarded(pages, sign.signin_form), methods=get),
+        Route("/signin", _guarded(pages, sign.signin), methods=post),
+        Route("/signout", _guarded(pages, sign.signout), methods=post),
+        Route("/account", _guarded(pages, account.get), methods=get),
+        Route("/account/keys", _guarded(pages, account.create_key), methods=post),
+        Route("/account/keys/{key_id}/revoke", _guarded(pages, account.revoke_key), methods=post),
+        Route("/claim/{token}", _guarded(pages, claim.get), methods=get),
+        Route("/claim/{token}", _guarded(pages, claim.post), methods=post),
+        Route("/", _guarded(pages, landing.get), methods=get),
+        Route("/static/style.css", _guarded(pages, style.get), methods=get),
     ]
     router = Starlette(routes=routes, exception_handlers=error_handlers(pages))  # type: ignore[arg-type]
     app: ASGIApp = SecurityHeaders(router)  # type: ignore[arg-type]

@@ -1,0 +1,158 @@
+"""``/account`` over HTTP: keys created once and revoked only by their owner, spend, models."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import httpx
+import sqlalchemy as sa
+
+from fairgate.store import tables
+from web.conftest import SAME_ORIGIN, StartWeb, Web, approved_account, csrf_of
+
+
+async def _create_key(
+    client: httpx.AsyncClient, name: str = "laptop"
+) -> tuple[str, httpx.Response]:
+    page = await client.get("/account")
+    made = await client.post(
+        "/account/keys", data={"csrf": csrf_of(page), "name": name}, headers=SAME_ORIGIN
+    )
+    assert made.status_code == 200, made.text
+    secret = re.search(r"<code>(fg-[^<]+)</code>", made.text)
+    assert secret is not None
+    return secret.group(1), made
+
+
+async def _revoked_at(web: Web, key_id: str) -> object:
+    async with web.gateway.store.read() as conn:
+        row = (
+            await conn.execute(
+                sa.select(tables.keys.c.revoked_at).where(tables.keys.c.id == key_id)
+            )
+        ).one()
+    return row.revoked_at
+
+
+async def test_a_new_key_is_shown_once_and_works(start_web: StartWeb) -> None:
+    web = await start_web()
+    client = await approved_account(web, "ada@example.org")
+    secret, made = await _create_key(client)
+    assert made.headers["cache-control"] == "no-store"
+    answer = await client.get("/v1/models", headers={"authorization": f"Bearer {secret}"})
+    assert answer.status_code == 200
+    page = await client.get("/account")
+    assert "laptop" in page.text
+    assert secret not in page.text
+    assert secret[:11] in page.text  # the prefix identifies it
+    await client.aclose()
+
+
+def _revoke_paths(page: httpx.Response) -> list[str]:
+    return re.findall(r'action="(/account/keys/[^"]+/revoke)"', page.text)
+
+
+async def test_revoking_ones_own_key_stops_it(start_web: StartWeb) -> None:
+    web = await start_web()
+    client = await approved_account(web, "ada@example.org")
+    secret, _ = await _create_key(client)
+    page = await client.get("/account")
+    (path,) = _revoke_paths(page)
+    auth = {"authorization": f"Bearer {secret}"}
+    assert (await client.get("/v1/models", headers=auth)).status_code == 200
+    done = await client.post(path, data={"csrf": csrf_of(page)}, headers=SAME_ORIGIN)
+    assert done.status_code == 303
+    assert await _revoked_at(web, path.split("/")[3]) is not None
+    page = await client.get("/account")
+    assert _revoke_paths(page) == []
+    assert "revoked" in page.text
+    # withdrawn access reaches the key cache within auth.change_poll_interval
+    for _ in range(40):
+        status = (await client.get("/v1/models", headers=auth)).status_code
+        if status == 401:
+            break
+        await asyncio.sleep(0.1)
+    assert status == 401
+    await client.aclose()
+
+
+async def test_another_accounts_key_id_changes_nothing(start_web: StartWeb) -> None:
+    web = await start_web()
+    ada = await approved_account(web, "ada@example.org")
+    eve = await approved_account(web, "eve@example.org")  # the same team
+    await _create_key(ada)
+    (path,) = _revoke_paths(await ada.get("/account"))
+    key_id = path.split("/")[3]
+    eves_page = await eve.get("/account")
+    assert key_id not in eves_page.text  # not listed to her
+    refused = await eve.post(path, data={"csrf": csrf_of(eves_page)}, headers=SAME_ORIGIN)
+    assert refused.status_code == 404
+    assert refused.headers["content-type"].startswith("text/html")
+    assert await _revoked_at(web, key_id) is None  # the table, read back: unchanged
+    # a key of the operator's (no owner) is not hers either
+    async with web.gateway.store.read() as conn:
+        others = (
+            (
+                await conn.execute(
+                    sa.select(tables.keys.c.id).where(tables.keys.c.owner_id.is_(None))
+                )
+            )
+            .scalars()
+            .all()
+        )
+    for other in others:
+        answer = await eve.post(
+            f"/account/keys/{other}/revoke",
+            data={"csrf": csrf_of(eves_page)},
+            headers=SAME_ORIGIN,
+        )
+        assert answer.status_code == 404
+        assert await _revoked_at(web, other) is None
+    await ada.aclose()
+    await eve.aclose()
+
+
+async def test_a_csrf_token_of_another_session_is_refused(start_web: StartWeb) -> None:
+    web = await start_web()
+    ada = await approved_account(web, "ada@example.org")
+    eve = await approved_account(web, "eve@example.org")
+    eves_token = csrf_of(await eve.get("/account"))
+    for path in ("/account/keys", "/signout"):
+        refused = await ada.post(path, data={"csrf": eves_token}, headers=SAME_ORIGIN)
+        assert refused.status_code == 403
+        assert "expired" in refused.text
+    missing = await ada.post("/account/keys", data={"name": "x"}, headers=SAME_ORIGIN)
+    assert missing.status_code == 403
+    assert (await ada.get("/account")).status_code == 200  # still signed in
+    assert "fg-" not in (await ada.get("/account")).text
+    await ada.aclose()
+    await eve.aclose()
+
+
+async def test_a_key_form_from_another_site_is_refused(start_web: StartWeb) -> None:
+    web = await start_web()
+    ada = await approved_account(web, "ada@example.org")
+    token = csrf_of(await ada.get("/account"))
+    refused = await ada.post(
+        "/account/keys",
+        data={"csrf": token},
+        headers={"origin": "https://evil.example", "sec-fetch-site": "cross-site"},
+    )
+    assert refused.status_code == 403
+    assert _revoke_paths(await ada.get("/account")) == []
+    await ada.aclose()
+
+
+async def test_the_page_shows_limits_budgets_spend_chart_and_models(start_web: StartWeb) -> None:
+    web = await start_web()
+    ada = await approved_account(web, "ada@example.org")
+    await _create_key(ada)
+    page = await ada.get("/account")
+    text = page.text
+    assert "requests per minute" in text
+    assert "Spend this month" in text
+    assert '<svg class="chart"' in text and "<script" not in text
+    assert "<code>m</code>" in text  # the team's models (every model: the team names none)
+    assert page.headers["cache-control"] == "no-store"
+    await ada.aclose()
