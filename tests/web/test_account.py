@@ -6,8 +6,10 @@ import asyncio
 import re
 
 import httpx
+import pytest
 import sqlalchemy as sa
 
+from fairgate.sim.process import SimProcess
 from fairgate.store import tables
 from web.conftest import SAME_ORIGIN, StartWeb, Web, approved_account, csrf_of
 
@@ -77,8 +79,10 @@ async def test_revoking_ones_own_key_stops_it(start_web: StartWeb) -> None:
     await client.aclose()
 
 
-async def test_another_accounts_key_id_changes_nothing(start_web: StartWeb) -> None:
-    web = await start_web()
+async def test_another_accounts_key_id_changes_nothing(
+    start_web: StartWeb, store_section: dict[str, str]
+) -> None:
+    web = await start_web(store=store_section)
     ada = await approved_account(web, "ada@example.org")
     eve = await approved_account(web, "eve@example.org")  # the same team
     await _create_key(ada)
@@ -156,3 +160,38 @@ async def test_the_page_shows_limits_budgets_spend_chart_and_models(start_web: S
     assert "<code>m</code>" in text  # the team's models (every model: the team names none)
     assert page.headers["cache-control"] == "no-store"
     await ada.aclose()
+
+
+@pytest.mark.slow
+async def test_a_call_with_a_new_key_shows_as_spend_on_the_page(start_web: StartWeb) -> None:
+    with SimProcess("--model", "m", "--speed", "0") as sim:
+        web = await start_web(
+            [
+                {
+                    "name": "m",
+                    "engine": "vllm",
+                    "cost": {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0},
+                    "upstreams": [{"name": "r0", "url": sim.url}],
+                }
+            ]
+        )
+        ada = await approved_account(web, "ada@example.org")
+        secret, _ = await _create_key(ada)
+        answer = await ada.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+            headers={"authorization": f"Bearer {secret}"},
+        )
+        assert answer.status_code == 200, answer.text
+        # usage records are written in batches: the page shows them once written
+        for _ in range(50):
+            text = (await ada.get("/account")).text
+            if "requests: 1<" in text:
+                break
+            await asyncio.sleep(0.1)
+        assert "requests: 1<" in text  # the key's row
+        month = text[text.index("Spend this month") :]
+        assert "requests: 1," in month
+        assert "GPU-hours: 0," not in month
+        assert re.search(r"<rect [^>]*height=\"1[0-9]{2}\.[0-9]\"", month)  # today's bar is drawn
+        await ada.aclose()

@@ -24,8 +24,10 @@ from web.conftest import (
 OPERATOR = Actor.operator("tests")
 
 
-async def test_sign_up_answers_alike_for_a_new_and_a_known_address(start_web: StartWeb) -> None:
-    web = await start_web()
+async def test_sign_up_answers_alike_for_a_new_and_a_known_address(
+    start_web: StartWeb, store_section: dict[str, str]
+) -> None:
+    web = await start_web(store=store_section)
     first = await sign_up(web.client, "ada@example.org")
     again = await sign_up(web.client, "ada@example.org", "another password entirely")
     other = await sign_up(web.client, "bob@example.org")
@@ -92,8 +94,10 @@ async def test_signed_out_the_account_page_sends_to_sign_in(start_web: StartWeb)
     assert answer.headers["location"] == "/signin"
 
 
-async def test_sign_out_kills_the_old_cookie_at_once(start_web: StartWeb) -> None:
-    web = await start_web()
+async def test_sign_out_kills_the_old_cookie_at_once(
+    start_web: StartWeb, store_section: dict[str, str]
+) -> None:
+    web = await start_web(store=store_section)
     client = await approved_account(web, "ada@example.org")
     old = client.cookies[COOKIE]
     page = await client.get("/account")
@@ -123,8 +127,10 @@ async def test_sign_in_rotates_the_session(start_web: StartWeb) -> None:
     await client.aclose()
 
 
-async def test_a_suspended_account_is_signed_out_on_its_next_request(start_web: StartWeb) -> None:
-    web = await start_web()
+async def test_a_suspended_account_is_signed_out_on_its_next_request(
+    start_web: StartWeb, store_section: dict[str, str]
+) -> None:
+    web = await start_web(store=store_section)
     client = await approved_account(web, "ada@example.org")
     assert (await client.get("/account")).status_code == 200
     await web.gateway.accounts.suspend(OPERATOR, "ada@example.org")
