@@ -90,7 +90,7 @@ async def test_used_expired_and_never_valid_links_render_byte_identically(
             .values(expires_at=sa.func.now())
         )
     answers = []
-    for token in (used, expired, spare, NEVER_VALID, "short", "x" * 400):
+    for token in (used, expired, spare, NEVER_VALID, "short", "x" * 400, "é" * 43, "%00" * 15):
         answers.append(await web.client.get(f"/claim/{token}"))
         answers.append(await _press(web.client, token, csrf))
     for answer in answers:
