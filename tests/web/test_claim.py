@@ -143,3 +143,18 @@ async def test_two_people_pressing_at_once_get_one_key(start_web: StartWeb) -> N
         for client in clients:
             await client.aclose()
     assert sorted(a.status_code for a in answers) == [200] + [404] * 5
+
+
+async def test_chromiums_null_origin_from_the_no_referrer_page_claims(start_web: StartWeb) -> None:
+    # Chromium sends ``Origin: null`` for a form posted from a page under
+    # Referrer-Policy: no-referrer (the claim page's); Sec-Fetch-Site says where it came from.
+    web = await start_web()
+    token = await _link(web)
+    page = await web.client.get(f"/claim/{token}")
+    claimed = await web.client.post(
+        f"/claim/{token}",
+        data={"csrf": _csrf(page)},
+        headers={"origin": "null", "sec-fetch-site": "same-origin"},
+    )
+    assert claimed.status_code == 200
+    assert "fg-" in claimed.text

@@ -5,7 +5,11 @@ browser) and ``Origin`` (on every POST). A POST is refused when
 
 - ``Sec-Fetch-Site`` is present and is neither ``same-origin`` nor ``none``
   (``cross-site``, and also ``same-site``: a sibling subdomain is another site), or
-- ``Origin`` is present and is not the gateway's own origin (``null`` included).
+- ``Origin`` is present and is not the gateway's own origin (``null`` included),
+  except ``null`` with ``Sec-Fetch-Site: same-origin``: a browser sends
+  ``Origin: null`` for a form posted from a page under ``Referrer-Policy:
+  no-referrer`` (the claim page's policy), and ``Sec-Fetch-Site`` is a header no
+  page can set, so it vouches for the request then.
 
 A request with neither header is not refused here (a client that is not a
 browser, or a very old one); it still needs the form's CSRF token
@@ -74,6 +78,8 @@ class Origins:
         origin = request.headers.get("origin")
         own = self.origin(request)
         if origin is not None and origin.lower() != own.lower():
+            if origin == "null" and fetch_site == "same-origin":
+                return None  # a form of our own no-referrer page (the claim page)
             return f"Origin {origin!r} is not {own!r}"
         return None
 
