@@ -146,4 +146,4 @@ def front_door(start_front_door: StartFrontDoor) -> FrontDoor:
 
 def front_door_sections(url: str) -> dict[str, Any]:
     """The configuration sections the web pages need for a gateway reached at ``url``."""
-    return {}
+    return {"public_url": url}
