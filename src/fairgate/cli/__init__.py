@@ -49,6 +49,9 @@ def _register() -> None:
     app.add_typer(_users.tokens_app, name="admin-tokens", help=_users.TOKENS_HELP)
     app.add_typer(_budgets.app, name="budgets", help=_budgets.HELP)
     app.add_typer(_audit.app, name="audit", help=_audit.HELP)
+    from fairgate.cli import accounts as _accounts
+
+    app.add_typer(_accounts.app, name="accounts", help=_accounts.HELP)
     from fairgate.cli import allowlists as _allowlists
 
     app.add_typer(_allowlists.app, name="allowlists", help=_allowlists.HELP)

@@ -23,7 +23,7 @@ from fairgate.cli.options import fail, load_or_exit
 if TYPE_CHECKING:
     from fairgate.tenancy import Actor, KeyLimits, Tenancy
 
-__all__ = ["csv", "run", "show"]
+__all__ = ["csv", "operator", "run", "show"]
 
 T = TypeVar("T")
 
@@ -31,10 +31,10 @@ T = TypeVar("T")
 def run(config: Path | None, work: Callable[[Tenancy, Actor], Awaitable[T]]) -> T:
     """Run ``work`` against the configuration's store as the operator; exit 1 with a reason."""
     from fairgate.core.errors import GatewayError, StoreUnavailable
-    from fairgate.tenancy import Actor, open_tenancy
+    from fairgate.tenancy import open_tenancy
 
     cfg = load_or_exit(config)
-    actor = Actor.operator(_login())
+    actor = operator()
 
     async def main() -> T:
         async with open_tenancy(cfg) as tenancy:
@@ -95,6 +95,13 @@ def _cell(value: Any) -> str:
     if isinstance(value, list):
         return ",".join(str(v) for v in value) or "(none)"
     return str(value)
+
+
+def operator() -> Actor:
+    """The operator's actor: ``operator:<login name>``, proxy_admin at the root."""
+    from fairgate.tenancy import Actor
+
+    return Actor.operator(_login())
 
 
 def _login() -> str:
