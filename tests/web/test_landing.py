@@ -104,6 +104,10 @@ async def test_the_stylesheet_is_served_as_css(start_web: StartWeb) -> None:
 
 async def test_an_unknown_web_path_is_a_404_page(start_web: StartWeb) -> None:
     web = await start_web()
+    for path in ("/claim/", "/account/", "/static/", "/account/keys"):
+        answer = await web.client.get(path)
+        assert answer.status_code in (404, 405), path
+        assert "location" not in answer.headers
     answer = await web.client.get("/claim/")
     assert answer.status_code == 404
     assert answer.headers["content-type"].startswith("text/html")

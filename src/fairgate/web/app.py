@@ -85,6 +85,9 @@ def build_web(
         Route("/static/style.css", _guarded(pages, style.get), methods=get),
     ]
     router = Starlette(routes=routes, exception_handlers=error_handlers(pages))  # type: ignore[arg-type]
+    # no redirect from /account/ to /account: it would be built from the Host header and the
+    # listener's scheme (http behind a TLS proxy); an unknown spelling is a 404 page
+    router.router.redirect_slashes = False
     app: ASGIApp = SecurityHeaders(router)  # type: ignore[arg-type]
     return Mount(NetworkGate(app, pages, clients, rules), EXACT, PREFIXES)
 
