@@ -388,6 +388,7 @@ class Gateway:
                 metrics_token.cell if metrics_token is not None and metrics_token.vault else None
             ),
             dashboard=board,
+            sessions=self.sessions,
         )
         self.metrics.state_available.set_function(lambda: float(self.state_available))
         # Vault secrets were read before this; the refresher reads them again every cache_ttl.

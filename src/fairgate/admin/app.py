@@ -24,12 +24,14 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp
 
+from fairgate.accounts import Sessions
 from fairgate.admin.authn import AdminAuthenticator
 from fairgate.admin.body_limit import BodyLimit
 from fairgate.admin.dashboard import Board
 from fairgate.admin.dashboard.access import Access
 from fairgate.admin.dashboard.endpoints import dashboard_router
 from fairgate.admin.dashboard.pages import Pages
+from fairgate.admin.dashboard.signin import signin_router
 from fairgate.admin.endpoints.allowlists import allowlists_router
 from fairgate.admin.endpoints.audit import audit_router
 from fairgate.admin.endpoints.budgets import budgets_router
@@ -70,10 +72,12 @@ def build_admin_app(
     metrics_token_sha256: bytes | None = None,
     metrics_token_changes: SecretCell | None = None,
     dashboard: Board | None = None,
+    sessions: Sessions | None = None,
 ) -> ASGIApp:
     """The whole admin listener as one ASGI application (``GET /admin/fairshare`` only
     with a ``fairshare`` monitor: without fair share configured the route is absent;
-    ``GET /admin/dashboard`` only with a ``dashboard``).
+    ``GET /admin/dashboard`` only with a ``dashboard``, and its sign-in form only
+    with web ``sessions`` as well).
 
     ``master_key_changes``, the cell of a master key held in a vault, makes the
     master key accepted follow each new value read there (``metrics_token_changes``
@@ -107,7 +111,10 @@ def build_admin_app(
     if fairshare is not None:
         app.include_router(fairshare_router(fairshare, tenancy))
     if dashboard is not None:
-        app.include_router(dashboard_router(dashboard, Pages(), tenancy, Access(authenticator)))
+        pages, access = Pages(), Access(authenticator, tenancy, sessions)
+        app.include_router(dashboard_router(dashboard, pages, tenancy, access))
+        if sessions is not None:
+            app.include_router(signin_router(pages, access))
     for route in health_routes(
         registry=registry, models_ready=models_ready, draining=draining, details=health_details
     ):

@@ -128,6 +128,18 @@ class AdminTokens(Service):
         holds = tuple(Holding(Role(b.role), b.scope_kind, b.scope_id) for b in bound)
         return Actor(name=f"user:{name}", user_id=user_id, holds=holds, remote=remote)
 
+    async def actor_of(self, user_id: int, *, remote: str | None = None) -> Actor | None:
+        """The actor of user ``user_id`` with their current role bindings, read now (an
+        admin web session re-reads them on every request); None for a missing or
+        disabled user."""
+        async with self._store.read() as conn:
+            user = await users.by_id(conn, user_id)
+            if user is None or user.disabled_at is not None:
+                return None
+            bound = await role_bindings.bindings_of(conn, user_id)
+        holds = tuple(Holding(Role(b.role), b.scope_kind, b.scope_id) for b in bound)
+        return Actor(name=f"user:{user.name}", user_id=user_id, holds=holds, remote=remote)
+
     async def _holder(self, conn: AsyncConnection, actor: Actor, user: str | None) -> User:
         if user is None:
             if actor.user_id is None:

@@ -1,12 +1,17 @@
-"""Who reads the dashboard: the admin API's bearer credential, resolved on every request.
+"""Who reads the dashboard: a bearer credential or an admin web session, resolved per request.
 
-    access = Access(authenticator)
+    access = Access(authenticator, tenancy, sessions)
     caller = await access.caller(request)     # DashboardCaller, or None: no credential
 
-``Authorization: Bearer <master key | fga-…>`` is checked exactly as the admin
-API checks it (``AdminAuthenticator``: the same failure counting, 401 and 429,
-audit events). A request without an Authorization header is ``None``: the
-page sends a browser to the sign-in form.
+1. ``Authorization: Bearer <master key | fga-…>`` is checked exactly as the
+   admin API checks it (``AdminAuthenticator``: the same failure counting, 401
+   and 429, audit events). With the header, no cookie is read.
+2. Otherwise the ``__Host-fairgate-session`` cookie of an **admin** session
+   (opened by the sign-in form; an account's session from the web pages opens
+   nothing here). Its actor is rebuilt on every request: ``master-key`` while a
+   master key is configured, a user from their current role bindings (a removed
+   role applies at once; a disabled user has no session any more).
+3. Neither: ``None`` (the page sends a browser to the sign-in form).
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from fairgate.accounts import COOKIE, Sessions
 from fairgate.admin.authn import AdminAuthenticator
 from fairgate.core.errors import Unauthorized
-from fairgate.tenancy import Actor
+from fairgate.tenancy import Actor, Tenancy
 
-__all__ = ["Access", "DashboardCaller"]
+__all__ = ["Access", "DashboardCaller", "remote_of"]
+
+MASTER_KEY_ACTOR = Actor.master_key().name
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +44,19 @@ def remote_of(request: Request) -> str:
 
 
 class Access:
-    """Resolves a dashboard request to its caller (see the module docstring)."""
+    """Resolves a dashboard request to its caller (see the module docstring); without
+    ``sessions`` only bearer credentials work and there is no sign-in form."""
 
-    def __init__(self, authenticator: AdminAuthenticator) -> None:
-        self._authenticator = authenticator
+    def __init__(
+        self, authenticator: AdminAuthenticator, tenancy: Tenancy, sessions: Sessions | None
+    ) -> None:
+        self.authenticator = authenticator
+        self.sessions = sessions
+        self.tenancy = tenancy
 
     @property
     def sign_in_enabled(self) -> bool:
-        return False
+        return self.sessions is not None
 
     def unauthenticated(self) -> Unauthorized:
         return Unauthorized("sign in first", code="invalid_admin_credential")
@@ -51,9 +64,25 @@ class Access:
     async def caller(self, request: Request) -> DashboardCaller | None:
         """The caller, None without any credential; raises what the authenticator raises."""
         header = request.headers.get("authorization")
-        if header is None:
+        if header is not None:
+            scheme, _, secret = header.partition(" ")
+            presented = secret.strip() if scheme.lower() == "bearer" and secret.strip() else None
+            actor = await self.authenticator.authenticate(presented, remote_of(request))
+            return DashboardCaller(actor)
+        cookie = request.cookies.get(COOKIE)
+        if self.sessions is None or cookie is None:
             return None
-        scheme, _, secret = header.partition(" ")
-        presented = secret.strip() if scheme.lower() == "bearer" and secret.strip() else None
-        actor = await self._authenticator.authenticate(presented, remote_of(request))
-        return DashboardCaller(actor)
+        view = await self.sessions.resolve(cookie)
+        if view is None or view.kind != "admin":
+            return None
+        session_actor = await self._actor(view.actor_name, view.user_id, remote_of(request))
+        if session_actor is None:
+            return None
+        return DashboardCaller(session_actor, csrf=Sessions.csrf_token(cookie))
+
+    async def _actor(self, name: str | None, user_id: int | None, remote: str) -> Actor | None:
+        if user_id is not None:
+            return await self.tenancy.admin_tokens.actor_of(user_id, remote=remote)
+        if name == MASTER_KEY_ACTOR and self.authenticator.master_key_enabled:
+            return Actor.master_key(remote)
+        return None

@@ -20,7 +20,7 @@ from importlib.resources import files
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, Response
 
 __all__ = ["Pages"]
 
@@ -97,7 +97,7 @@ class Pages:
         self.secure(answer)
         return answer
 
-    def secure(self, answer: HTMLResponse) -> None:
+    def secure(self, answer: Response) -> None:
         """Set the headers every dashboard page carries."""
         answer.headers["content-security-policy"] = self.csp
         answer.headers["x-content-type-options"] = "nosniff"
