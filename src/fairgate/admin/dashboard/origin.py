@@ -4,8 +4,8 @@
 
 A browser marks where a request comes from: ``Sec-Fetch-Site`` (``same-origin``
 or ``none`` for a typed address are accepted; ``same-site`` and
-``cross-site`` are not, since another port or subdomain is another origin) and
-``Origin`` (must name this host, as the request's ``Host`` header does, so the
+``cross-site`` are not, since another port or subdomain is another origin)
+decides when present; without it (an older browser) ``Origin`` (must name this host, as the request's ``Host`` header does, so the
 check holds behind a TLS-terminating proxy that keeps ``Host``; ``null`` is
 refused). A request with neither header (curl, a script) passes: it carries no
 browser's cookies by accident, and a session still needs its CSRF token.
@@ -23,8 +23,8 @@ __all__ = ["same_site"]
 def same_site(request: Request) -> bool:
     """True unless the browser says the request comes from another origin."""
     fetch_site = request.headers.get("sec-fetch-site")
-    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-        return False
+    if fetch_site is not None:  # set by the browser, never by a page: it decides
+        return fetch_site in ("same-origin", "none")
     origin = request.headers.get("origin")
     if origin is None:
         return True

@@ -102,7 +102,7 @@ class Pages:
         answer.headers["content-security-policy"] = self.csp
         answer.headers["x-content-type-options"] = "nosniff"
         answer.headers["x-frame-options"] = "DENY"
-        answer.headers["referrer-policy"] = "no-referrer"
+        answer.headers["referrer-policy"] = "same-origin"
         answer.headers["cache-control"] = "no-store"
         answer.headers["x-robots-tag"] = "noindex"
         answer.headers["cross-origin-opener-policy"] = "same-origin"
