@@ -5,9 +5,9 @@
 A browser marks where a request comes from: ``Sec-Fetch-Site`` (``same-origin``
 or ``none`` for a typed address are accepted; ``same-site`` and
 ``cross-site`` are not, since another port or subdomain is another origin)
-decides when present; without it (an older browser) ``Origin`` (must name this host, as the request's ``Host`` header does, so the
-check holds behind a TLS-terminating proxy that keeps ``Host``; ``null`` is
-refused). A request with neither header (curl, a script) passes: it carries no
+decides when present; without it (an older browser) ``Origin`` must name this
+host, as the request's ``Host`` header does, so the check holds behind a
+TLS-terminating proxy that keeps ``Host`` (``null`` is refused). A request with neither header (curl, a script) passes: it carries no
 browser's cookies by accident, and a session still needs its CSRF token.
 """
 
