@@ -7,8 +7,9 @@ or ``none`` for a typed address are accepted; ``same-site`` and
 ``cross-site`` are not, since another port or subdomain is another origin)
 decides when present; without it (an older browser) ``Origin`` must name this
 host, as the request's ``Host`` header does, so the check holds behind a
-TLS-terminating proxy that keeps ``Host`` (``null`` is refused). A request with neither header (curl, a script) passes: it carries no
-browser's cookies by accident, and a session still needs its CSRF token.
+TLS-terminating proxy that keeps ``Host`` (``null`` is refused). A request with
+neither header (curl, a script) passes: it carries no browser's cookies by
+accident, and a session still needs its CSRF token.
 """
 
 from __future__ import annotations
