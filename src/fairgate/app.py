@@ -20,6 +20,7 @@ from prometheus_client import Counter
 from fairgate.accounting import (
     Alerter,
     Recorder,
+    SignUpNotices,
     SmtpTarget,
     StoreUsageWriter,
     WebhookTarget,
@@ -258,6 +259,14 @@ class Gateway:
             public_url=config.public_url,
         )
         # Web accounts (sign-up, sign-in, sessions): argon2 runs in its own bounded pool.
+        alerts = self.metrics.alerts
+        self.signup_notices = SignUpNotices(
+            self.store,
+            self.alerter.delivery,
+            clock,
+            on_sent=lambda channel: alerts.labels(channel, "sent").inc(),
+            on_failed=lambda channel: alerts.labels(channel, "failed").inc(),
+        )
         self.front_door = build_accounts(
             config.accounts,
             self.store,
@@ -265,6 +274,7 @@ class Gateway:
             clock,
             state=self.state,
             fail_open=config.state.fail_open,
+            notifier=self.signup_notices,
         )
         self.accounts, self.sessions = self.front_door.accounts, self.front_door.sessions
         a = config.auth
@@ -469,6 +479,7 @@ class Gateway:
             asyncio.create_task(LeaseRefresher(self.state, self.clock).run()),
             asyncio.create_task(self.budgets.run(self.config.state.budget_refresh)),
             asyncio.create_task(self.change_watcher.run()),
+            asyncio.create_task(self.signup_notices.resend_missed()),
             *(asyncio.create_task(c.run()) for c in self.admission.values()),
         ]
         if self.dispatcher is not None:

@@ -7,6 +7,7 @@ import fairgate.accounting
 
 def test_accounting_exports() -> None:
     assert sorted(fairgate.accounting.__all__) == [
+        "AlertDelivery",
         "Alerter",
         "DEFAULT_GROUP_BY",
         "FORMATS",
@@ -16,6 +17,7 @@ def test_accounting_exports() -> None:
         "Prices",
         "Recorder",
         "RecorderStats",
+        "SignUpNotices",
         "SmtpTarget",
         "SoftLimitAlert",
         "SpendReport",

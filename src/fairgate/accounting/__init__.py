@@ -10,6 +10,7 @@
     text = render(report, "parsable2")
     alerter = Alerter(store, webhook=WebhookTarget(url, token=…), smtp=None, clock=clock)
     alerter.soft_limit_crossed(budget, label, period_end, spent, cap)   # once per period
+    notices = SignUpNotices(store, alerter.delivery, clock)   # a pending sign-up, once
 
 Every request is recorded whatever its outcome: one that used a GPU and then
 failed still used it. ``record()`` never blocks and never raises; a full queue
@@ -24,8 +25,9 @@ Errors::
                                         recorder never raises it, it counts it
 """
 
-from fairgate.accounting.alerts import Alerter, SmtpTarget, SoftLimitAlert, WebhookTarget
+from fairgate.accounting.alerts import Alerter, SoftLimitAlert
 from fairgate.accounting.cost import ModelCost, Prices, TokenCounts, prices_by_model
+from fairgate.accounting.delivery import AlertDelivery, SmtpTarget, WebhookTarget
 from fairgate.accounting.formats import (
     FORMATS,
     MEDIA_TYPES,
@@ -47,6 +49,7 @@ from fairgate.accounting.reports import (
     parse_group_by,
     spend,
 )
+from fairgate.accounting.signup_notices import SignUpNotices
 from fairgate.accounting.store_writer import StoreUsageWriter
 from fairgate.store.usage_records import SpendRow
 
@@ -55,11 +58,13 @@ __all__ = [
     "FORMATS",
     "GROUPS",
     "MEDIA_TYPES",
+    "AlertDelivery",
     "Alerter",
     "ModelCost",
     "Prices",
     "Recorder",
     "RecorderStats",
+    "SignUpNotices",
     "SmtpTarget",
     "SoftLimitAlert",
     "SpendReport",

@@ -1,5 +1,9 @@
 """Soft-limit alerts: one per budget and period, by webhook and/or e-mail, off the request path.
 
+The channels are ``fairgate.accounting.delivery`` (shared with the pending-sign-up
+notices, ``Alerter.delivery``); this module decides when a soft-limit alert is due
+and keeps its once-per-period mark.
+
     alerter = Alerter(
         store,
         webhook=WebhookTarget("https://hooks.example/fairgate", token="…", timeout=5.0),
@@ -32,16 +36,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.message import EmailMessage
-from email.utils import formatdate, make_msgid
 from typing import Any
-from urllib.parse import urlsplit
 
-import aiohttp
-import aiosmtplib
-
+from fairgate.accounting.delivery import AlertDelivery, SmtpTarget, WebhookTarget
 from fairgate.core.clock import Clock
 from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
@@ -55,37 +54,6 @@ log = logging.getLogger("fairgate.alerts")
 _PRUNE_AFTER = 86_400.0  # seconds a mark is kept once its period has ended
 _FORGET_EVERY = 300.0  # seconds between two sweeps of the in-process record
 _ADVERB = {"day": "daily", "week": "weekly", "month": "monthly"}
-
-
-@dataclass(frozen=True, slots=True)
-class WebhookTarget:
-    """A JSON POST per alert to ``url``; ``token`` (if any) is sent as ``Authorization: Bearer``.
-
-    ``timeout`` (seconds) bounds one POST. The token never appears in ``repr``.
-    """
-
-    url: str
-    token: str | None = field(default=None, repr=False)
-    timeout: float = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class SmtpTarget:
-    """An e-mail per alert through the relay at ``host``:``port``.
-
-    ``starttls`` upgrades the connection (and fails when the relay cannot);
-    ``username`` and ``password`` log in when both are set. ``timeout`` (seconds)
-    bounds one delivery. The password never appears in ``repr``.
-    """
-
-    host: str
-    sender: str
-    recipients: tuple[str, ...]
-    port: int = 25
-    starttls: bool = False
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    timeout: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +103,7 @@ class SoftLimitAlert:
 
     def subject(self) -> str:
         text = f"fairgate: soft limit reached by {self.budget.describe()} ({self.label})"
-        return " ".join(text.split())  # no line break can reach a header
+        return " ".join(text.split())  # no line break can reach a header (delivery too)
 
     def body(self) -> str:
         soft = "none" if self.budget.soft is None else str(self.budget.soft)
@@ -190,8 +158,7 @@ class Alerter:
         if capacity < 1 or stale_after <= 0:
             raise ValueError("capacity must be >= 1 and stale_after > 0")
         self._store = store
-        self._webhook = webhook
-        self._smtp = smtp
+        self.delivery = AlertDelivery(webhook=webhook, smtp=smtp)
         self._clock = clock
         self._capacity = capacity
         self._stale_after = stale_after
@@ -201,35 +168,20 @@ class Alerter:
         self._handled: dict[str, float] = {}  # counter key -> end of its period
         self._next_forget = float("-inf")
         self._pending: set[asyncio.Task[None]] = set()
-        self._session: aiohttp.ClientSession | None = None
         self._closing = False
-        self._secrets = tuple(
-            s
-            for s in (
-                webhook.token if webhook else None,
-                smtp.password if smtp else None,
-                webhook.url if webhook else None,
-            )
-            if s
-        )
 
     def use_webhook_token(self, token: str) -> None:
-        """Send ``token`` to the webhook from the next alert on (a token rotated in a vault);
-        the old one stays scrubbed from logs too."""
-        if self._webhook is not None:
-            self._webhook = replace(self._webhook, token=token)
-            self._secrets = (*self._secrets, token)
+        """Send ``token`` to the webhook from the next alert on (``AlertDelivery``)."""
+        self.delivery.use_webhook_token(token)
 
     def use_smtp_password(self, password: str) -> None:
         """Log in to the SMTP relay with ``password`` from the next alert on."""
-        if self._smtp is not None:
-            self._smtp = replace(self._smtp, password=password)
-            self._secrets = (*self._secrets, password)
+        self.delivery.use_smtp_password(password)
 
     @property
     def enabled(self) -> bool:
         """True when at least one channel is configured."""
-        return self._webhook is not None or self._smtp is not None
+        return self.delivery.enabled
 
     @property
     def pending(self) -> int:
@@ -271,9 +223,7 @@ class Alerter:
             for task in left:
                 task.cancel()
             await asyncio.gather(*left, return_exceptions=True)
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        await self.delivery.close()
         return finished
 
     # -- the request path -----------------------------------------------------------
@@ -365,13 +315,7 @@ class Alerter:
             await self._give_back(alert, where)
 
     async def _send(self, alert: SoftLimitAlert) -> dict[str, bool]:
-        channels: dict[str, Any] = {}
-        if self._webhook is not None:
-            channels["webhook"] = self._post(self._webhook, alert)
-        if self._smtp is not None:
-            channels["smtp"] = self._mail(self._smtp, alert)
-        done = await asyncio.gather(*channels.values())
-        results = dict(zip(channels, done, strict=True))
+        results = await self.delivery.send(alert)
         for channel, ok in results.items():
             _call(self._on_sent if ok else self._on_failed, channel)
         return results
@@ -415,64 +359,6 @@ class Alerter:
             where,
         )
 
-    async def _post(self, target: WebhookTarget, alert: SoftLimitAlert) -> bool:
-        host = urlsplit(target.url).hostname or "?"
-        headers = {"Content-Type": "application/json"}
-        if target.token:
-            headers["Authorization"] = f"Bearer {target.token}"
-        try:
-            async with asyncio.timeout(target.timeout):
-                session = self._client()
-                async with session.post(
-                    target.url,
-                    json=alert.payload(),
-                    headers=headers,
-                    allow_redirects=False,  # the bearer token goes to the configured URL only
-                ) as response:
-                    status = response.status
-        except Exception as exc:
-            log.error("alerts: the webhook at %s failed (%s)", host, self._reason(exc))
-            return False
-        if 200 <= status < 300:
-            return True
-        log.error("alerts: the webhook at %s answered HTTP %d", host, status)
-        return False
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        return self._session
-
-    async def _mail(self, target: SmtpTarget, alert: SoftLimitAlert) -> bool:
-        message = EmailMessage()
-        message["From"] = target.sender
-        message["To"] = ", ".join(target.recipients)
-        message["Subject"] = alert.subject()
-        message["Date"] = formatdate(alert.at, usegmt=True)
-        domain = target.sender.rpartition("@")[2] or "fairgate.invalid"
-        message["Message-ID"] = make_msgid("fairgate-alert", domain=domain)
-        message.set_content(alert.body())
-        login = target.username is not None and target.password is not None
-        try:
-            await aiosmtplib.send(
-                message,
-                hostname=target.host,
-                port=target.port,
-                username=target.username if login else None,
-                password=target.password if login else None,
-                start_tls=target.starttls,
-                timeout=target.timeout,
-            )
-        except Exception as exc:
-            log.error(
-                "alerts: e-mail through %s:%d failed (%s)",
-                target.host,
-                target.port,
-                self._reason(exc),
-            )
-            return False
-        return True
-
     async def _prune(self) -> None:
         before = from_unix(self._clock.wall() - _PRUNE_AFTER)
         try:
@@ -485,11 +371,7 @@ class Alerter:
             log.info("alerts: %d alert marks of past periods pruned", removed)
 
     def _reason(self, exc: BaseException) -> str:
-        text = str(exc)
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
-        text = text.splitlines()[0][:200] if text.strip() else ""
-        return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        return self.delivery.reason(exc)
 
 
 def _call(callback: Callable[[str], None], label: str) -> None:

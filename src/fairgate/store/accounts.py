@@ -24,8 +24,10 @@ __all__ = [
     "delete_account",
     "insert_account",
     "list_accounts",
+    "release_notice",
     "set_hash",
     "set_state",
+    "unnotified",
 ]
 
 State = Literal["pending", "active", "suspended"]
@@ -142,3 +144,14 @@ async def claim_notice(conn: AsyncConnection, account_id: int, now: datetime) ->
         .returning(accounts.c.id)
     )
     return changed.one_or_none() is not None
+
+
+async def release_notice(conn: AsyncConnection, account_id: int) -> None:
+    """Give the alert's claim back (every channel failed): the next start tries again."""
+    await conn.execute(update(accounts).where(accounts.c.id == account_id).values(notified_at=None))
+
+
+async def unnotified(conn: AsyncConnection) -> list[AccountRow]:
+    """Pending accounts whose alert was never claimed, oldest first."""
+    query = _QUERY.where(accounts.c.state == "pending", accounts.c.notified_at.is_(None))
+    return [AccountRow(**row._mapping) for row in await conn.execute(query.order_by(accounts.c.id))]
