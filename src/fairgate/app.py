@@ -92,7 +92,7 @@ from fairgate.proxy.responses import ResponseScope
 from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.tags import TagPolicy
-from fairgate.routing import strategy_for
+from fairgate.routing import Decision, strategy_for
 from fairgate.state import (
     MemoryCounterStore,
     MemoryResponseOwners,
@@ -150,10 +150,15 @@ class Gateway:
         clock = self.clock = SystemClock()
         self.decisions = DecisionRing(DECISIONS_KEPT, clock)  # the dashboard's last decisions
         observe, keep = self.routing_metrics.observe, self.decisions.observe
+
+        def on_decision(decision: Decision) -> None:
+            observe(decision)
+            keep(decision)
+
         self.registry = ReplicaRegistry(
             self._replicas(config, adapters),
             strategies={m.name: strategy_for(m.routing) for m in config.models},
-            on_decision=lambda decision: (observe(decision), keep(decision))[0],
+            on_decision=on_decision,
             log_decisions=config.routing.log_decisions,
             fair_share=config.routing.fair_share,
         )
