@@ -281,3 +281,25 @@ async def test_the_guess_limit_slides_away(parts: AccountsParts, clock: FakeCloc
     clock.advance(limited.value.retry_after + 1)
     with pytest.raises(SignInRefused):
         await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
+
+
+async def test_a_suspended_account_is_checked_after_its_password_too(
+    parts: AccountsParts,
+) -> None:
+    await parts.accounts.sign_up(EMAIL, PASSWORD)
+    await parts.accounts.approve(OPERATOR, EMAIL, team="lab-nlp")
+    await parts.accounts.suspend(OPERATOR, EMAIL)
+    before = parts.verifier.verifications
+    with pytest.raises(SignInRefused) as right:
+        await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
+    with pytest.raises(SignInRefused) as missing:
+        await parts.accounts.sign_in("nobody@example.org", PASSWORD, network=PEER)
+    assert parts.verifier.verifications == before + 2
+    assert (right.value.message, right.value.code) == (missing.value.message, missing.value.code)
+
+
+async def test_a_right_password_gives_its_guess_back(parts: AccountsParts) -> None:
+    await parts.accounts.sign_up(EMAIL, PASSWORD)
+    await parts.accounts.approve(OPERATOR, EMAIL, team="lab-nlp")
+    for _ in range(SETTINGS.guesses_per_address * 3):
+        await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
