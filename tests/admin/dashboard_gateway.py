@@ -3,7 +3,8 @@ one simulated engine, its admin app and client listener called over HTTP through
 
 Pool ``p`` (C = 4) with model ``m`` on one simulated engine (r0), shares A 0.6 (team t,
 TEST_KEY's) and B 0.4 (team tb), three admission bands, a master key, and at most 5
-failed authentications a minute per address.
+failed authentications a minute per address; its store is SQLite, and PostgreSQL again
+(``store_section``, marked ``postgres``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.e2e.conftest import model, write_config
+from tests.e2e.conftest import model, pg_database, write_config
 
 from fairgate.app import Gateway
 from fairgate.config import load_config
@@ -62,8 +63,21 @@ def sim() -> Iterator[SimProcess]:
         yield engine
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_section(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """The ``store`` section, once per store: SQLite in the gateway's directory, or a
+    PostgreSQL database of the test's own (``tests.e2e.conftest.pg_database``)."""
+    if request.param == "sqlite":
+        return {"url": "sqlite:///fairgate.db"}
+    url_file = tmp_path / "pg.url"
+    url_file.write_text(request.getfixturevalue("pg_database"))
+    return {"url_file": str(url_file)}
+
+
 @pytest.fixture
-async def board(tmp_path: Path, sim: SimProcess) -> AsyncIterator[Board]:
+async def board(
+    tmp_path: Path, sim: SimProcess, store_section: dict[str, str]
+) -> AsyncIterator[Board]:
     (tmp_path / "master.key").write_text(MASTER + "\n")
     path = await asyncio.to_thread(
         write_config,
@@ -76,6 +90,7 @@ async def board(tmp_path: Path, sim: SimProcess) -> AsyncIterator[Board]:
         ],
         admission=BANDS,
         master_key_file="master.key",
+        store=store_section,
         auth={"failures_per_minute": 5},
         logging={"level": "warning"},
     )
@@ -94,3 +109,6 @@ async def board(tmp_path: Path, sim: SimProcess) -> AsyncIterator[Board]:
         await admin.aclose()
         await proxy.aclose()
         await gateway.stop()
+
+
+__all__ = ["MASTER", "OPERATOR", "Board", "board", "pg_database", "sim", "store_section"]

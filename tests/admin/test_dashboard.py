@@ -16,9 +16,9 @@ import httpx
 import pytest
 from tests.e2e.conftest import TEST_KEY
 
-from admin.dashboard_gateway import MASTER, OPERATOR, Board, board, sim
+from admin.dashboard_gateway import MASTER, OPERATOR, Board, board, pg_database, sim, store_section
 
-__all__ = ["board", "sim"]  # the fixtures
+__all__ = ["board", "pg_database", "sim", "store_section"]  # the fixtures
 
 
 def _sha256(text: str) -> str:

@@ -12,10 +12,10 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from admin.dashboard_gateway import MASTER, OPERATOR, Board, board, sim
+from admin.dashboard_gateway import MASTER, OPERATOR, Board, board, pg_database, sim, store_section
 from fairgate.accounts import COOKIE
 
-__all__ = ["board", "sim"]  # the fixtures
+__all__ = ["board", "pg_database", "sim", "store_section"]  # the fixtures
 
 FORM = {"content-type": "application/x-www-form-urlencoded"}
 
