@@ -11,12 +11,17 @@ import asyncio
 import base64
 import hashlib
 import re
+import socket
+from pathlib import Path
 
 import httpx
 import pytest
-from tests.e2e.conftest import TEST_KEY
+from tests.e2e.conftest import TEST_KEY, model, write_config
 
 from admin.dashboard_gateway import MASTER, OPERATOR, Board, board, pg_database, sim, store_section
+from fairgate.app import Gateway
+from fairgate.config import load_config
+from fairgate.sim.process import SimProcess
 
 __all__ = ["board", "pg_database", "sim", "store_section"]  # the fixtures
 
@@ -170,3 +175,48 @@ async def test_the_history_grows_with_each_sample(board: Board) -> None:
     assert all(p.share == pytest.approx(0.6) for p in points)
     html = (await board.page()).text
     assert 'class="running" points="' in html  # the chart has a line now
+
+
+async def test_a_dead_replica_shows_unhealthy_and_routing_says_why_it_was_left_out(
+    tmp_path: Path, sim: SimProcess
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    (tmp_path / "master.key").write_text(MASTER + "\n")
+    upstreams = [{"name": "r0", "url": sim.url}, {"name": "r1", "url": dead}]
+    path = await asyncio.to_thread(
+        write_config,
+        tmp_path,
+        [model("m", sim, upstreams=upstreams)],
+        master_key_file="master.key",
+        logging={"level": "warning"},
+    )
+    gateway = Gateway(load_config(path))
+    await gateway.start()
+    board = Board(
+        gateway,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=gateway.admin_app), base_url="http://a"
+        ),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=gateway.proxy_app), base_url="http://g"
+        ),
+    )
+    try:
+        for _ in range(100):
+            html = (await board.page("/admin/dashboard/live")).text
+            if re.search(r'data-replica="r1">.*?unhealthy', html, re.S):
+                break
+            await asyncio.sleep(0.1)
+        assert re.search(r'data-replica="r1">.*?unhealthy', html, re.S), html
+        assert (await _chat(board.proxy, 2)).status_code == 200
+        html = (await board.page("/admin/dashboard/live")).text
+        decisions = html[html.index('class="decisions"') :]
+        assert re.search(r"<td>m</td>\s*<td class=\"\">r0</td>", decisions)
+        assert re.search(r"health\w*: r1", decisions), decisions
+        assert "No pool" not in html and 'data-pool="m"' in html  # a model without a pool
+    finally:
+        await board.admin.aclose()
+        await board.proxy.aclose()
+        await gateway.stop()
