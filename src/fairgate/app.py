@@ -485,6 +485,7 @@ class Gateway:
             asyncio.create_task(self.budgets.run(self.config.state.budget_refresh)),
             asyncio.create_task(self.change_watcher.run()),
             asyncio.create_task(self.signup_notices.resend_missed()),
+            asyncio.create_task(self.front_door.prune_sessions(every=3600.0)),
             *(asyncio.create_task(c.run()) for c in self.admission.values()),
         ]
         if self.dispatcher is not None:

@@ -150,3 +150,23 @@ async def test_pruning_deletes_only_dead_sessions(parts: AccountsParts, clock: F
     assert await parts.sessions.prune() == 1
     assert await parts.sessions.resolve(old) is None
     assert await parts.sessions.resolve(fresh) is not None
+
+
+async def test_the_gateway_s_pruning_task_deletes_dead_sessions(
+    parts: AccountsParts, clock: FakeClock, store: Store
+) -> None:
+    import asyncio
+
+    await _signed_in(parts)
+    clock.advance(13 * 3600)
+    task = asyncio.ensure_future(parts.prune_sessions(every=0.01))
+    try:
+        for _ in range(200):
+            async with store.read() as conn:
+                if not (await conn.execute(select(web_sessions))).all():
+                    break
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+    async with store.read() as conn:
+        assert (await conn.execute(select(web_sessions))).all() == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass
 
 from fairgate.accounts.guesses import Guesses
@@ -18,6 +20,8 @@ from fairgate.tenancy import Tenancy
 
 __all__ = ["AccountsParts", "build_accounts"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class AccountsParts:
@@ -26,6 +30,19 @@ class AccountsParts:
     accounts: Accounts
     sessions: Sessions
     verifier: Verifier
+
+    async def prune_sessions(self, every: float) -> None:
+        """Delete dead sessions every ``every`` seconds (a Gateway task; never returns). A
+        store that does not answer is logged and tried again next time."""
+        while True:
+            try:
+                removed = await self.sessions.prune()
+            except Exception as exc:
+                log.warning("web sessions not pruned (%s)", type(exc).__name__)
+            else:
+                if removed:
+                    log.info("web sessions: %d dead sessions pruned", removed)
+            await asyncio.sleep(every)
 
     async def aclose(self) -> None:
         await self.accounts.close()
