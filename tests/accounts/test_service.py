@@ -303,3 +303,17 @@ async def test_a_right_password_gives_its_guess_back(parts: AccountsParts) -> No
     await parts.accounts.approve(OPERATOR, EMAIL, team="lab-nlp")
     for _ in range(SETTINGS.guesses_per_address * 3):
         await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
+
+
+async def test_sign_ups_are_limited_per_network_alike_for_new_and_known_addresses(
+    parts: AccountsParts, store: Store
+) -> None:
+    limit = SETTINGS.signups_per_network
+    for n in range(limit):
+        await parts.accounts.sign_up(f"user{n % 2}@example.org", PASSWORD, network="192.0.2.9")
+    for email in ("user0@example.org", "fresh@example.org"):  # known and new: one answer
+        with pytest.raises(TooManyGuesses):
+            await parts.accounts.sign_up(email, PASSWORD, network="192.0.2.9")
+    assert len(await _stored(store)) == 2
+    await parts.accounts.sign_up("fresh@example.org", PASSWORD, network="198.51.100.1")
+    assert len(await _stored(store)) == 3

@@ -77,6 +77,7 @@ def build_accounts(
         window=settings.guess_window,
         clock=clock,
         fail_open=fail_open,
+        per_signup_network=settings.signups_per_network,
     )
     accounts = Accounts(
         store, tenancy, sessions, verifier, counter, notifier or Unnotified(), clock

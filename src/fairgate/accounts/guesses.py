@@ -19,7 +19,12 @@ A locked-out address is locked for its owner too until the window slides: the
 price of refusing to let anyone keep guessing. Addresses are counted under
 their SHA-256, never in the clear. When the state back end does not answer,
 ``fail_open`` (``state.fail_open``) lets attempts through uncounted (the
-verifier pool still bounds their rate); otherwise sign-in answers 503.
+verifier pool still bounds their rate); otherwise sign-in answers 503
+(``VerifierBusy``, the reason in the log).
+
+Sign-ups are counted too when the caller names the network (``signups``):
+``per_signup_network`` new-account attempts per network and window, so one
+client cannot fill the accounts table or the operators' inbox.
 """
 
 from __future__ import annotations
@@ -28,9 +33,8 @@ import hashlib
 import logging
 from typing import Protocol
 
-from fairgate.accounts.errors import TooManyGuesses
+from fairgate.accounts.errors import TooManyGuesses, VerifierBusy
 from fairgate.core.clock import Clock
-from fairgate.core.errors import ServiceUnavailable
 from fairgate.core.network import network_of
 from fairgate.limits import CounterStore, Lease, StateUnavailable, WindowCharge
 
@@ -42,11 +46,14 @@ log = logging.getLogger(__name__)
 class GuessCounter(Protocol):
     """Where sign-in attempts are counted. ``attempt`` charges one against the address and
     the network (TooManyGuesses past either limit) and returns what ``refund`` takes back
-    after a right password (None: nothing to give back)."""
+    after a right password (None: nothing to give back); ``signup`` charges one sign-up to
+    a network."""
 
     async def attempt(self, address: str, network: str) -> Lease | None: ...
 
     async def refund(self, ticket: Lease | None) -> None: ...
+
+    async def signup(self, network: str) -> None: ...
 
 
 def address_key(address: str) -> str:
@@ -71,8 +78,10 @@ class Guesses:
         window: float,
         clock: Clock,
         fail_open: bool = False,
+        per_signup_network: int | None = None,
     ) -> None:
         self._state = state
+        self._per_signup = per_signup_network
         self._per_address = per_address
         self._per_network = per_network
         self._window = window
@@ -84,6 +93,9 @@ class Guesses:
             WindowCharge(address_key(address), 1, self._per_address, self._window),
             WindowCharge(network_key(network), 1, self._per_network, self._window),
         )
+        return await self._charge(charges)
+
+    async def _charge(self, charges: tuple[WindowCharge, ...]) -> Lease | None:
         try:
             verdict = await self._state.acquire(charges, self._clock.wall())
         except StateUnavailable as exc:
@@ -91,12 +103,17 @@ class Guesses:
                 log.warning("sign-in guesses not counted (state unavailable): %s", exc)
                 return None
             log.error("sign-in refused: the guess counters are unavailable: %s", exc)
-            raise ServiceUnavailable(
-                "sign-in is unavailable; try again in a moment", code="state_unavailable"
-            ) from None
+            raise VerifierBusy() from None  # 503, try again: what the pages already render
         if verdict.lease is None:
             raise TooManyGuesses(verdict.retry_after or self._window)
         return verdict.lease
+
+    async def signup(self, network: str) -> None:
+        """Charge one sign-up to ``network``; TooManyGuesses past ``per_signup_network``."""
+        if self._per_signup is None:
+            return
+        charge = WindowCharge(f"signup:n:{network_of(network)}", 1, self._per_signup, self._window)
+        await self._charge((charge,))
 
     async def refund(self, ticket: Lease | None) -> None:
         if ticket is None:

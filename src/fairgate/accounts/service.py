@@ -77,11 +77,14 @@ class Accounts:
         self._clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def sign_up(self, email: str, password: str) -> None:
+    async def sign_up(self, email: str, password: str, *, network: str | None = None) -> None:
         """Create a pending account, or do nothing when the address has one: the caller
-        cannot tell which. EmailRejected, PasswordRejected, VerifierBusy."""
+        cannot tell which. EmailRejected, PasswordRejected, VerifierBusy; with ``network``
+        (the client's address), TooManyGuesses past ``accounts.signups_per_network``."""
         address = normalise_email(email)
         check_password(password)
+        if network is not None:
+            await self._guesses.signup(network)  # before the lookup: same for any address
         hashed = await self._verifier.hash(password)  # also for a known address: same work
         try:
             async with self._store.write() as conn:

@@ -23,7 +23,8 @@ class WebAccounts(Section):
     ``verify_threads`` password verifications run at once and ``verify_queue``
     more may wait; past that, sign-in answers 503 at once. Guesses (failed
     sign-ins) are counted per address and per client network over
-    ``guess_window``; past either limit, sign-in answers 429.
+    ``guess_window``; past either limit, sign-in answers 429. Sign-ups are limited
+    per network over the same window (``signups_per_network``).
     """
 
     argon2_memory_kib: StrictInt = Field(default=OWASP_MEMORY_KIB, ge=OWASP_MEMORY_KIB, le=4 << 20)
@@ -36,6 +37,7 @@ class WebAccounts(Section):
     guess_window: PositiveDuration = 15 * 60.0
     guesses_per_address: StrictInt = Field(default=10, ge=1, le=1_000_000)
     guesses_per_network: StrictInt = Field(default=100, ge=1, le=1_000_000)
+    signups_per_network: StrictInt = Field(default=10, ge=1, le=1_000_000)
 
     @field_validator("session_lifetime")
     @classmethod
