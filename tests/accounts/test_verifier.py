@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 
 import pytest
@@ -89,3 +91,29 @@ async def test_hashing_runs_off_the_event_loop() -> None:
         ticker.cancel()
         verifier.close()
     assert ticks > 20  # the loop kept turning while eight argon2 hashes ran
+
+
+class PriorityPasswords:
+    """Records the CPU priority of the thread each hash runs on."""
+
+    def __init__(self) -> None:
+        self.priorities: list[int] = []
+
+    def hash(self, password: str) -> str:
+        self.priorities.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return REAL.hash(password)
+
+    def verify(self, stored: str | None, password: str) -> Verdict:
+        return REAL.verify(stored, password)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread priority is Linux's")
+async def test_hashing_threads_run_at_the_lowest_priority_and_the_loop_does_not() -> None:
+    recorded = PriorityPasswords()
+    verifier = Verifier(recorded, threads=2, queue=0)
+    try:
+        await verifier.hash("x" * 12)
+    finally:
+        verifier.close()
+    assert recorded.priorities == [19]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < 19
