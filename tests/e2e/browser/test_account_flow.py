@@ -106,7 +106,7 @@ def wait_for_spend(page: Any, door: FrontDoor, timeout: float = 15.0) -> tuple[i
     deadline = time.monotonic() + timeout
     while True:
         page.goto(door.url + "/account")
-        text = page.inner_text("h2:has-text('Spend this month') + p")
+        text = page.inner_text("#spend")
         found = MONTH.search(text)
         assert found, text
         if int(found.group(1)) > 0:
