@@ -68,3 +68,33 @@ def test_the_dashboard_updates_while_load_runs(
     assert pools != first_pools, "#pools never changed under load"
     assert "r0" in pools and "healthy" in pools
     context.close()
+
+
+def test_the_dashboard_signed_in_by_its_form_updates_under_load(
+    front_door: FrontDoor, page: Any, shots: Screenshots
+) -> None:
+    door = front_door
+    page.goto(door.admin_url + "/admin/dashboard")
+    assert "/admin/signin" in page.url, page.url
+    shots.take(page, "admin-sign-in")
+    page.fill("input[name=secret]", MASTER_KEY)
+    with page.expect_navigation():
+        page.click("form button[type=submit]")
+    assert MASTER_KEY not in page.url
+    assert page.url.endswith("/admin/dashboard"), page.url
+    shots.take(page, "dashboard-signed-in")
+    first_updated, first_pools = live_text(page)
+    stop = threading.Event()
+    load = threading.Thread(target=run_load, args=(door, stop))
+    load.start()
+    try:
+        deadline = time.monotonic() + LOAD_SECONDS
+        updated, pools = first_updated, first_pools
+        while time.monotonic() < deadline and (updated, pools) == (first_updated, first_pools):
+            page.wait_for_timeout(500)
+            updated, pools = live_text(page)
+        shots.take(page, "dashboard-form-session-under-load")
+    finally:
+        stop.set()
+        load.join()
+    assert updated != first_updated and pools != first_pools
