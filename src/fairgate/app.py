@@ -235,6 +235,8 @@ class Gateway:
                 pool, org, "borrowing" if borrowing else "within_share"
             ).inc(),
             dispatcher=self.dispatcher,
+            # the limiter's back end is the fair-share state: claims ride with the limits
+            claims_ride=True,
         )
         self.endpoints = EndpointTable(
             config.models, adapters, local={"/me": me_handler(self.limit, self.admit)}
@@ -323,7 +325,7 @@ class Gateway:
         settler = Settler(
             self.metrics,
             prices=prices_by_model(config.models),
-            leave=(self.admit.leave, self.limit.leave),
+            leave=(self.admit.leave, self.limit.leave, self.admit.finish),
             record=records,
         )
         self.pipeline = Pipeline(

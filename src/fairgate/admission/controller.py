@@ -129,6 +129,18 @@ class AdmissionController:
         self._observer.saturation(self.pool, value)
         return value
 
+    def has_room(self, band: str) -> bool:
+        """Whether ``admit`` in ``band`` would grant a lease at once now, without waiting.
+
+        A pure check: nothing is granted, queued or reported, and the answer holds
+        until the next ``await`` of the caller. It errs towards False: any waiter in
+        any band makes it False (the pool is contended, its queues are served first).
+        Raises ``ValueError`` for an unknown band."""
+        the_band = self._band(band)
+        if the_band.never_held:
+            return True
+        return not self._arrivals and self._saturation_fn(self._pending) < the_band.ceiling
+
     async def admit(
         self, *, band: str, tenant: str, priority: int = 0, cost_hint: int = 1
     ) -> Lease:

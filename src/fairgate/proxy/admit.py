@@ -38,10 +38,17 @@ from fairgate.core.money import Money
 from fairgate.fairshare import FairShare, PriorityClass
 from fairgate.fairshare.holding import Owner
 from fairgate.limits import StateUnavailable
-from fairgate.limits.fairshare_state import Claim, FairShareState, Split
+from fairgate.limits.demand import Admission
+from fairgate.limits.fairshare_state import (
+    Claim,
+    ClaimRequest,
+    FairShareState,
+    Split,
+    UsageCharge,
+)
 from fairgate.proxy.dispatch import Dispatcher
 from fairgate.proxy.exchange import Exchange
-from fairgate.proxy.ticket import Ticket
+from fairgate.proxy.ticket import Due, Ticket
 
 __all__ = ["USAGE_TTL", "Admit"]
 
@@ -76,6 +83,11 @@ class Admit:
     applies to models whose pool ``fairshare`` knows, admission to models whose
     pool (or, without one, the model's own name) has a controller in
     ``admission``. ``classes`` maps a model to ``interactive``/``batch``.
+
+    ``claims_ride`` says the limit stage's back end is ``fairshare_state``: the claim
+    may then ride with the limits (``claim_ahead``), and what ``leave`` owes the state
+    is left on the ticket (``Ticket.due``) for the limit stage's settle to pay in its
+    own call; ``finish`` pays what it did not. Without it ``leave`` pays at once.
     """
 
     def __init__(
@@ -91,6 +103,7 @@ class Admit:
         send_priority: bool = True,
         on_claim: Callable[[str, str, bool], None] | None = None,
         dispatcher: Dispatcher | None = None,
+        claims_ride: bool = False,
     ) -> None:
         self.pools = pools
         self._classes = classes
@@ -107,11 +120,37 @@ class Admit:
         self.in_flight: dict[tuple[str, str], list[int]] = {}  # (pool, org) → [within, borrowing]
         self._state_down = False
         self._dispatcher = dispatcher
+        self._ride = claims_ride and fairshare_state is not None
 
     @property
     def available(self) -> bool:
         """False while the fair-share state failed its last call."""
         return not self._state_down
+
+    def claim_ahead(self, ex: Exchange) -> ClaimRequest | None:
+        """The fair-share claim the limit stage may make in its own call for ``ex``, so
+        that the limits and the claim cost one round trip; None when none is wanted
+        (no fair share for the model, claims do not ride) or it cannot be made yet:
+        the request may have to wait in admission, where it holds no slot (then
+        ``enter`` claims after the wait, as without riding). Synchronous, no I/O."""
+        if not self._ride:
+            return None
+        principal = ex.principal
+        assert principal is not None
+        pool = self.pools.get(ex.requested_model)
+        if pool is None or pool not in self.fair_pools:
+            return None
+        controller = self._admission.get(pool)
+        bands = self._bands
+        if controller is not None and bands is not None:
+            room = controller.has_room(bands.for_team(principal.team).name)
+            if not room:
+                return None
+        policy = self.policy
+        assert policy is not None
+        org, team = principal.org, principal.team
+        reservation = policy.reservations(pool).get(org, 0)
+        return ClaimRequest(pool, org, reservation, _split(policy, pool, org, team), team)
 
     async def enter(self, ex: Exchange, ticket: Ticket) -> None:
         """Admit ``ex`` (limits charged onto ``ticket``) or raise its refusal; what it
@@ -131,14 +170,18 @@ class Admit:
                 # A queue that orders waiters by priority gets this gateway's best
                 # guess now; the slot and the priority the engine sees are decided
                 # when the request leaves the queue.
+                band = self._bands.for_team(principal.team).name
                 waiting_priority = 0
                 if fair and controller.order_by_priority:
                     assert pool is not None
                     waiting_priority = await self._provisional(
                         pool, principal.org, model, self._now()
                     )
+                if ticket.ahead and not controller.has_room(band):
+                    # the band filled since the claim rode along: wait holding no slot
+                    await self._drop_ahead(ticket)
                 ticket.lease = await controller.admit(
-                    band=self._bands.for_team(principal.team).name,
+                    band=band,
                     tenant=principal.team,
                     priority=waiting_priority,
                 )
@@ -159,9 +202,23 @@ class Admit:
     async def leave(self, ticket: Ticket, ex: Exchange) -> None:
         """Give back the lease and the fair-share slot ``ticket`` holds and charge
         ``ex.cost`` (the real usage's, set by the settle stage; nothing when no engine
-        was reached) to the organisation's usage. Never raises but ``CancelledError``;
-        safe to call twice."""
+        was reached) to the organisation's usage. With ``claims_ride`` the slot and the
+        charge are left on the ticket for the limit stage's settle (``finish`` after
+        it pays what it left). Never raises but ``CancelledError``; safe to call twice."""
         await self._give_back(ticket, ex.cost)
+
+    async def finish(self, ticket: Ticket, ex: Exchange | None = None) -> None:
+        """Pay what ``ticket`` still owes the fair-share state (``Ticket.due``: what the
+        limit stage's settle did not pay), then tell the dispatcher of the seat freed.
+        Never raises but ``CancelledError``; safe to call twice."""
+        due, ticket.due = ticket.due, None
+        if due is None:
+            return
+        if due.claim is not None or due.charge is not None:
+            await self._pay(due)
+        dispatcher = self._dispatcher
+        if dispatcher is not None and due.seat is not None:
+            dispatcher.seat_freed(*due.seat)
 
     async def _give_back(self, ticket: Ticket, cost: Money) -> None:
         lease, ticket.lease = ticket.lease, None
@@ -170,6 +227,11 @@ class Admit:
         grant, ticket.grant = ticket.grant, None
         if grant is not None:
             grant.release()
+        stray = self._take_ahead(ticket)  # a claim that rode along, never taken over
+        if stray is not None and stray.claim is not None:
+            ridden, stray.claim = stray.claim, None
+            if ridden.lease is not None:
+                await self._owe(ticket, Due(ridden, None))
         if ticket.pool is None:
             return
         pool, org = ticket.pool, ticket.org
@@ -182,9 +244,44 @@ class Admit:
             # the ranks of the next dispatch count this request's cost already
             self._charged_here(pool, org, cost)
             dispatcher.freed(pool)
-        await self._settle_fairshare(pool, org, claim, cost, ticket.team)
+        seat = None
         if dispatcher is not None and claim is not None and claim.within_share:
-            dispatcher.seat_freed(pool, org, self._owner_team(ticket))
+            seat = (pool, org, self._owner_team(ticket))
+        await self._owe(ticket, Due(claim, self._usage_charge(pool, org, cost, ticket.team), seat))
+
+    async def _owe(self, ticket: Ticket, due: Due) -> None:
+        """Leave ``due`` on the ticket for the limit stage's settle, or pay it now when
+        claims do not ride (or something is owed already)."""
+        if ticket.due is not None:
+            await self.finish(ticket)
+        ticket.due = due
+        if not self._ride:
+            await self.finish(ticket)
+
+    def _usage_charge(
+        self, pool: str, org: str, cost: Money | None, team: str | None
+    ) -> UsageCharge | None:
+        """The charge of ``cost`` to ``org``'s usage in ``pool``; None when it cost nothing."""
+        if cost is None or cost.micro <= 0 or self.policy is None:
+            return None
+        return UsageCharge(pool, org, cost.micro / 1_000_000, self.policy.half_life, team)
+
+    @staticmethod
+    def _take_ahead(ticket: Ticket) -> Admission | None:
+        """The limits admission holding the claim that rode along, once; None when none did."""
+        if not ticket.ahead:
+            return None
+        ticket.ahead = False
+        return ticket.limits
+
+    async def _drop_ahead(self, ticket: Ticket) -> None:
+        """Give back at once the slot of a claim that rode along (the request will wait)."""
+        ridden = self._take_ahead(ticket)
+        claim = None if ridden is None else ridden.claim
+        if ridden is not None:
+            ridden.claim = None
+        if claim is not None and claim.lease is not None:
+            await self._pay(Due(claim, None))
 
     def _now(self) -> float:
         return self._clock.wall()
@@ -195,14 +292,19 @@ class Admit:
         reservation = policy.reservations(pool).get(org, 0)
         split = _split(policy, pool, org, ticket.team)
         claim: Claim | None = None
-        try:
-            claim = await self.state.claim(pool, org, reservation, now, split, ticket.team)
-        except StateUnavailable as exc:
+        ridden = self._take_ahead(ticket)
+        if ridden is not None:  # made by the limit stage's call (``claim_ahead``)
+            claim, ridden.claim = ridden.claim, None
             # Without the shared count no reservation can be proven: borrow, at the
             # lowest rank (the safe answer), and serve the request.
-            self.note_state(exc)
+            self.note_state(ridden.unavailable)
         else:
-            self.note_state(None)
+            try:
+                claim = await self.state.claim(pool, org, reservation, now, split, ticket.team)
+            except StateUnavailable as exc:
+                self.note_state(exc)  # borrow, as above
+            else:
+                self.note_state(None)
         # Held from here on: whatever happens next (a cancelled await included), leave()
         # gives the slot back.
         ticket.pool, ticket.org, ticket.claim = pool, org, claim
@@ -350,16 +452,16 @@ class Admit:
             entry = self._team_usage[pool] = _PoolUsage({})
         return await _cached(entry, now, lambda: state.team_usage(pool, now, half_life))
 
-    async def _settle_fairshare(
-        self, pool: str, org: str, claim: Claim | None, cost: Money | None, team: str | None
-    ) -> None:
-        assert self.state is not None and self.policy is not None
+    async def _pay(self, due: Due) -> None:
+        assert self.state is not None
         try:
-            if claim is not None:
-                await self.state.release(claim)
-            if cost is not None and cost.micro > 0:
-                units, half_life = cost.micro / 1_000_000, self.policy.half_life
-                await self.state.charge(pool, org, units, self._now(), half_life, team=team)
+            if due.claim is not None:
+                await self.state.release(due.claim)
+            c = due.charge
+            if c is not None:
+                await self.state.charge(
+                    c.pool, c.org, c.cost_units, self._now(), c.half_life, team=c.team
+                )
         except StateUnavailable as exc:
             # The slot expires by itself (lease TTL); the usage charge is lost.
             self.note_state(exc)

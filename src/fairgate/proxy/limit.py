@@ -1,15 +1,22 @@
 """The limit stage: the key's rate limits and every budget the request falls under.
 
     limit.check_head(principal)        # before the body: RateLimited 429
-    await limit.enter(ex, ticket)      # after the read: RateLimited 429, 503
-    ...                                # admit, route, relay
-    await limit.leave(ticket, ex)      # by the settle stage, whatever happened
+    await limit.enter(ex, ticket, claim)   # after the read: RateLimited 429, 503
+    ...                                    # admit, route, relay
+    await limit.leave(ticket, ex)          # by the settle stage, whatever happened
 
 ``enter`` is one atomic check-and-charge of the key's rate limits (and its
 team's totals) and of every budget the request falls under, at the estimated
 tokens and cost (``fairgate.limits``); a refusal names the limit or the budget.
 A reservation crossing a budget's soft limit is reported once. ``leave`` gives
 the in-flight slot back and corrects tokens and cost with the real usage.
+
+Both are one call to the state back end, and each carries the admit stage's
+business with that back end when there is some: ``enter`` the fair-share claim
+``Admit.claim_ahead`` asked for (made only if every limit was charged; its
+outcome is ``ticket.limits.claim``, taken over by ``Admit.enter``), ``leave`` the
+slot release and usage charge ``Admit.leave`` left on the ticket
+(``Ticket.due``). So the plain way in is one round trip, and so is the way out.
 
 ``check_head`` refuses, before the body is read, what this process already knows
 the limiter would refuse (``fairgate.limits.head``); ``meter`` counts a request
@@ -27,6 +34,7 @@ from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.limits import Budget, BudgetBook, Demand, Limiter, Limits, Subject
 from fairgate.limits.demand import Admission
+from fairgate.limits.fairshare_state import ClaimRequest
 from fairgate.limits.head import HeadGate
 from fairgate.proxy.exchange import Exchange
 from fairgate.proxy.ticket import Ticket
@@ -79,9 +87,11 @@ class Limit:
         if self._limiter.available:
             self._head.check(principal.key_id, p.rpm, p.rpd, p.max_in_flight, self._clock.wall())
 
-    async def enter(self, ex: Exchange, ticket: Ticket) -> None:
+    async def enter(self, ex: Exchange, ticket: Ticket, claim: ClaimRequest | None = None) -> None:
         """Charge ``ex`` (identified, body read, model resolved) against its limits and
-        budgets onto ``ticket``, or raise its refusal."""
+        budgets onto ``ticket``, or raise its refusal. With ``claim``, the fair-share
+        claim is made in the same call once every limit was charged, and
+        ``ticket.ahead`` says so (a refused request claims nothing)."""
         principal = ex.principal
         assert principal is not None
         model = ex.requested_model
@@ -93,14 +103,15 @@ class Limit:
         subject = subject_of(principal, ex.tags or principal.tags) if len(book) else None
         budgets = book.applicable(subject, model, chain) if subject is not None else ()
         limits, team_limits = key_limits(principal)
-        if not budgets and limits == _NO_LIMITS and team_limits == _NO_LIMITS:
+        if claim is None and not budgets and limits == _NO_LIMITS and team_limits == _NO_LIMITS:
             return
         reservation = ex.reservation
         assert reservation is not None  # reserved when the model was resolved
         subject = subject or subject_of(principal, ex.tags or principal.tags)
         cost = max(self.cost(m, reservation.usage()) for m in chain)
         demand = Demand(subject, limits, model, reservation.tokens, cost, budgets, team_limits)
-        admitted = ticket.limits = await self._admit(demand, principal, now)
+        admitted = ticket.limits = await self._admit(demand, principal, now, claim)
+        ticket.ahead = claim is not None
         if admitted.lease is not None and limits.max_in_flight is not None:
             self._head.entered(principal.key_id)
             ticket.head_key = principal.key_id
@@ -111,20 +122,35 @@ class Limit:
     async def leave(self, ticket: Ticket, ex: Exchange) -> None:
         """Give back the in-flight slot ``ticket`` holds and charge the real usage:
         ``ex.usage`` and ``ex.cost``, set by the settle stage (``proxy.settle``); no usage
-        when nothing reached an engine: the estimate is given back. Never raises but
+        when nothing reached an engine: the estimate is given back. What the admit stage
+        left on the ticket for the state (``Ticket.due``: a slot to release, usage to
+        charge) goes in the same call, and the ticket says it was paid. Never raises but
         ``CancelledError``; safe to call twice."""
         if ticket.head_key is not None:
             # first: this process's count may never exceed the shared one
             self._head.left(ticket.head_key)
             ticket.head_key = None
         admitted, ticket.limits = ticket.limits, None
+        due = ticket.due
+        release = charge = None
+        if due is not None and (due.claim is not None or due.charge is not None):
+            # marked paid before the await: a settle cancelled mid-way still completes
+            ticket.due, release, charge = due.paid(), due.claim, due.charge
         if admitted is None:
-            return
+            if release is None and charge is None:
+                return
+            admitted = Admission(lease=None)
         usage = ex.usage
         tokens = 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
         served = ex.model if usage is not None else None
         await self._limiter.settle(
-            admitted, tokens=tokens, cost=ex.cost, now=self._clock.wall(), model=served
+            admitted,
+            tokens=tokens,
+            cost=ex.cost,
+            now=self._clock.wall(),
+            model=served,
+            release=release,
+            charge=charge,
         )
 
     async def meter(self, ex: Exchange) -> None:
@@ -162,9 +188,11 @@ class Limit:
     def now(self) -> float:
         return self._clock.wall()
 
-    async def _admit(self, demand: Demand, principal: Principal, now: float) -> Admission:
+    async def _admit(
+        self, demand: Demand, principal: Principal, now: float, claim: ClaimRequest | None = None
+    ) -> Admission:
         try:
-            return await self._limiter.admit(demand, now)
+            return await self._limiter.admit(demand, now, claim)
         except RateLimited as error:
             limits = principal.limits
             self._head.refused(principal.key_id, error, limits.rpm, limits.rpd, now)

@@ -123,7 +123,9 @@ class Pipeline:
             entry = await self._read(receive, ex, length, tags)
             _watch_disconnect(scope, receive, ex)
             if self._limit is not None:
-                await self._limit.enter(ex, ticket)
+                # the fair-share claim rides with the limits when it can (one round trip)
+                ahead = self._admit.claim_ahead(ex) if self._admit is not None else None
+                await self._limit.enter(ex, ticket, ahead)
             if self._admit is not None:
                 await self._admit.enter(ex, ticket)
             await self._forwarder.forward(ex, entry, send, ticket)

@@ -6,10 +6,30 @@ from dataclasses import dataclass
 
 from fairgate.admission.lease import Lease
 from fairgate.limits.demand import Admission
-from fairgate.limits.fairshare_state import Claim
+from fairgate.limits.fairshare_state import Claim, UsageCharge
 from fairgate.proxy.dispatch import Grant
 
-__all__ = ["Ticket"]
+__all__ = ["Due", "Ticket"]
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """What the admit stage owes the fair-share state on the way out: the slot to
+    release (``claim``; None for a borrower) and the usage to charge (None: nothing
+    cost). ``seat`` is ``(pool, org, team)`` to announce to the dispatcher once the
+    slot is released (None: no seat to announce).
+
+    The limit stage pays it in its own settle call (one round trip for the whole way
+    out) and sets ``Ticket.due`` to None; what it leaves, the admit stage pays.
+    """
+
+    claim: Claim | None
+    charge: UsageCharge | None
+    seat: tuple[str, str, str] | None = None
+
+    def paid(self) -> Due:
+        """What is left once the slot was released and the usage charged: the seat."""
+        return Due(None, None, self.seat)
 
 
 @dataclass(slots=True)
@@ -29,6 +49,8 @@ class Ticket:
     head_key: str | None = None  # counted in the head check's in-flight (``Limit.leave`` uncounts)
     grant: Grant | None = None  # a borrower let go by the dispatcher, pending until dispatched
     held: float = 0.0  # seconds the gateway held it before it was dispatched
+    ahead: bool = False  # the fair-share claim rode with the limits (``limits.claim``)
+    due: Due | None = None  # owed to the fair-share state on the way out
 
     @property
     def within_share(self) -> bool | None:
