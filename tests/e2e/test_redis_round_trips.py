@@ -81,7 +81,7 @@ def own_redis(tmp_path: Path) -> Iterator[int]:
             "no",
             "--dir",
             str(tmp_path),
-        ],  # noqa: E501
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
