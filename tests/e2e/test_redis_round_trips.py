@@ -31,11 +31,13 @@ back at once (one more round trip) and is claimed again after its wait.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +102,12 @@ def _answers(port: int) -> bool:
         return False
 
 
+def _sha(script: str) -> str:
+    """The SHA1 Redis knows one of the state's single-file scripts by."""
+    text = resources.files("fairgate.state").joinpath(f"lua/{script}.lua").read_text("utf-8")
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
 class Monitor:
     """Every command Redis runs from now on: (time, client, name, first argument, lua)."""
 
@@ -132,7 +140,16 @@ class Monitor:
     def between(self, start: float, end: float) -> list[tuple[float, str, str, str, bool]]:
         """Commands sent by clients (not run by a script) in [start, end)."""
         with self._lock:
-            return [e for e in self.seen if start <= e[0] < end and not e[4]]
+            sent = [e for e in self.seen if start <= e[0] < end and not e[4]]
+        # The fair-share gauges' reading (every health interval, not per request) is a
+        # script then HGETALLs of the pool's usage: left out, as is any usage read.
+        drop = set()
+        for i, e in enumerate(sent):
+            if e[2] == "HGETALL":
+                drop.add(i)
+        gauges = _sha("in_flight")
+        drop |= {i for i, e in enumerate(sent) if e[2] == "EVALSHA" and e[3] == gauges}
+        return [e for i, e in enumerate(sent) if i not in drop]
 
     def close(self) -> None:
         self._client.close()
