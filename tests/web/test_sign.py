@@ -51,6 +51,27 @@ async def test_sign_up_refuses_a_short_password_and_a_bad_address_as_pages(
     assert await web.gateway.accounts.list() == []
 
 
+async def test_sign_up_floods_from_one_network_get_429_alike_for_new_and_known_addresses(
+    start_web: StartWeb,
+) -> None:
+    web = await start_web(accounts={"signups_per_network": 3})
+    answers = [await sign_up(web.client, f"p{i}@example.org") for i in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    known = await sign_up(web.client, "p0@example.org")
+    new = await sign_up(web.client, "p9@example.org")
+    assert known.status_code == new.status_code == 429
+    assert known.content == new.content
+    assert int(new.headers["retry-after"]) >= 1
+    assert sorted(a.email for a in await web.gateway.accounts.list()) == [
+        "p0@example.org",
+        "p1@example.org",
+        "p2@example.org",
+    ]
+    # another network is not held back by the first one's flood
+    async with web.other_client() as other:
+        assert (await sign_up(other, "q@example.org")).status_code == 200
+
+
 async def test_sign_in_refuses_alike_until_approval(start_web: StartWeb) -> None:
     web = await start_web()
     await sign_up(web.client, "ada@example.org")

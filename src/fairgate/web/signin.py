@@ -86,7 +86,7 @@ class SignPages:
         form = await self._signed_out_form(request, "signup.html")
         email, password = _fields(form)
         try:
-            await self._accounts.sign_up(email, password)
+            await self._accounts.sign_up(email, password, network=self._origins.address(request))
         except EmailRejected:
             return self._form(request, "signup.html", 400, "That is not an e-mail address.", email)
         except PasswordRejected:
@@ -97,6 +97,13 @@ class SignPages:
                 "The password must be between 12 and 1024 characters long.",
                 email,
             )
+        except TooManyGuesses as busy:
+            raise PageError(
+                429,
+                "sign-up: too many sign-ups from the network",
+                message="Too many sign-up attempts. Wait a while and try again.",
+                headers={"retry-after": str(max(1, math.ceil(busy.retry_after)))},
+            ) from None
         except VerifierBusy:
             raise PageError(503, "sign-up: verifier busy", headers={"retry-after": "1"}) from None
         return self._pages.html("signed_up.html")
