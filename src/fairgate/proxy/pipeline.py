@@ -6,7 +6,7 @@
     admit      admission lease, then the fair-share claim   proxy/admit.py
     route      pick a replica, retry      proxy/forward.py
     relay      the attempt                proxy/relay.py (through proxy/forward.py)
-    settle     charge, give back, record  proxy/settle.py (Admit.leave, Limit.leave)
+    settle     charge, give back, record  proxy/settle.py (Admit.leave, Limit.leave, Admit.finish)
 
 Each stage is a call on an object built once by the Gateway; nothing here reads
 the configuration file, the store or the environment. Retries and fallbacks

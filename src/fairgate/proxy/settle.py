@@ -2,9 +2,11 @@
 
 1. charge    ``ex.usage`` becomes what the request is charged (``proxy.reservation.charge``)
 2. cost      ``ex.cost``: that usage at the served model's prices, computed here only
-3. leave     the admission lease and the fair-share claim are given back, then the
-             limits; the organisation's usage, the limits and budgets charged
-             ``ex.usage`` and ``ex.cost`` (``Admit.leave``, then ``Limit.leave``)
+3. leave     the admission lease is given back and the fair-share claim's release and
+             usage charge are left on the ticket (``Admit.leave``); the limits are
+             settled and charged ``ex.usage`` and ``ex.cost``, paying the claim in the
+             same state call (``Limit.leave``); what is still owed is paid and the
+             dispatcher told of the freed seat (``Admit.finish``)
 4. record    the accounting record, at the same cost (``proxy.records``)
 5. metrics   and the log line
 
