@@ -383,3 +383,22 @@ async def test_bad_arguments_are_refused(
     for bad in ({"queue_size": -1}, {"queue_ttl": 0.0}, {"recheck_interval": 0.0}):
         with pytest.raises(ValueError):
             make(clock, lambda pending: 0.0, **bad)
+
+
+async def test_has_room_says_what_admit_would_do_now_and_takes_nothing(
+    controller: AdmissionController, load: PoolLoad
+) -> None:
+    load.in_flight = 7  # 0.7: bronze (0.8) has room
+    assert controller.has_room("bronze") and controller.has_room("gold")
+    assert controller.pending == 0 and controller.leases == 0 and controller.depth() == 0
+    load.in_flight = 8  # bronze's ceiling: admit would make it wait
+    assert not controller.has_room("bronze") and controller.has_room("gold")
+    bronze = queue(controller, "bronze", "key-1")
+    await settle()
+    # a waiter anywhere: the pool is contended, so even gold's answer is no
+    assert controller.depth("bronze") == 1 and not controller.has_room("gold")
+    assert controller.has_room("platinum")  # a band that is never held
+    await cancel_all([bronze])
+    assert controller.has_room("gold")
+    with pytest.raises(ValueError):
+        controller.has_room("tin")
