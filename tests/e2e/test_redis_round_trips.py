@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -45,7 +43,7 @@ import httpx
 import pytest
 import redis
 from tests.e2e.conftest import StartGateway, StartSim, model
-from tests.e2e.robust_wire import until
+from tests.redis_server import private_redis_server
 
 from fairgate.config import load_config
 from fairgate.core.money import Money
@@ -60,46 +58,11 @@ BIG = 1_000_000_000  # limits far above what a test sends: they never bind
 PAUSE = 0.3  # after each answer, so that its settle is in its own window
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[int]:
     """A redis-server of this test's own: nothing else talks to it."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        until(lambda: _answers(port), 10, "redis-server listens")
-        yield port
-    finally:
-        server.terminate()
-        server.wait(10)
-
-
-def _answers(port: int) -> bool:
-    try:
-        return bool(redis.Redis(port=port, socket_timeout=1).ping())
-    except redis.RedisError:
-        return False
+    with private_redis_server(directory=str(tmp_path)) as server:
+        yield server.port
 
 
 def _sha(script: str) -> str:

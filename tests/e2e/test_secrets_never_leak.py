@@ -36,7 +36,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -53,6 +52,7 @@ from tests.e2e.conftest import TEST_KEY, write_config
 from tests.e2e.robust_wire import until
 from tests.e2e.test_alerts import Webhook
 from tests.e2e.test_limits import OPERATOR, PRICES
+from tests.redis_server import free_port, private_redis_server
 from tests.tls_certs import Authority
 
 from fairgate.config import load_config
@@ -80,12 +80,6 @@ FIELDS = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _encodings(marker: str) -> list[bytes]:
     """``marker`` and the forms a careless log line or header would give it: base64 at
     each of the three alignments (the part that does not depend on its neighbours),
@@ -103,41 +97,8 @@ def _encodings(marker: str) -> list[bytes]:
 def redis_with_password(tmp_path: Path) -> Iterator[tuple[int, str]]:
     """A redis-server of this test's own (the shared one is never reconfigured)."""
     password = "redis" + secrets.token_hex(16)
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--requirepass",
-            password,
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        until(lambda: _answers(port), 10, "redis-server listens")
-        yield port, password
-    finally:
-        server.terminate()
-        server.wait(10)
-
-
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith((b"-NOAUTH", b"+PONG"))
-    except OSError:
-        return False
+    with private_redis_server(password=password, directory=str(tmp_path)) as server:
+        yield server.port, password
 
 
 class EchoEngine:
@@ -279,7 +240,7 @@ def _configure(
     tls = {"cert_file": "server.crt", "key_file": "server.key"}
     parts = urllib.parse.urlsplit(pg_url)
     with_password = parts._replace(netloc=f"postgres:{markers['pg']}@{parts.hostname}:{parts.port}")
-    down = f"http://127.0.0.1:{_free_port()}"
+    down = f"http://127.0.0.1:{free_port()}"
     return write_config(
         directory,
         [

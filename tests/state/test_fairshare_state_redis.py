@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
-from redis import Redis as SyncRedis
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from fairgate.limits import StateUnavailable
 from fairgate.state import Breaker, RedisCounterStore
 from redis_keys import delete_prefix
+from redis_server import free_port, private_redis_server
 
 pytestmark = pytest.mark.redis
 
@@ -101,27 +96,8 @@ async def test_a_live_gateway_keeps_its_claims_by_refreshing(stores: StoreFactor
 @pytest.fixture
 def private_redis() -> Iterator[str]:
     """A redis-server of this test's own (it gets paused: never pause the shared one)."""
-    if shutil.which("redis-server") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("redis-server is not installed (CI=true: services are required)")
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        client = SyncRedis(port=port, socket_timeout=1, socket_connect_timeout=1)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            try:
-                if client.ping():
-                    break
-            except RedisError:
-                time.sleep(0.05)
-        client.close()
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.kill()
-        process.wait(timeout=10)
+    with private_redis_server() as server:
+        yield server.url
 
 
 async def test_claimers_cancelled_while_waiting_give_their_slots_back(private_redis: str) -> None:
@@ -187,12 +163,6 @@ async def test_a_refresh_keeps_the_pool_readable_as_long_as_the_slots(
     finally:
         await client.aclose()
     assert await other.in_flight("p", T0 + 45) == {"org": 1}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_redis_down_fails_fast_and_opens_the_breaker() -> None:

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
-from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from fairgate.core.money import Money
@@ -30,6 +25,7 @@ from fairgate.limits import (
 )
 from fairgate.limits.fairshare_state import ClaimRequest, UsageCharge
 from fairgate.state import Breaker, RedisCounterStore
+from redis_server import RedisProcess, free_port, private_redis_server
 
 pytestmark = pytest.mark.redis
 
@@ -37,63 +33,10 @@ T0 = 1_700_000_040.0
 StoreFactory = Callable[..., RedisCounterStore]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class RedisProcess:
-    """A redis-server of this test's own, without persistence, to stop and start at will."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self._process = subprocess.Popen(
-            [
-                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
-                *("--save", "", "--appendonly", "no"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 15
-        client = SyncRedis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
-        try:
-            while time.monotonic() < deadline:
-                try:
-                    if client.ping():
-                        return
-                except Exception:
-                    time.sleep(0.05)
-        finally:
-            client.close()
-        self.stop()
-        raise RuntimeError(f"redis-server did not start on port {self.port}")
-
-    def stop(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait(timeout=10)
-            self._process = None
-
-
 @pytest.fixture
 def private_redis() -> Iterator[RedisProcess]:
-    if shutil.which("redis-server") is None:
-        reason = "redis-server is not installed"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason} (CI=true: services are required, not optional)")
-        pytest.skip(reason)
-    server = RedisProcess()
-    server.start()
-    try:
+    with private_redis_server() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
