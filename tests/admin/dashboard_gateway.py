@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.e2e.conftest import model, pg_database, write_config
+from tests.e2e.conftest import model, pg_database, store_section, write_config
 
 from fairgate.app import Gateway
 from fairgate.config import load_config
@@ -61,17 +61,6 @@ def sim() -> Iterator[SimProcess]:
     """An engine slow enough that 40 tokens keep a request in flight for about 2 s."""
     with SimProcess("--model", "m", "--speed", "20", "--ttft", "0", "--record", "0") as engine:
         yield engine
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store_section(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
-    """The ``store`` section, once per store: SQLite in the gateway's directory, or a
-    PostgreSQL database of the test's own (``tests.e2e.conftest.pg_database``)."""
-    if request.param == "sqlite":
-        return {"url": "sqlite:///fairgate.db"}
-    url_file = tmp_path / "pg.url"
-    url_file.write_text(request.getfixturevalue("pg_database"))
-    return {"url_file": str(url_file)}
 
 
 @pytest.fixture

@@ -207,3 +207,14 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, 
     url: str = request.getfixturevalue("pg_database")
     (tmp_path / "pg.url").write_text(url)
     yield {"url_file": "pg.url"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_section(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """The ``store`` section, once per store: SQLite in the gateway's directory, or a
+    PostgreSQL database of the test's own (``pg_database``)."""
+    if request.param == "sqlite":
+        return {"url": "sqlite:///fairgate.db"}
+    url_file = tmp_path / "pg.url"
+    url_file.write_text(request.getfixturevalue("pg_database"))
+    return {"url_file": str(url_file)}

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.e2e.conftest import pg_database, write_config  # noqa: F401 - a fixture
+from tests.e2e.conftest import pg_database, store_section, write_config  # noqa: F401 - fixtures
 
 from fairgate.app import Gateway
 from fairgate.config import load_config
@@ -120,14 +120,3 @@ async def approved_account(web: Web, email: str, team: str = "t") -> httpx.Async
     signed = await sign_in(client, email)
     assert signed.status_code == 303, signed.text
     return client
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store_section(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
-    """The ``store`` section, once per store: SQLite in the gateway's directory, or a
-    PostgreSQL database of the test's own (``tests.e2e.conftest.pg_database``)."""
-    if request.param == "sqlite":
-        return {"url": "sqlite:///fairgate.db"}
-    url_file = tmp_path / "pg.url"
-    url_file.write_text(request.getfixturevalue("pg_database"))
-    return {"url_file": str(url_file)}
