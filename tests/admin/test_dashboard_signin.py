@@ -7,6 +7,7 @@ carry it by hand in a ``Cookie`` header, as a browser would on ``https://`` or l
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import urlencode
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 
 from admin.dashboard_gateway import MASTER, OPERATOR, Board, board, pg_database, sim, store_section
 from fairgate.accounts import COOKIE
+from fairgate.auth.secrets import sha256
 
 __all__ = ["board", "pg_database", "sim", "store_section"]  # the fixtures
 
@@ -58,6 +60,23 @@ async def test_a_browser_without_a_credential_is_sent_to_the_form(board: Board) 
     # a key in the address signs nobody in
     in_url = await board.admin.get("/admin/signin", params={"secret": MASTER})
     assert "set-cookie" not in in_url.headers
+
+
+async def test_a_rotated_master_key_ends_the_sessions_it_opened(board: Board) -> None:
+    cookie = _cookie(await _sign_in(board, MASTER))
+    assert (await _get(board, "/admin/dashboard/live", cookie)).status_code == 200
+    # the key leaked and is rotated (what a vault rotation calls; a restart with a new
+    # key file gives the same authenticator the new digest)
+    rotated = "a-new-master-key-after-a-leak"
+    app: Any = board.gateway.admin_app
+    while not hasattr(app, "state"):  # through the listener's middleware to the FastAPI app
+        app = app.app
+    app.state.authenticator.set_master_key_sha256(sha256(rotated))
+    assert (await _get(board, "/admin/dashboard/live", cookie)).status_code == 401
+    assert (await _get(board, "/admin/dashboard", cookie)).status_code == 303
+    # the new key signs in, and its session lives
+    fresh = _cookie(await _sign_in(board, rotated))
+    assert (await _get(board, "/admin/dashboard/live", fresh)).status_code == 200
 
 
 async def test_the_master_key_opens_a_strict_secure_session_and_sign_out_kills_it(

@@ -18,6 +18,8 @@ them it is a 429 and is not audited (a spray must not fill the audit log).
 
 from __future__ import annotations
 
+import hashlib
+
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.requests import Request
 
@@ -55,8 +57,16 @@ class AdminAuthenticator:
 
     @property
     def master_key_enabled(self) -> bool:
-        """True while a master key is accepted (an admin session opened with it is too)."""
+        """True while a master key is accepted."""
         return self._master is not None
+
+    def master_key_mark(self) -> str | None:
+        """A short mark of the master key accepted now (None without one), neither the key
+        nor its digest: an admin session opened with the master key records it, so a
+        rotated key ends those sessions at once."""
+        if self._master is None:
+            return None
+        return hashlib.sha256(b"fairgate master-key session\0" + self._master).hexdigest()[:24]
 
     async def __call__(
         self, request: Request, credentials: HTTPAuthorizationCredentials | None

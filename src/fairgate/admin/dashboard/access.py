@@ -8,9 +8,10 @@
    and 429, audit events). With the header, no cookie is read.
 2. Otherwise the ``__Host-fairgate-session`` cookie of an **admin** session
    (opened by the sign-in form; an account's session from the web pages opens
-   nothing here). Its actor is rebuilt on every request: ``master-key`` while a
-   master key is configured, a user from their current role bindings (a removed
-   role applies at once; a disabled user has no session any more).
+   nothing here). Its actor is rebuilt on every request: ``master-key`` while the
+   master key it was opened with is the one accepted (a rotated key ends it), a
+   user from their current role bindings (a removed role applies at once; a
+   disabled user has no session any more).
 3. Neither: ``None`` (the page sends a browser to the sign-in form).
 """
 
@@ -83,6 +84,13 @@ class Access:
     async def _actor(self, name: str | None, user_id: int | None, remote: str) -> Actor | None:
         if user_id is not None:
             return await self.tenancy.admin_tokens.actor_of(user_id, remote=remote)
-        if name == MASTER_KEY_ACTOR and self.authenticator.master_key_enabled:
+        if name is not None and name == self.master_key_session_name():
             return Actor.master_key(remote)
         return None
+
+    def master_key_session_name(self) -> str | None:
+        """What a session opened with the master key accepted now records as its actor
+        (``master-key@<mark>``); None without a master key. A session of an earlier
+        master key no longer matches: rotating the key signs its sessions out."""
+        mark = self.authenticator.master_key_mark()
+        return None if mark is None else f"{MASTER_KEY_ACTOR}@{mark}"

@@ -67,7 +67,10 @@ def signin_router(pages: Pages, access: Access) -> APIRouter:
         try:
             actor = await access.authenticator.authenticate(presented, remote_of(request))
             await visible_orgs(tenancy, actor)
-            opened = await sessions.open_admin(actor.name, actor.user_id)
+            name = actor.name
+            if actor.user_id is None:  # the master key: the session dies with this key
+                name = access.master_key_session_name() or name
+            opened = await sessions.open_admin(name, actor.user_id)
         except Unauthorized:
             return form(401, "That key was not accepted.")
         except GatewayError as exc:
