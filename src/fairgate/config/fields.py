@@ -133,24 +133,13 @@ def normalise_upstream_url(value: str) -> str:
     to the engine and end up in logs), no query and no fragment (the gateway
     appends the request path).
     """
-    parts = urlsplit(value.strip())
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https"):
-        raise ValueError(f"upstream URL must start with http:// or https://, got {describe(value)}")
-    if "@" in parts.netloc:
-        raise ValueError("upstream URL must not contain credentials: use key_file for the key")
-    if not parts.hostname:
-        raise ValueError(f"upstream URL has no host: {describe(value)}")
-    try:
-        parts.port  # noqa: B018 - reading it validates it
-    except ValueError:
-        raise ValueError(f"upstream URL has an invalid port: {describe(value)}") from None
-    if parts.query or "?" in value:
-        raise ValueError(f"upstream URL must not have a query string: {describe(value)}")
-    if parts.fragment or "#" in value:
-        raise ValueError(f"upstream URL must not have a fragment: {describe(value)}")
-    netloc = parts.netloc.lower()
-    return urlunsplit((scheme, netloc, parts.path.rstrip("/"), "", ""))
+    return _http_url(
+        value,
+        "upstream URL",
+        credentials="upstream URL must not contain credentials: use key_file for the key",
+        query="must not have a query string",
+        fragment="must not have a fragment",
+    )
 
 
 def normalise_public_url(value: str) -> str:
@@ -160,20 +149,34 @@ def normalise_public_url(value: str) -> str:
     ``http`` or ``https`` with a host, optionally a path (a reverse proxy's prefix); no
     credentials, query or fragment, which would end up in every link.
     """
+    either = "must not have a query or fragment"
+    return _http_url(
+        value,
+        "public_url",
+        credentials="public_url must not contain credentials",
+        query=either,
+        fragment=either,
+    )
+
+
+def _http_url(value: str, what: str, *, credentials: str, query: str, fragment: str) -> str:
+    """The checks both URLs share; ``what`` names the field in each message."""
     parts = urlsplit(value.strip())
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        raise ValueError(f"public_url must start with http:// or https://, got {describe(value)}")
+        raise ValueError(f"{what} must start with http:// or https://, got {describe(value)}")
     if "@" in parts.netloc:
-        raise ValueError("public_url must not contain credentials")
+        raise ValueError(credentials)
     if not parts.hostname:
-        raise ValueError(f"public_url has no host: {describe(value)}")
+        raise ValueError(f"{what} has no host: {describe(value)}")
     try:
         parts.port  # noqa: B018 - reading it validates it
     except ValueError:
-        raise ValueError(f"public_url has an invalid port: {describe(value)}") from None
-    if parts.query or parts.fragment or "?" in value or "#" in value:
-        raise ValueError(f"public_url must not have a query or fragment: {describe(value)}")
+        raise ValueError(f"{what} has an invalid port: {describe(value)}") from None
+    if parts.query or "?" in value:
+        raise ValueError(f"{what} {query}: {describe(value)}")
+    if parts.fragment or "#" in value:
+        raise ValueError(f"{what} {fragment}: {describe(value)}")
     return urlunsplit((scheme, parts.netloc.lower(), parts.path.rstrip("/"), "", ""))
 
 
