@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -14,26 +13,14 @@ from fairgate.accounts import Guesses, TooManyGuesses
 from fairgate.accounts.guesses import address_key
 from fairgate.core.errors import ServiceUnavailable
 from fairgate.limits import CounterStore
-from fairgate.state import MemoryCounterStore, RedisCounterStore
+from fairgate.state import RedisCounterStore
+from limits.conftest import store
 from redis_keys import delete_prefix
 from store.backends import FakeClock
 
+__all__ = ["store"]  # the fixture: the counter store, on memory and on Redis
+
 ALICE = "alice@example.org"
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-async def counters(request: pytest.FixtureRequest) -> AsyncIterator[CounterStore]:
-    if request.param == "memory":
-        yield MemoryCounterStore()
-        return
-    url: str = request.getfixturevalue("redis_url")
-    prefix = f"fgtest:{uuid.uuid4().hex}:"
-    store = RedisCounterStore(url, prefix=prefix, timeout=5.0)
-    try:
-        yield store
-    finally:
-        await store.aclose()
-        await delete_prefix(url, prefix)
 
 
 def _guesses(state: CounterStore, clock: FakeClock, **options: object) -> Guesses:
@@ -43,10 +30,10 @@ def _guesses(state: CounterStore, clock: FakeClock, **options: object) -> Guesse
 
 
 async def test_an_address_gets_its_guesses_from_anywhere_then_waits(
-    counters: CounterStore,
+    store: CounterStore,
 ) -> None:
     clock = FakeClock()
-    guesses = _guesses(counters, clock)
+    guesses = _guesses(store, clock)
     for n in range(3):
         await guesses.attempt(ALICE, f"198.51.100.{n}")
     with pytest.raises(TooManyGuesses) as limited:
@@ -57,8 +44,8 @@ async def test_an_address_gets_its_guesses_from_anywhere_then_waits(
     await guesses.attempt(ALICE, "203.0.113.1")
 
 
-async def test_a_network_meets_its_ceiling_across_addresses(counters: CounterStore) -> None:
-    guesses = _guesses(counters, FakeClock())
+async def test_a_network_meets_its_ceiling_across_addresses(store: CounterStore) -> None:
+    guesses = _guesses(store, FakeClock())
     for n in range(5):
         await guesses.attempt(f"user{n}@example.org", "2001:db8::1")
     with pytest.raises(TooManyGuesses):
@@ -66,15 +53,15 @@ async def test_a_network_meets_its_ceiling_across_addresses(counters: CounterSto
     await guesses.attempt("fresh@example.org", "2001:db8:0:1::1")  # another /64
 
 
-async def test_a_refunded_attempt_does_not_count(counters: CounterStore) -> None:
-    guesses = _guesses(counters, FakeClock())
+async def test_a_refunded_attempt_does_not_count(store: CounterStore) -> None:
+    guesses = _guesses(store, FakeClock())
     for _ in range(10):
         await guesses.refund(await guesses.attempt(ALICE, "192.0.2.1"))
     await guesses.attempt(ALICE, "192.0.2.1")
 
 
-async def test_concurrent_attempts_never_pass_the_limit(counters: CounterStore) -> None:
-    guesses = _guesses(counters, FakeClock(), per_address=3, per_network=1000)
+async def test_concurrent_attempts_never_pass_the_limit(store: CounterStore) -> None:
+    guesses = _guesses(store, FakeClock(), per_address=3, per_network=1000)
     outcomes = await asyncio.gather(
         *(guesses.attempt(ALICE, f"198.51.100.{n}") for n in range(50)), return_exceptions=True
     )
