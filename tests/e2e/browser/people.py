@@ -23,14 +23,7 @@ def sign_up(
 ) -> Any:
     """Fill and send the sign-up form (saving the empty form to ``shots``);
     returns the answer to the form's POST."""
-    page.goto(door.url + "/signup")
-    if shots is not None:
-        shots.take(page, "signup-form")
-    page.fill("input[name=email]", email)
-    page.fill("input[name=password]", password)
-    with page.expect_navigation() as answer:
-        page.click("form button[type=submit]")
-    return answer.value
+    return _send_form(page, door, "signup", email, password, shots)
 
 
 def sign_in(
@@ -38,9 +31,15 @@ def sign_in(
 ) -> Any:
     """Fill and send the sign-in form (saving the empty form to ``shots``);
     returns the answer to the form's POST."""
-    page.goto(door.url + "/signin")
+    return _send_form(page, door, "signin", email, password, shots)
+
+
+def _send_form(
+    page: Any, door: FrontDoor, form: str, email: str, password: str, shots: Screenshots | None
+) -> Any:
+    page.goto(f"{door.url}/{form}")
     if shots is not None:
-        shots.take(page, "signin-form")
+        shots.take(page, f"{form}-form")
     page.fill("input[name=email]", email)
     page.fill("input[name=password]", password)
     with page.expect_navigation() as answer:
