@@ -1,0 +1,1 @@
+"""A small OpenID provider run as a real process by the identity tests (see server.py)."""
