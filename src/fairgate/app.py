@@ -100,6 +100,7 @@ from fairgate.state import (
     RedisNotices,
     RedisResponseOwners,
 )
+from fairgate.state.board import LocalInFlightBoard, RedisInFlightBoard
 from fairgate.store import (
     PostgresChangeListener,
     Store,
@@ -241,6 +242,12 @@ class Gateway:
         self.endpoints = EndpointTable(
             config.models, adapters, local={"/me": me_handler(self.limit, self.admit)}
         )
+        # borrowing requests hold nothing in Redis: each gateway publishes its own counts
+        self.fleet_board = (
+            RedisInFlightBoard(self.state, self.admit.fairshare_counts)
+            if isinstance(self.state, RedisCounterStore)
+            else LocalInFlightBoard(self.admit.fairshare_counts)
+        )
         self.fairshare_monitor = (
             FairShareMonitor(
                 self.fairshare,
@@ -248,6 +255,8 @@ class Gateway:
                 clock,
                 self.admit.fairshare_counts,
                 learned=self.pool_capacity.learned if self.pool_capacity else None,
+                fleet=self.fleet_board.totals,
+                gateways=lambda: self.fleet_board.gateways,
             )
             if self.fairshare is not None
             else None
@@ -492,6 +501,8 @@ class Gateway:
         ]
         if self.dispatcher is not None:
             self._tasks.append(asyncio.create_task(self.dispatcher.run()))
+        if self.fairshare is not None:
+            self._tasks.append(asyncio.create_task(self.fleet_board.run()))
         if self.fairshare_metrics is not None:
             interval = self.config.health.interval
             self._tasks.append(asyncio.create_task(self.fairshare_metrics.run(interval)))

@@ -9,6 +9,7 @@ fair-share stage makes them.
 from __future__ import annotations
 
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -26,6 +27,7 @@ from fairgate.fairshare import FairShare, PriorityClass
 from fairgate.limits import Claim, FairShareState
 from fairgate.limits.fairshare_state import Split
 from fairgate.state import MemoryCounterStore, RedisCounterStore
+from fairgate.state.board import RedisInFlightBoard
 from fairgate.store import Store
 from fairgate.tenancy import Tenancy
 from redis_keys import delete_prefix
@@ -65,12 +67,17 @@ class FairShareApi:
 
 @asynccontextmanager
 async def open_api(
-    store: Store, state: FairShareState, policy: FairShare = POLICY
+    store: Store,
+    state: FairShareState,
+    policy: FairShare = POLICY,
+    board: Callable[[Callable[[], dict[tuple[str, str], tuple[int, int]]]], Any] | None = None,
 ) -> AsyncIterator[FairShareApi]:
+    """The admin API over ``state``; ``board(local)`` makes the fleet's in-flight board."""
     clock = FakeClock()
     tenancy = Tenancy(store, clock=clock, models=MODELS)
     world = await build_world(tenancy)
     local: dict[tuple[str, str], tuple[int, int]] = {}
+    fleet = None if board is None else board(lambda: local)
     app = build_admin_app(
         tenancy=tenancy,
         master_key_sha256=sha256(MASTER_KEY),
@@ -78,7 +85,14 @@ async def open_api(
         registry=CollectorRegistry(),
         models_ready=lambda: {"llama-70b": True},
         draining=lambda: False,
-        fairshare=FairShareMonitor(policy, state, clock, lambda: local),
+        fairshare=FairShareMonitor(
+            policy,
+            state,
+            clock,
+            lambda: local,
+            fleet=None if fleet is None else fleet.totals,
+            gateways=lambda: 1 if fleet is None else fleet.gateways,
+        ),
     )
     async with make_client(app) as client:
         yield FairShareApi(client, world, clock, state, local)
@@ -239,6 +253,8 @@ async def test_the_numbers_follow_claims_charges_and_time(state_api: FairShareAp
             "share": 0.0,
             "reservation": 0,
             "within_share_in_flight": 0,
+            "borrowing_in_flight": 3,
+            "borrowed_fraction": 1.0,
             "usage": 0.0,
             "level": None,
             "rank": 0,
@@ -288,6 +304,39 @@ async def test_one_gateway_reports_the_slots_every_gateway_holds(
             assert b300["B"]["within_share_in_flight"] == 1
             assert b300["A"]["this_gateway"]["within_share_in_flight"] == 2
             assert b300["B"]["this_gateway"]["borrowed_fraction"] is None  # none here
+
+
+@pytest.mark.redis
+async def test_the_borrowing_counts_are_every_gateways(store: Store, redis_url: str) -> None:
+    async with redis_state(redis_url) as make:
+        here, elsewhere, dead = make(), make(), make()
+        boards: list[RedisInFlightBoard] = []
+
+        def board(local: Callable[[], dict[tuple[str, str], tuple[int, int]]]) -> Any:
+            boards.append(RedisInFlightBoard(here, local))
+            return boards[-1]
+
+        async with open_api(store, here, board=board) as api:
+            api.local.update({("b300", "A"): (2, 1)})
+            other = RedisInFlightBoard(
+                elsewhere, lambda: {("b300", "A"): (0, 4), ("h100", "C"): (0, 2)}
+            )
+            await other.publish()
+            # a gateway that stopped publishing 10 s ago (killed): its requests are gone
+            gone = RedisInFlightBoard(
+                dead, lambda: {("b300", "A"): (0, 50)}, clock=lambda: time.time() - 10
+            )
+            await gone.publish()
+            body = await api.get(api.master)
+            assert body["gateways"] == 2
+            b300 = rows(body, "b300")
+            assert b300["A"]["borrowing_in_flight"] == 5  # 1 here, 4 there, none of the dead one
+            assert b300["A"]["this_gateway"]["borrowing_in_flight"] == 1
+            assert rows(body, "h100")["C"]["borrowing_in_flight"] == 2  # it borrows only there
+            api.local.update({("b300", "A"): (2, 3)})  # this gateway's own counts are live
+            assert rows(await api.get(api.master), "b300")["A"]["borrowing_in_flight"] == 7
+            fields = await here.client.hkeys(f"{here.prefix}fairshare:gateways")
+            assert gone.gateway.encode() not in fields  # the dead entry was dropped
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,11 @@ Where each number comes from:
                                           it never has)
     within_share_in_flight                the state back end: every gateway sharing it
     usage, level, rank                    the back end's decayed usage, ranked by the policy
-    this_gateway.*                        this process's own counters (``local``): borrowing
-                                          requests hold nothing in the back end, so only the
-                                          gateway that sent them knows them
+    borrowing_in_flight, gateways         every gateway's own counts summed (``fleet``:
+                                          ``fairgate.state.board``): borrowing requests hold
+                                          nothing in the back end, so each gateway publishes
+                                          its own every second; ``gateways`` is how many counted
+    this_gateway.*                        this process's own counters (``local``)
 
 ``level`` is LF = S / U; an organisation without usage has LF = +inf, which
 JSON cannot carry: it is ``null`` there (every such organisation has rank 0).
@@ -38,7 +40,7 @@ reservation it holds: its own and the organisation's idle seats it borrowed),
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from fastapi import APIRouter
@@ -58,6 +60,9 @@ log = logging.getLogger("fairgate.admin")
 
 LocalInFlight = Callable[[], Mapping[tuple[str, str], tuple[int, int]]]
 """This gateway's requests in flight per (pool, org): (within share, borrowing)."""
+
+FleetInFlight = Callable[[], Awaitable[Mapping[tuple[str, str], tuple[int, int]]]]
+"""Every gateway's requests in flight per (pool, org), summed: (within share, borrowing)."""
 
 LearnedCapacity = Callable[[str], Learned | None]
 """What a pool's capacity learner knows now (``None`` for a pool of fixed capacity)."""
@@ -80,12 +85,16 @@ class FairShareMonitor:
         local: LocalInFlight,
         *,
         learned: LearnedCapacity | None = None,
+        fleet: FleetInFlight | None = None,
+        gateways: Callable[[], int] = lambda: 1,
     ) -> None:
         self._policy = policy
         self._state = state
         self._clock = clock
         self._local = local
         self._learned = learned or (lambda _pool: None)
+        self._fleet = fleet
+        self._gateways = gateways
 
     @property
     def pools(self) -> tuple[str, ...]:
@@ -106,6 +115,7 @@ class FairShareMonitor:
         pools = self._policy.pools if pool is None else (pool,)
         now = self._clock.wall()
         local = dict(self._local())
+        fleet = dict(await self._fleet()) if self._fleet is not None else local
         reads = await asyncio.gather(*(self._read(p, now) for p in pools), return_exceptions=True)
         failed = next((r for r in reads if isinstance(r, BaseException)), None)
         if failed is not None:
@@ -114,7 +124,7 @@ class FairShareMonitor:
         for name, read in zip(pools, reads, strict=True):
             assert not isinstance(read, BaseException)
             held, usage, team_held, team_usage = read
-            rows = self._rows(name, held, usage, local, orgs)
+            rows = self._rows(name, held, usage, local, fleet, orgs)
             for row in rows:
                 row["teams"] = self._team_rows(
                     name, row["org"], team_held.get(row["org"], {}), team_usage.get(row["org"], {})
@@ -131,6 +141,7 @@ class FairShareMonitor:
             "object": "fairshare",
             "at": now,
             "half_life_seconds": self._policy.half_life,
+            "gateways": self._gateways(),
             "pools": body,
         }
 
@@ -192,16 +203,22 @@ class FairShareMonitor:
         held: Mapping[str, int],
         usage: Mapping[str, float],
         local: Mapping[tuple[str, str], tuple[int, int]],
+        fleet: Mapping[tuple[str, str], tuple[int, int]],
         orgs: Collection[str] | None,
     ) -> list[dict[str, Any]]:
         standings = self._policy.standings(pool, usage)
         if orgs is None:
-            here = {o for (p, o), counts in local.items() if p == pool and any(counts)}
+            here = {o for (p, o), counts in fleet.items() if p == pool and any(counts)}
             names = set(standings) | set(held) | here
         else:
             names = set(orgs)
         rows = [
-            _row(self._standing(pool, org, standings, usage), held, local.get((pool, org)))
+            _row(
+                self._standing(pool, org, standings, usage),
+                held,
+                local.get((pool, org)),
+                fleet.get((pool, org), (0, 0))[1],
+            )
             for org in names
         ]
         rows.sort(key=lambda row: (row["rank"], row["org"]))
@@ -218,15 +235,21 @@ class FairShareMonitor:
 
 
 def _row(
-    standing: Standing, held: Mapping[str, int], local: tuple[int, int] | None
+    standing: Standing,
+    held: Mapping[str, int],
+    local: tuple[int, int] | None,
+    borrowing: int,
 ) -> dict[str, Any]:
     within_here, borrowing_here = local or (0, 0)
     here = within_here + borrowing_here
+    within = held.get(standing.org, 0)
     return {
         "org": standing.org,
         "share": standing.share,
         "reservation": standing.reservation,
-        "within_share_in_flight": held.get(standing.org, 0),
+        "within_share_in_flight": within,
+        "borrowing_in_flight": borrowing,
+        "borrowed_fraction": borrowing / (within + borrowing) if within + borrowing else None,
         "usage": standing.usage,
         "level": None if math.isinf(standing.level) else standing.level,
         "rank": standing.rank,
@@ -250,12 +273,16 @@ request of the organisation gets now; 0 is served first). `teams` lists the
 organisation's teams with a sub-share, usage or a slot in flight: `team`,
 `share` (`null`: none of its own, it shares the rest), `reservation`,
 `within_share_in_flight` (slots of the organisation's reservation it holds),
-`usage`, `level` and `rank` among the organisation's teams. `this_gateway` holds
-the counts only this gateway has: its own requests in flight within share and
-borrowing, and `borrowed_fraction` = borrowing / all of them (`null` when it
-has none in flight). Proxy admins and viewers see every organisation with a
-share, usage or a request in flight; organisation admins and viewers see one
-row per pool for each of their organisations; other roles are refused (403).
+`usage`, `level` and `rank` among the organisation's teams.
+`borrowing_in_flight` counts the organisation's borrowing requests on every
+gateway (each publishes its own counts every second; `gateways` says how many
+were counted, a gateway silent for 3 s is not), `borrowed_fraction` =
+borrowing / (within share + borrowing) across the fleet (`null` when none is in
+flight). `this_gateway` holds this gateway's own requests in flight within
+share and borrowing, and its `borrowed_fraction`. Proxy admins and viewers see
+every organisation with a share, usage or a request in flight; organisation
+admins and viewers see one row per pool for each of their organisations; other
+roles are refused (403).
 503 `state_unavailable` when the state back end does not answer.
 """
 
