@@ -8,6 +8,7 @@ async def test_x(sim, start_gateway):
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ import httpx
 import orjson
 import pytest
 from tests.e2e.conftest import TEST_KEY, write_config
+from tests.redis_keys import delete_prefix
 
 from fairgate.app import Gateway
 from fairgate.config import load_config
@@ -31,9 +33,12 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
         yield MemoryCounterStore()
         return
     url = request.getfixturevalue("redis_url")
-    redis = RedisCounterStore(url, prefix=f"fg-test:gate:{id(request)}:")
+    # a prefix of the test's own: other runs (and xdist workers) share the server
+    prefix = f"fg-test:proxy:{uuid.uuid4().hex}:"
+    redis = RedisCounterStore(url, prefix=prefix)
     yield redis
     await redis.aclose()
+    await delete_prefix(url, prefix)
 
 
 @dataclass

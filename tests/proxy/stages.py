@@ -1,8 +1,10 @@
 """The limit and admit stages composed as the pipeline composes them, for their tests.
 
 ``Stages`` takes the arguments of both stages; ``enter`` runs the read stage's tag
-parsing, then limit, then admit; ``leave`` gives back in the settle stage's order
-(admit, then limit), ``ex.cost`` computed first as the settle stage computes it.
+parsing, then limit, then admit (with ``ride``, the fair-share claim rides with the
+limits as the Gateway wires it: ``Admit.claim_ahead`` into ``Limit.enter``); ``leave``
+gives back in the settle stage's order (admit, limit, then what admit still owes),
+``ex.cost`` computed first as the settle stage computes it.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class Stages:
         tags: TagPolicy | None = None,
         on_soft_limit: Alert | None = None,
         dispatcher: Dispatcher | None = None,
+        ride: bool = False,
     ) -> None:
         self.tags = tags or TagPolicy()
         self.limit = Limit(
@@ -82,21 +85,28 @@ class Stages:
             admission=admission,
             bands=bands,
             dispatcher=dispatcher,
+            claims_ride=ride,
         )
 
     async def enter(self, ex: Exchange, tag_header: bytes | None = None) -> Ticket:
-        assert ex.principal is not None
-        added = self.tags.apply(ex.principal, tag_header)
-        if added is not None:
-            ex.tags = added
         ticket = Ticket()
         try:
-            await self.limit.enter(ex, ticket)
+            await self.enter_limit(ex, ticket, tag_header)
             await self.admit.enter(ex, ticket)
         except BaseException:
             await self.leave(ticket, ex)
             raise
         return ticket
+
+    async def enter_limit(
+        self, ex: Exchange, ticket: Ticket, tag_header: bytes | None = None
+    ) -> None:
+        """The read stage's tags, then the limit stage, the claim riding when it can."""
+        assert ex.principal is not None
+        added = self.tags.apply(ex.principal, tag_header)
+        if added is not None:
+            ex.tags = added
+        await self.limit.enter(ex, ticket, self.admit.claim_ahead(ex))
 
     async def leave(self, ticket: Ticket, ex: Exchange) -> None:
         """As the settle stage leaves: ``ex.cost`` is the served usage's cost, then the
@@ -109,7 +119,7 @@ class Stages:
     @property
     def leaves(self) -> tuple[Callable[[Ticket, Exchange], Awaitable[None]], ...]:
         """The stages' leave steps in the settle stage's order (``Settler``'s ``leave``)."""
-        return (self.admit.leave, self.limit.leave)
+        return (self.admit.leave, self.limit.leave, self.admit.finish)
 
     def check_head(self, principal: Principal) -> None:
         self.limit.check_head(principal)

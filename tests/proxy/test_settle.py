@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -27,7 +26,7 @@ from fairgate.proxy.reservation import Reservation
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.ticket import Ticket
 from fairgate.proxy.usage import Usage
-from fairgate.state import MemoryCounterStore, RedisCounterStore
+from fairgate.state import MemoryCounterStore
 
 PRICES = {
     "m": Prices(Money.from_units(1).micro, Money.from_units(2).micro, 0),
@@ -35,18 +34,6 @@ PRICES = {
 }
 BUDGET = Budget("team", "ta", None, "day", max=Money(10**12))
 KEY = Principal("k1", "a", "ta")
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    if request.param == "memory":
-        yield MemoryCounterStore()
-        return
-    redis = RedisCounterStore(
-        request.getfixturevalue("redis_url"), prefix=f"fg-test:settle:{id(request)}:"
-    )
-    yield redis
-    await redis.aclose()
 
 
 class Books:

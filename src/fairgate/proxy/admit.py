@@ -58,6 +58,8 @@ T = TypeVar("T")
 
 _FREE = Money(0)
 
+_LOST = StateUnavailable("the way-out call (slot release, usage charge) failed")
+
 USAGE_TTL = 1.0
 """Seconds a pool's decayed usage is reused between reads (a ranking a second old is as
 good as a fresh one at a half-life of days, and it saves a round trip per request)."""
@@ -124,7 +126,9 @@ class Admit:
 
     @property
     def available(self) -> bool:
-        """False while the fair-share state failed its last call."""
+        """False while the fair-share state failed its last call, on the way in or out
+        (with ``claims_ride``, the limit stage's calls that carried the claim or paid
+        the way out)."""
         return not self._state_down
 
     def claim_ahead(self, ex: Exchange) -> ClaimRequest | None:
@@ -214,6 +218,8 @@ class Admit:
         due, ticket.due = ticket.due, None
         if due is None:
             return
+        if due.answered is not None:  # the limit stage's call paid it, or failed to
+            self.note_state(None if due.answered else _LOST)
         if due.claim is not None or due.charge is not None:
             await self._pay(due)
         dispatcher = self._dispatcher

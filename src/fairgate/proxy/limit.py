@@ -124,8 +124,9 @@ class Limit:
         ``ex.usage`` and ``ex.cost``, set by the settle stage (``proxy.settle``); no usage
         when nothing reached an engine: the estimate is given back. What the admit stage
         left on the ticket for the state (``Ticket.due``: a slot to release, usage to
-        charge) goes in the same call, and the ticket says it was paid. Never raises but
-        ``CancelledError``; safe to call twice."""
+        charge) goes in the same call, and the ticket says it was paid and whether that
+        call reached the state (``Due.answered``). Never raises but ``CancelledError``;
+        safe to call twice."""
         if ticket.head_key is not None:
             # first: this process's count may never exceed the shared one
             self._head.left(ticket.head_key)
@@ -143,7 +144,7 @@ class Limit:
         usage = ex.usage
         tokens = 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
         served = ex.model if usage is not None else None
-        await self._limiter.settle(
+        answered = await self._limiter.settle(
             admitted,
             tokens=tokens,
             cost=ex.cost,
@@ -152,6 +153,9 @@ class Limit:
             release=release,
             charge=charge,
         )
+        if due is not None and ((release is not None and release.lease is not None) or charge):
+            # the call carried the admit stage's business: it notes whether it got through
+            ticket.due = due.paid(answered)
 
     async def meter(self, ex: Exchange) -> None:
         """Count a request the gateway answers itself (``GET /v1/models``, ``GET /me``)

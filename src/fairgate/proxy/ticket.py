@@ -20,16 +20,21 @@ class Due:
     slot is released (None: no seat to announce).
 
     The limit stage pays it in its own settle call (one round trip for the whole way
-    out) and sets ``Ticket.due`` to None; what it leaves, the admit stage pays.
+    out) and leaves ``paid()`` on the ticket: the seat, and in ``answered`` whether
+    that call reached the state (None: not known yet, or not paid by that call), so
+    that the admit stage sees a way-out failure as it sees one on the way in. What
+    the limit stage leaves, the admit stage pays.
     """
 
     claim: Claim | None
     charge: UsageCharge | None
     seat: tuple[str, str, str] | None = None
+    answered: bool | None = None
 
-    def paid(self) -> Due:
-        """What is left once the slot was released and the usage charged: the seat."""
-        return Due(None, None, self.seat)
+    def paid(self, answered: bool | None = None) -> Due:
+        """What is left once the slot was released and the usage charged: the seat, and
+        whether the call that paid reached the state."""
+        return Due(None, None, self.seat, answered)
 
 
 @dataclass(slots=True)
