@@ -12,7 +12,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import pytest
@@ -29,10 +29,18 @@ def free_port() -> int:
 
 class RedisProcess:
     """One redis-server on 127.0.0.1:``port``, to start and stop at will; ``password``
-    sets ``requirepass``; ``directory`` is its working directory."""
+    sets ``requirepass``; ``directory`` is its working directory; ``extra`` are more
+    command-line options (``--replicaof HOST PORT``)."""
 
-    def __init__(self, *, password: str | None = None, directory: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        password: str | None = None,
+        directory: str | None = None,
+        extra: Sequence[str] = (),
+    ) -> None:
         self.port = free_port()
+        self._extra = tuple(extra)
         self.password = password
         auth = f":{password}@" if password else ""
         self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
@@ -46,6 +54,7 @@ class RedisProcess:
             args += ["--requirepass", self.password]
         if self._directory:
             args += ["--dir", self._directory]
+        args += self._extra
         self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 15
         client = Redis(

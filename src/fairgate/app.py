@@ -115,7 +115,7 @@ from fairgate.tenancy import (
     model_catalogue,
     redis_notices,
 )
-from fairgate.tenancy.runtime import key_hasher
+from fairgate.tenancy.runtime import key_hasher, redis_target
 from fairgate.upstream import (
     Breaker,
     HealthChecker,
@@ -710,9 +710,8 @@ def _wakers(store: Store, notices: RedisNotices | None) -> list[Waker]:
 def _state_store(config: Config) -> MemoryCounterStore | RedisCounterStore:
     st = config.state
     if st.backend == "redis":
-        assert st.url_file is not None
         return RedisCounterStore(
-            st.url_file.read().strip(),
+            redis_target(config),
             prefix=st.prefix,
             timeout=st.timeout,
             lease_ttl=st.lease_ttl,

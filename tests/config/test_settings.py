@@ -137,10 +137,51 @@ def test_a_password_in_the_store_url_query_is_refused_like_an_inline_one(
 def test_redis_state_needs_a_url_file(problems: Problems) -> None:
     found = problems("state: {backend: redis}\n" + MINIMAL)
     assert found == [
-        "1:8: state.url_file: required with backend 'redis' (a file holding the Redis URL)"
+        "1:8: state.url_file: required with backend 'redis' (a file holding the Redis URL), "
+        "unless state.sentinels names the Sentinels that know the primary"
     ]
     found = problems("state: {backend: etcd}\n" + MINIMAL)
     assert found == ["1:18: state.backend: expected one of 'memory', 'redis', got 'etcd'"]
+
+
+def test_sentinels_locate_the_redis_primary(load: Load) -> None:
+    cfg = load(
+        "state: {backend: redis, sentinels: ['10.0.0.5:26379', '[fd00::5]:26379'], "
+        "service_name: fairgate}\n" + MINIMAL
+    )
+    assert cfg.state.sentinels == ("10.0.0.5:26379", "[fd00::5]:26379")
+    assert cfg.state.service_name == "fairgate"
+    assert cfg.state.url_file is None  # optional: the Sentinels say where the primary is
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        (
+            "{backend: redis, sentinels: ['10.0.0.5:26379']}",
+            "state.service_name: required with state.sentinels (the name the Sentinels monitor)",
+        ),
+        (
+            "{backend: redis, sentinels: ['10.0.0.5'], service_name: f}",
+            "state.sentinels[0]: '10.0.0.5' is not host:port (e.g. 10.0.0.5:26379)",
+        ),
+        (
+            "{backend: redis, sentinels: ['a:1', 'a:1'], service_name: f}",
+            "state.sentinels: a Sentinel is listed twice",
+        ),
+        (
+            "{sentinels: ['a:1'], service_name: f}",
+            "state.sentinels: Sentinels locate a Redis primary: set state.backend: redis",
+        ),
+        (
+            "{service_name: f}",
+            "state.service_name: only with state.sentinels",
+        ),
+    ],
+)
+def test_sentinel_settings_are_checked(problems: Problems, state: str, message: str) -> None:
+    found = problems(f"state: {state}\n" + MINIMAL)
+    assert [line.split(": ", 1)[1] for line in found] == [message]
 
 
 def test_later_features_are_validated_now(load: Load, problems: Problems) -> None:

@@ -12,7 +12,16 @@ from itertools import pairwise
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic import model_validator as _model_validator
 
 from fairgate.config.fields import (
@@ -188,6 +197,22 @@ def _query_password(query: str) -> bool:
     return any(_PASSWORD_PARAM.search(name) for name in names)
 
 
+def _sentinel_address(value: str) -> str:
+    """``host:port`` (``[v6]:port`` for an IPv6 address), as a Sentinel is reached."""
+    wrong = ValueError(f"'{value}' is not host:port (e.g. 10.0.0.5:26379)")
+    try:
+        parts = urlsplit(f"//{value}")
+        port = parts.port
+    except ValueError:
+        raise wrong from None
+    if not parts.hostname or not port or parts.username or parts.path or parts.query:
+        raise wrong
+    return value
+
+
+SentinelAddress = Annotated[StrictStr, AfterValidator(_sentinel_address)]
+
+
 class State(Section):
     """Where shared counters live: ``memory`` (one process) or ``redis`` (needs ``url_file``),
     and how the limits behave around them.
@@ -201,10 +226,20 @@ class State(Section):
     ``snapshot_interval`` is how often the memory back end's rate counters are saved
     to the store (and restored from it at start-up); ``response_ttl`` is how long the
     gateway remembers which scope received a Responses API id (``previous_response_id``).
+
+    High availability: ``sentinels`` (``host:port`` of each Redis Sentinel) with
+    ``service_name`` (the name the Sentinels monitor) make the gateway ask the
+    Sentinels for the current primary, and again after a failover. ``url_file`` is
+    then optional: its password, user name, database number and ``rediss://``
+    scheme apply to the primary, its host and port are ignored.
+    ``sentinel_password_file`` holds the Sentinels' own password, when they have one.
     """
 
     backend: Literal["memory", "redis"] = "memory"
+    sentinels: tuple[SentinelAddress, ...] = ()
+    service_name: Name | None = Field(default=None, validate_default=True)
     url_file: SecretRef | None = Field(default=None, validate_default=True)
+    sentinel_password_file: SecretRef | None = None
     prefix: Name = "fairgate:"
     timeout: PositiveDuration = 0.5
     lease_ttl: PositiveDuration = 30.0
@@ -231,8 +266,33 @@ class State(Section):
     @field_validator("url_file")
     @classmethod
     def _required_for_redis(cls, value: SecretRef | None, info: ValidationInfo) -> SecretRef | None:
-        if value is None and info.data.get("backend") == "redis":
-            raise ValueError("required with backend 'redis' (a file holding the Redis URL)")
+        located = info.data.get("sentinels", True)  # (refused sentinels: one message is enough)
+        if value is None and info.data.get("backend") == "redis" and not located:
+            raise ValueError(
+                "required with backend 'redis' (a file holding the Redis URL), unless "
+                "state.sentinels names the Sentinels that know the primary"
+            )
+        return value
+
+    @field_validator("sentinels")
+    @classmethod
+    def _sentinels_need_redis(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        if value and info.data.get("backend") != "redis":
+            raise ValueError("Sentinels locate a Redis primary: set state.backend: redis")
+        if len(set(value)) != len(value):
+            raise ValueError("a Sentinel is listed twice")
+        return value
+
+    @field_validator("service_name")
+    @classmethod
+    def _service_with_sentinels(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if "sentinels" not in info.data:  # already refused: one message is enough
+            return value
+        sentinels = info.data["sentinels"]
+        if sentinels and value is None:
+            raise ValueError("required with state.sentinels (the name the Sentinels monitor)")
+        if value is not None and not sentinels:
+            raise ValueError("only with state.sentinels")
         return value
 
 

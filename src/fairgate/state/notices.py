@@ -21,6 +21,8 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from fairgate.state.target import RedisTarget, close_client
+
 __all__ = ["RedisNotices"]
 
 log = logging.getLogger(__name__)
@@ -29,14 +31,17 @@ log = logging.getLogger(__name__)
 class RedisNotices:
     """Publishes and subscribes to the access-change channel under ``prefix``.
 
-    ``url`` is a secret (never logged); ``timeout`` (s, > 0) bounds connecting
-    and each publish; ``retry`` (s) is the pause before subscribing again after
-    a lost connection. ``publish`` never raises for a Redis failure (it logs).
+    ``url`` is a secret (never logged), or a ``RedisTarget`` (Sentinels);
+    ``timeout`` (s, > 0) bounds connecting and each publish; ``retry`` (s) is the
+    pause before subscribing again after a lost connection. ``publish`` never
+    raises for a Redis failure (it logs).
     """
 
-    def __init__(self, url: str, *, prefix: str, timeout: float, retry: float = 1.0) -> None:
+    def __init__(
+        self, url: str | RedisTarget, *, prefix: str, timeout: float, retry: float = 1.0
+    ) -> None:
         self.channel = f"{prefix}access-changes"
-        self._url = url
+        self._target = RedisTarget(url) if isinstance(url, str) else url
         self._timeout = timeout
         self._retry = retry
         self._publisher: Redis | None = None
@@ -65,18 +70,17 @@ class RedisNotices:
             except (RedisError, OSError, TimeoutError) as exc:
                 log.warning("access changes: Redis subscription lost, subscribing again: %s", exc)
             finally:
-                await client.aclose()
+                await close_client(client)
             await asyncio.sleep(self._retry)
 
     async def aclose(self) -> None:
         if self._publisher is not None:
             publisher, self._publisher = self._publisher, None
-            await publisher.aclose()
+            await close_client(publisher)
 
     def _client(self, *, socket_timeout: float | None) -> Redis:
-        return Redis.from_url(
-            self._url,
+        return self._target.client(
             socket_timeout=socket_timeout,
-            socket_connect_timeout=self._timeout,
+            connect_timeout=self._timeout,
             health_check_interval=30,
         )

@@ -52,9 +52,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from fairgate.core.breaker import Breaker
@@ -72,6 +70,7 @@ from fairgate.limits.charges import (
 from fairgate.limits.fairshare_state import Claim, ClaimRequest, Split, UsageCharge
 from fairgate.limits.store import StateUnavailable
 from fairgate.limits.window import bucket_of
+from fairgate.state.target import RedisTarget, close_client
 
 __all__ = ["RedisCounterStore"]
 
@@ -98,7 +97,8 @@ def _window_ms(charge: WindowCharge) -> int:
 class RedisCounterStore:
     """Counters in Redis (see ``fairgate.limits.store.CounterStore`` for the contract).
 
-    ``url`` is a ``redis://`` or ``rediss://`` URL (a secret: never logged);
+    ``url`` is a ``redis://`` or ``rediss://`` URL (a secret: never logged), or a
+    ``RedisTarget`` (Sentinels that name the primary, ``fairgate.state.target``);
     ``timeout`` (s, > 0) bounds every call including connecting; ``lease_ttl``
     (s, > 0) is how long an in-flight slot outlives its gateway's last refresh;
     ``breaker`` defaults to 3 failures → open for 1 s; at most ``max_connections``
@@ -108,7 +108,7 @@ class RedisCounterStore:
 
     def __init__(
         self,
-        url: str,
+        url: str | RedisTarget,
         *,
         prefix: str = "fairgate:",
         timeout: float = 0.5,
@@ -124,15 +124,8 @@ class RedisCounterStore:
         self._breaker = breaker or Breaker.fixed(threshold=3, cooldown=1.0)
         # a blocking pool: past ``max_connections`` calls wait for a free connection
         # (within ``timeout``) instead of failing at once with "Too many connections"
-        pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=timeout,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=0,
-        )
+        target = RedisTarget(url) if isinstance(url, str) else url
+        pool = target.pool(max_connections=max_connections, timeout=timeout)
         self._redis: Redis = Redis.from_pool(pool)
         self._acquire = self._redis.register_script(_lua("acquire"))
         self._settle = self._redis.register_script(_lua("settle"))
@@ -427,7 +420,7 @@ class RedisCounterStore:
     async def aclose(self) -> None:
         while self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
-        await self._redis.aclose()
+        await close_client(self._redis)
 
     def _give_back(
         self,

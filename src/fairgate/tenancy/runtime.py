@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
 
 from fairgate.auth.pepper import KeyHasher
 from fairgate.config import Config, ConfigError, Diagnostic, Mark
 from fairgate.core.clock import Clock
 from fairgate.state.notices import RedisNotices
+from fairgate.state.target import RedisTarget
 from fairgate.store import Store, access_changes, upgrade
 from fairgate.tenancy.orgs import declared_teams
 from fairgate.tenancy.services import Tenancy
@@ -30,6 +32,7 @@ __all__ = [
     "model_names",
     "open_tenancy",
     "redis_notices",
+    "redis_target",
     "store_url",
 ]
 
@@ -63,14 +66,29 @@ def key_hasher(config: Config) -> KeyHasher:
         raise ConfigError([Diagnostic.at(Mark(str(ref), 0, 0), reason)]) from None
 
 
+def redis_target(config: Config) -> RedisTarget:
+    """The Redis of ``state.backend: redis``: the URL in ``state.url_file``, or the primary
+    that ``state.sentinels`` name (the URL then gives its password and database)."""
+    st = config.state
+    url = None if st.url_file is None else st.url_file.read().strip()
+    password = None
+    if st.sentinel_password_file is not None:
+        password = st.sentinel_password_file.read().strip()
+    sentinels = []
+    for address in st.sentinels:
+        parts = urlsplit(f"//{address}")
+        assert parts.hostname is not None and parts.port is not None  # checked by the schema
+        sentinels.append((parts.hostname, parts.port))
+    return RedisTarget(url, tuple(sentinels), st.service_name, password)
+
+
 def redis_notices(config: Config, store: Store) -> RedisNotices | None:
     """With ``state.backend: redis``: the access-change channel, published to after each
     committed change of ``store`` that withdraws access. None otherwise."""
     st = config.state
     if st.backend != "redis":
         return None
-    assert st.url_file is not None
-    notices = RedisNotices(st.url_file.read().strip(), prefix=st.prefix, timeout=st.timeout)
+    notices = RedisNotices(redis_target(config), prefix=st.prefix, timeout=st.timeout)
     store.on_commit(access_changes.TOPIC, notices.publish)
     return notices
 
