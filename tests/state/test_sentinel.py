@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis_sentinel import SERVICE, SentinelGroup, sentinel_group
 
 from fairgate.limits import StateUnavailable, WindowCharge
 from fairgate.state import Breaker, RedisCounterStore, RedisNotices
 from fairgate.state.target import RedisTarget
+from redis_sentinel import SERVICE, SentinelGroup, sentinel_group
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
