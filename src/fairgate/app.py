@@ -27,6 +27,8 @@ from fairgate.accounting import (
     prices_by_model,
 )
 from fairgate.accounting.budget_keeper import BudgetKeeper
+from fairgate.accounting.journal import Journal
+from fairgate.accounting.retention import Pruner
 from fairgate.accounting.snapshots import CounterSnapshots
 from fairgate.accounts import build_accounts
 from fairgate.admin import build_admin_app
@@ -321,12 +323,22 @@ class Gateway:
         self.clients = ClientAddresses(NetworkSet(map(parse_network, config.trusted_proxies)))
         rules = _route_rules(config)
         accounted = self.metrics.accounting
+        journal_path, acc = config.accounting.journal_path, config.accounting
         self.recorder = Recorder(
             StoreUsageWriter(self.store),
             capacity=config.accounting.queue_capacity,
             on_written=lambda n: accounted.labels("written").inc(n),
             on_dropped=lambda n: accounted.labels("dropped").inc(n),
             on_failed=lambda n: accounted.labels("failed").inc(n),
+            on_spilled=lambda n: accounted.labels("spilled").inc(n),
+            journal=Journal(journal_path, max_bytes=acc.journal_max_bytes)
+            if journal_path is not None
+            else None,
+        )
+        self.pruner = (
+            Pruner(self.store, retention=acc.retention, clock=clock)
+            if acc.retention is not None
+            else None
         )
         recorder = self.recorder
         self.metrics.watch_accounting(lambda: (recorder.stats.queued, recorder.stats.duplicates))
@@ -484,6 +496,9 @@ class Gateway:
             restored = await self.snapshots.restore()
             log.info("rate counters: %d restored from the last snapshot", restored)
         await self.change_watcher.start()
+        replayed = await self.recorder.open()  # before budgets restore spend from the records
+        if replayed:
+            log.info("accounting: %d records of an earlier process replayed", replayed)
         await self.budgets.start()
         self.recorder.start()
         self.alerter.start()
@@ -513,6 +528,8 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self.snapshots.run(every)))
         if self.secrets is not None:
             self._tasks.append(asyncio.create_task(self.secrets.run()))
+        if self.pruner is not None:
+            self._tasks.append(asyncio.create_task(self.pruner.run(every=3600.0)))
 
     async def stop(self) -> None:
         """Stop background tasks and close upstream connections."""

@@ -1,9 +1,9 @@
 """One usage record per request, whatever its outcome, written by a real gateway process.
 
 Success, an engine failure and a client abort each leave a record; SIGTERM drains
-the recorder before the store closes, kill -9 under load loses at most the queued
-records and leaves the store whole, and `fairgate export` totals equal the sum of
-the records in the store.
+the recorder before the store closes, kill -9 under load loses no record (the next
+start writes the dead process's journal) and leaves the store whole, and
+`fairgate export` totals equal the sum of the records in the store.
 """
 
 from __future__ import annotations
@@ -80,9 +80,11 @@ def test_every_request_leaves_one_record_and_sigterm_loses_none(tmp_path: Path) 
     assert aborted[6] == 1 and aborted[4] >= 2  # estimated from the deltas relayed
 
 
-def test_kill_9_under_load_loses_at_most_the_queue_and_never_the_store(tmp_path: Path) -> None:
-    clients = 4
-    answered: list[str] = []
+def test_kill_9_under_load_loses_no_record_the_journal_holds(tmp_path: Path) -> None:
+    """SIGKILL under load: the next start writes the dead process's journal to the store, so
+    every request a client saw answered is recorded, and the store stays whole."""
+    clients = 8
+    answered: list[tuple[str, float]] = []  # request id, when the answer was complete
     stop = threading.Event()
 
     def load(gateway: GatewayProcess) -> None:
@@ -96,7 +98,7 @@ def test_kill_9_under_load_loses_at_most_the_queue_and_never_the_store(tmp_path:
                 except httpx.HTTPError:
                     return  # the gateway is gone
                 if answer.status_code == 200:
-                    answered.append(answer.headers["x-request-id"])
+                    answered.append((answer.headers["x-request-id"], time.monotonic()))
 
     with SimProcess("--model", "m", "--speed", "0") as sim:
         config = write_config(tmp_path, [model("m", sim, cost=COST)])
@@ -105,12 +107,13 @@ def test_kill_9_under_load_loses_at_most_the_queue_and_never_the_store(tmp_path:
         try:
             for thread in threads:
                 thread.start()
-            # long enough for several batches to be committed while requests keep coming
+            # several batches committed, and a second of records only in the queue
             deadline = time.monotonic() + 30
             while len(answered) < 200 and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(1.5)
             assert gateway.pid is not None
+            killed_at = time.monotonic()
             os.kill(gateway.pid, signal.SIGKILL)
             assert gateway.wait(30) == -signal.SIGKILL
         finally:
@@ -118,43 +121,32 @@ def test_kill_9_under_load_loses_at_most_the_queue_and_never_the_store(tmp_path:
             for thread in threads:
                 thread.join(60)
             gateway.stop()
-        served = len(answered)
+        with sqlite3.connect(tmp_path / "fairgate.db") as db:
+            before = {row[0] for row in db.execute("SELECT request_id FROM usage_records")}
+        assert (tmp_path / "fairgate-journal").is_dir()
 
+        # the gateway starts again on the same store and journal: the journal is replayed
+        # before it serves
+        with GatewayProcess(config) as again:
+            assert chat(again).status_code == 200
         with sqlite3.connect(tmp_path / "fairgate.db") as db:
             assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
             ids = {row[0] for row in db.execute("SELECT request_id FROM usage_records")}
-        assert ids, "no batch was committed during the load"
-        # Only what was queued is lost. A request can be answered and recorded with its
-        # answer still on the way to the client when the process dies: one per client.
-        assert len(ids) <= served + clients
-        assert len(ids - set(answered)) <= clients
 
-        # the gateway starts again on the same store, serves, and reports what it holds
-        (tmp_path / "master.key").write_text("a-master-key-for-this-test-only\n")
-        config = write_config(tmp_path, [model("m", sim, cost=COST)], master_key_file="master.key")
-        with GatewayProcess(config) as again:
-            assert chat(again).status_code == 200
-            today = datetime.now(UTC).date()
-            deadline = time.monotonic() + 20
-            while True:
-                report = httpx.get(
-                    again.admin_url + "/admin/spend",
-                    params={
-                        "from": str(today - timedelta(days=1)),
-                        "to": str(today + timedelta(days=1)),
-                        "group_by": "",
-                    },
-                    headers={"authorization": "Bearer a-master-key-for-this-test-only"},
-                    timeout=30,
-                )
-                assert report.status_code == 200, report.text
-                if (
-                    report.json()["total"]["requests"] == len(ids) + 1
-                    or time.monotonic() > deadline
-                ):
-                    break
-                time.sleep(0.2)
-            assert report.json()["total"]["requests"] == len(ids) + 1
+    seen = {request_id for request_id, _ in answered}
+    missing = seen - ids
+    early = {rid for rid, at in answered if at < killed_at - 0.005} - ids
+    print(  # the measurement the docs quote
+        f"answered {len(seen)}, stored before the restart {len(before & seen)}, "
+        f"after it {len(seen & ids)}, missing {len(missing)} "
+        f"({len(early)} of them answered more than 5 ms before the kill)"
+    )
+    assert len(before & seen) < len(seen), "the kill left nothing unwritten: no test"
+    assert early == set()
+    assert missing == set()
+    # A request can be recorded with its answer still on the way to the client when the
+    # process dies (one per client), and the restarted gateway recorded its own request.
+    assert len(ids - seen) <= clients + 1
 
 
 def test_export_totals_equal_the_records(tmp_path: Path) -> None:

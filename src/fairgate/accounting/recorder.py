@@ -17,6 +17,14 @@ way. What a process killed with SIGKILL loses is what sat in the queue (at
 most ``capacity`` records, usually about one ``flush_interval`` of traffic);
 the store itself is never left half written, since a batch commits whole or
 not at all.
+
+With a :class:`~fairgate.accounting.journal.Journal`, each record is also
+appended to a local file as ``record()`` queues it, and a SIGKILL loses none
+of them: the next start reads the dead process's journal back into the store.
+The journal is also where records go when the queue is full or a batch fails
+twice: they **spill** (kept in the file, read back once the store answers)
+instead of being dropped, up to the journal's bound; only a record that is
+neither journaled nor kept in memory is lost, dropped and counted.
 """
 
 from __future__ import annotations
@@ -25,10 +33,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from fairgate.accounting.journal import Journal, Segment
 from fairgate.accounting.queue import TenantQueue
 from fairgate.accounting.record import UsageRecord
 
@@ -37,6 +46,7 @@ __all__ = ["Recorder", "RecorderStats", "UsageWriter"]
 log = logging.getLogger("fairgate.accounting")
 
 _LOG_EVERY = 10.0  # seconds between two error lines about dropped records
+_ADOPT_EVERY = 30.0  # seconds between two looks for journal segments of dead processes
 
 
 class UsageWriter(Protocol):
@@ -58,7 +68,9 @@ class RecorderStats:
     attempt that succeeded (a retry after a commit whose answer was lost);
     ``dropped``: refused by ``record()`` (queue full, or after ``drain``) or left
     when ``drain`` timed out; ``failed``: in batches that failed twice;
-    ``retries``: batches written a second time; ``queued``: waiting now.
+    ``retries``: batches written a second time; ``queued``: waiting now;
+    ``spilled``: left memory unwritten but kept in the journal (not lost);
+    ``replayed``: read back from the journal and written (stored or found there).
     """
 
     queued: int
@@ -67,6 +79,8 @@ class RecorderStats:
     dropped: int
     failed: int
     retries: int
+    spilled: int = 0
+    replayed: int = 0
 
 
 def _ignore(_count: int) -> None:
@@ -81,6 +95,8 @@ class Recorder:
     store answers; ``write_timeout`` (seconds) bounds one write attempt and
     ``retry_delay`` (seconds) the pause before the retry. The callbacks receive
     record counts (for metrics) and must not raise; one that does is ignored.
+    ``journal`` (opened by :meth:`open` or :meth:`start`) makes records outlive
+    the process and is the spill past the queue (module docstring).
     """
 
     def __init__(
@@ -95,6 +111,8 @@ class Recorder:
         on_dropped: Callable[[int], None] | None = None,
         on_written: Callable[[int], None] | None = None,
         on_failed: Callable[[int], None] | None = None,
+        on_spilled: Callable[[int], None] | None = None,
+        journal: Journal | None = None,
     ) -> None:
         if capacity < 1 or batch_size < 1 or flush_interval <= 0:
             raise ValueError("capacity and batch_size must be >= 1, flush_interval > 0")
@@ -106,6 +124,12 @@ class Recorder:
         self._on_dropped = on_dropped or _ignore
         self._on_written = on_written or _ignore
         self._on_failed = on_failed or _ignore
+        self._on_spilled = on_spilled or _ignore
+        self._journal = journal
+        self._opened = False
+        self._segment_of: dict[int, int] = {}  # id(record) → journal segment, while queued
+        self._hand: list[int | None] = []  # the segments of the batch being written
+        self._spilled = self._replayed = 0
         self._queue = TenantQueue(capacity)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -129,10 +153,14 @@ class Recorder:
             if self._closed:
                 self._drop(1, "after the drain")
                 return False
+            if self._journal is not None:
+                seq = self._journal.append(rec)
+                if seq is not None:
+                    self._segment_of[id(rec)] = seq
             dropped = self._queue.push(rec)
             if dropped is not None:
-                self._drop(1, "the accounting queue is full")
-                return dropped is not rec
+                kept = self._spill_or_drop(dropped, "the accounting queue is full")
+                return kept or dropped is not rec
             if len(self._queue) >= self._batch_size and self._wake is not None:
                 self._wake.set()
             return True
@@ -142,8 +170,29 @@ class Recorder:
 
     # -- life cycle -----------------------------------------------------------------
 
+    async def open(self) -> int:
+        """Open the journal and write what earlier processes left in it to the store, before
+        serving (so that restored budgets see it); returns how many records were read back.
+        A store that fails leaves them to the writing task. Raises ``OSError`` when the
+        journal's directory cannot be used."""
+        if self._journal is None or self._opened:
+            return 0
+        self._journal.open()
+        self._opened = True
+        replayed = 0
+        while (segment := self._journal.next_spilled()) is not None:
+            count = await self._replay(segment)
+            if count is None:
+                break
+            replayed += count
+        return replayed
+
     def start(self) -> None:
-        """Start the writing task on the running event loop (idempotent)."""
+        """Start the writing task on the running event loop (idempotent); opens the journal
+        when :meth:`open` did not."""
+        if self._journal is not None and not self._opened:
+            self._journal.open()
+            self._opened = True
         if self._task is None and not self._closing:
             self._wake = asyncio.Event()
             self._task = asyncio.create_task(self._run(), name="fairgate-accounting")
@@ -175,13 +224,24 @@ class Recorder:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            left = len(self._queue) + self._in_hand
-            self._queue.clear()
+            hand, self._hand = self._hand, []
+            left = self._in_hand - sum(1 for seq in hand if seq is not None)
+            self._spill_segments(seq for seq in hand if seq is not None)
+            for rec in self._queue.take(len(self._queue)):
+                left += 0 if self._spill_or_drop(rec, "", count_drop=False) else 1
             self._in_hand = 0
-            log.error("accounting: drain timed out after %.1fs; %d records lost", timeout, left)
+            self._close_journal()
+            log.error(
+                "accounting: drain timed out after %.1fs; %d records lost%s",
+                timeout,
+                left,
+                " (the others stay in the journal for the next start)" if self._journal else "",
+            )
             self._drop(left, "the drain timed out", log_now=False)
             return False
-        return not self._queue and self._failed == failed_before
+        self._close_journal()
+        spilled = self._journal is not None and self._journal.spilled > 0
+        return not self._queue and self._failed == failed_before and not spilled
 
     @property
     def stats(self) -> RecorderStats:
@@ -192,6 +252,8 @@ class Recorder:
             dropped=self._dropped,
             failed=self._failed,
             retries=self._retries,
+            spilled=self._spilled,
+            replayed=self._replayed,
         )
 
     # -- the writing task -----------------------------------------------------------
@@ -199,7 +261,9 @@ class Recorder:
     async def _run(self) -> None:
         assert self._wake is not None
         wake = self._wake
-        while self._queue or not self._closing:
+        replay_failed = False
+        next_adopt = time.monotonic() + _ADOPT_EVERY
+        while True:
             if len(self._queue) < self._batch_size and not self._closing:
                 wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -207,10 +271,53 @@ class Recorder:
             if self._queue:
                 batch = self._queue.take(self._batch_size)
                 await self._write(batch)
+                continue
+            # The queue is empty: the store keeps up. Read back what spilled, one segment
+            # per turn; after a failure, try again next interval (or give up when closing).
+            segment = self._journal.next_spilled() if self._journal is not None else None
+            if segment is not None and not (self._closing and replay_failed):
+                replay_failed = await self._replay(segment) is None
+                continue
+            if self._closing:
+                return
+            if self._journal is not None and time.monotonic() >= next_adopt:
+                # segments of a process (a worker) that died since this one started
+                next_adopt = time.monotonic() + _ADOPT_EVERY
+                with contextlib.suppress(OSError):
+                    self._journal.adopt()
+
+    async def _replay(self, segment: Segment) -> int | None:
+        """Write every record of a spilled segment; its count, or None when the store failed
+        (the segment stays, to be tried again)."""
+        assert self._journal is not None
+        try:
+            records = await asyncio.to_thread(self._journal.read, segment)
+        except OSError as exc:
+            log.error("accounting: a journal segment could not be read (%s)", exc)
+            self._journal.done(segment)  # unreadable now is unreadable later
+            return 0
+        for start in range(0, len(records), self._batch_size):
+            chunk = records[start : start + self._batch_size]
+            try:
+                async with asyncio.timeout(self._write_timeout):
+                    await self._writer.write(chunk)
+            except Exception as exc:
+                log.warning(
+                    "accounting: %d journaled records wait for the store (%s)",
+                    len(records) - start,
+                    _reason(exc),
+                )
+                return None
+        self._journal.done(segment)
+        self._replayed += len(records)
+        if records:
+            log.info("accounting: %d journaled records written to the store", len(records))
+        return len(records)
 
     async def _write(self, batch: list[UsageRecord]) -> None:
         # ``_in_hand`` stays set if the drain cancels this write, so that it counts the batch.
         self._in_hand = len(batch)
+        self._hand = [self._segment_of.pop(id(rec), None) for rec in batch]
         for attempt in (1, 2):
             try:
                 async with asyncio.timeout(self._write_timeout):
@@ -225,21 +332,59 @@ class Recorder:
                     self._retries += 1
                     await asyncio.sleep(self._retry_delay)
                     continue
-                log.error(
-                    "accounting: %d records lost: the store failed twice (%s)",
-                    len(batch),
-                    _reason(exc),
-                )
-                self._failed += len(batch)
-                self._call(self._on_failed, len(batch))
+                journaled = [seq for seq in self._hand if seq is not None]
+                lost = len(batch) - len(journaled)
+                self._spill_segments(journaled)
+                if lost:
+                    log.error(
+                        "accounting: %d records lost: the store failed twice (%s)",
+                        lost,
+                        _reason(exc),
+                    )
+                    self._failed += lost
+                    self._call(self._on_failed, lost)
             else:
                 # Every record of the batch is stored now; those the store already
                 # had were written by an attempt whose answer got lost.
                 self._written += len(batch)
                 self._duplicates += len(batch) - added
                 self._call(self._on_written, len(batch))
+                if self._journal is not None:
+                    for seq in self._hand:
+                        if seq is not None:
+                            self._journal.settle(seq)
             break
         self._in_hand = 0
+        self._hand = []
+
+    # -- the journal ----------------------------------------------------------------
+
+    def _spill_or_drop(self, rec: UsageRecord, why: str, *, count_drop: bool = True) -> bool:
+        """``rec`` leaves memory unwritten: True when the journal keeps it (spilled),
+        False when it is lost (dropped and counted, unless ``count_drop`` is False)."""
+        seq = self._segment_of.pop(id(rec), None)
+        if seq is not None:
+            self._spill_segments((seq,))
+            return True
+        if count_drop:
+            self._drop(1, why)
+        return False
+
+    def _spill_segments(self, seqs: Iterable[int]) -> None:
+        journal = self._journal
+        count = 0
+        for seq in seqs:
+            if journal is not None:
+                journal.spill(seq)
+                count += 1
+        if count:
+            self._spilled += count
+            self._call(self._on_spilled, count)
+
+    def _close_journal(self) -> None:
+        if self._journal is not None and self._opened:
+            self._journal.close()
+            self._opened = False
 
     # -- counting losses ------------------------------------------------------------
 

@@ -73,7 +73,7 @@ class Config(Section):
     routing: Routing = Field(default_factory=Routing)
     tags: Tags = Field(default_factory=Tags)
     alerts: Alerts = Field(default_factory=Alerts)
-    accounting: Accounting = Field(default_factory=Accounting)
+    accounting: Accounting = Field(default_factory=dict, validate_default=True)
     landing: Landing = Field(default_factory=Landing)
     web: Web = Field(default_factory=Web)
     public_url: PublicUrl | None = None

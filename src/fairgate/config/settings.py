@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import warnings
 from itertools import pairwise
+from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
@@ -63,6 +64,7 @@ __all__ = [
 _KiB = 1024
 _MiB = 1024 * 1024
 DEFAULT_STORE_URL = "sqlite:///fairgate.db"
+DEFAULT_JOURNAL = "fairgate-journal"
 _PASSWORD_PARAM = re.compile(r"pass(word|wd)?$", re.IGNORECASE)
 
 
@@ -109,9 +111,35 @@ class Limits(Section):
 
 
 class Accounting(Section):
-    """The usage recorder: ``queue_capacity`` records wait for the store at most."""
+    """The usage recorder: ``queue_capacity`` records wait in memory for the store at most;
+    ``journal_path`` (a directory; relative to the configuration file, default
+    ``fairgate-journal`` beside it; ``null`` turns the journal off) keeps each record
+    on local disk until the store has it, at most ``journal_max_bytes``;
+    ``retention`` (a duration, ``null`` keeps records forever) prunes older records."""
 
     queue_capacity: Count = 10_000
+    journal_path: Path | None = None
+    journal_max_bytes: Size = 256 * _MiB
+    retention: PositiveDuration | None = None
+
+    @_model_validator(mode="before")
+    @classmethod
+    def _default_journal(cls, data: Any, info: ValidationInfo) -> Any:
+        # Only a configuration read from a file has a default journal: beside that file.
+        base = info.context.get("base_dir") if isinstance(info.context, dict) else None
+        if isinstance(data, dict) and "journal_path" not in data and base is not None:
+            return {**data, "journal_path": Path(base) / DEFAULT_JOURNAL}
+        return data
+
+    @field_validator("journal_path", mode="before")
+    @classmethod
+    def _relative_to_config(cls, value: Any, info: ValidationInfo) -> Any:
+        base = info.context.get("base_dir") if isinstance(info.context, dict) else None
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("expected a directory path or null")
+        if isinstance(value, str | Path) and base is not None and not Path(value).is_absolute():
+            return Path(base) / value
+        return value
 
 
 class ProxySettings(Section):

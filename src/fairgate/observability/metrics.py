@@ -212,7 +212,8 @@ class GatewayMetrics:
         )
         self.accounting = Counter(
             "fairgate_accounting_records",
-            "Usage records by result: written, dropped (queue full, store failing twice, or "
+            "Usage records by result: written, spilled (kept in the journal to write later), "
+            "dropped (queue full and not journaled, store failing twice, or "
             "shutdown), failed (batch write attempts that failed)",
             ["result"],
             registry=r,

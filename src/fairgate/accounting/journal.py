@@ -1,0 +1,287 @@
+"""The usage-record journal: each record appended to a local file as it is produced.
+
+    journal = Journal(Path("/var/lib/fairgate/journal"), max_bytes=256 * 2**20)
+    journal.open()                        # adopts the segments a dead process left
+    seq = journal.append(record)          # None: not journaled (the bound is reached)
+    journal.settle(seq)                   # the record is in the store now
+    journal.spill(seq)                    # the record left memory unwritten: the file keeps it
+    segment = journal.next_spilled()      # a segment whose records must be read back
+    records = journal.read(segment); …; journal.done(segment)
+
+Why a file and no fsync: a process killed with SIGKILL loses its memory, not
+the kernel's page cache, so a plain ``write(2)`` that returned is enough for
+the records to outlive the process; only the machine crashing can lose pages
+the kernel had not written yet. An fsync per record would cost a disk flush
+per request for that case alone.
+
+The journal is a directory of **segments**, ``<seq>-<token>.jsonl``, one JSON
+object per line. Each process appends to a segment of its own and holds an
+exclusive ``flock`` on every segment it owns, so several processes (workers,
+or a restarted gateway beside its dead predecessor's files) can share one
+directory: a segment whose lock can be taken belongs to a process that is gone
+and is **adopted**, its records written to the store again. Writing a record
+twice stores it once (``request_id`` is the key), which is what makes reading a
+whole segment back always safe.
+
+A segment is deleted once every record in it is known to be in the store. A
+record that leaves the in-memory queue without being written (displaced from a
+full queue, or in a batch the store refused twice) **spills**: its segment is
+kept and read back whole when the store answers again. The directory never
+holds more than ``max_bytes``: past that, :meth:`append` refuses and the
+record lives in memory only (the recorder then drops and counts what does not
+fit there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+from dataclasses import dataclass, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fairgate.accounting.record import UsageRecord
+
+__all__ = ["Journal", "Segment"]
+
+log = logging.getLogger("fairgate.accounting")
+
+_SUFFIX = ".jsonl"
+_FIELDS = frozenset(f.name for f in fields(UsageRecord))
+
+
+@dataclass(eq=False, slots=True)
+class Segment:
+    """One journal file this process owns (holding its lock through ``fd``)."""
+
+    path: Path
+    fd: int
+    size: int = 0
+    pending: int = 0  # records appended here, still in memory, not yet in the store
+    spilled: bool = False  # some record here must be read back from the file
+
+
+def encode(record: UsageRecord) -> bytes:
+    """One journal line: the record as JSON (``at`` in RFC 3339), newline-terminated."""
+    return orjson.dumps(record) + b"\n"
+
+
+def decode(line: bytes) -> UsageRecord:
+    """The record of one journal line; raises ``ValueError``/``TypeError``/``KeyError`` on a
+    line that is not one (a torn last line of a process killed mid-write, or a machine crash)."""
+    data: dict[str, Any] = orjson.loads(line)
+    values = {k: v for k, v in data.items() if k in _FIELDS}
+    values["at"] = datetime.fromisoformat(values["at"])
+    values["tags"] = tuple(values.get("tags") or ())
+    return UsageRecord(**values)
+
+
+class Journal:
+    """The segments of one process in ``directory``; see the module docstring.
+
+    ``max_bytes`` bounds the directory's segments this process knows of (its
+    own and the adopted ones); ``segment_bytes`` is the size past which a new
+    segment is started. Not thread-safe: one event loop owns it.
+    """
+
+    def __init__(self, directory: Path, *, max_bytes: int, segment_bytes: int = 4 * 2**20) -> None:
+        if max_bytes < 1 or segment_bytes < 1:
+            raise ValueError("max_bytes and segment_bytes must be >= 1")
+        self.directory = directory
+        self._max_bytes = max_bytes
+        self._segment_bytes = segment_bytes
+        self._token = secrets.token_hex(6)
+        self._seq = 0
+        self._segments: dict[int, Segment] = {}
+        self._current: int | None = None
+        self._bytes = 0
+        self._refused = 0
+
+    # -- life cycle -----------------------------------------------------------------
+
+    def open(self) -> int:
+        """Create the directory, adopt the segments no live process holds, start a segment
+        of this process's own; returns how many segments were adopted. Raises ``OSError``."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        adopted = self.adopt()
+        self._rotate(strict=True)
+        return adopted
+
+    def adopt(self) -> int:
+        """Take the segments of processes that are gone (their lock is free): they are read
+        back and written to the store like spilled ones. Returns how many were taken."""
+        owned = {segment.path for segment in self._segments.values()}
+        taken = 0
+        for path in sorted(self.directory.glob("*" + _SUFFIX)):
+            if path in owned:
+                continue
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # deleted by its owner since the listing
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)  # a live process owns it
+                continue
+            size = os.fstat(fd).st_size
+            self._add(Segment(path, fd, size=size, spilled=True))
+            taken += 1
+        if taken:
+            log.warning("accounting: %d journal segments of an earlier process to replay", taken)
+        return taken
+
+    def close(self) -> None:
+        """Delete the segments whose records are all stored, keep the others for the next
+        start (they are adopted then), and release every lock."""
+        kept = 0
+        for seq, segment in list(self._segments.items()):
+            if segment.pending <= 0 and not segment.spilled:
+                self._delete(seq)
+            else:
+                kept += 1
+                os.close(segment.fd)
+                del self._segments[seq]
+        self._current = None
+        self._bytes = 0
+        if kept:
+            log.warning("accounting: %d journal segments kept for the next start", kept)
+
+    # -- the hot path ---------------------------------------------------------------
+
+    def append(self, record: UsageRecord) -> int | None:
+        """Write ``record`` to the current segment; its segment's number, or None when it
+        was not written (the bound is reached, or the write failed: logged)."""
+        if self._current is None:
+            return None
+        line = encode(record)
+        if self._bytes + len(line) > self._max_bytes:
+            self._refused += 1
+            if self._refused == 1 or self._refused % 1000 == 0:
+                log.error(
+                    "accounting: the journal is full (%d bytes): %d records not journaled",
+                    self._max_bytes,
+                    self._refused,
+                )
+            return None
+        seq = self._current
+        segment = self._segments[seq]
+        try:
+            os.write(segment.fd, line)
+        except OSError as exc:
+            log.error("accounting: a journal write failed (%s)", exc.strerror or exc)
+            return None
+        segment.size += len(line)
+        segment.pending += 1
+        self._bytes += len(line)
+        if segment.size >= self._segment_bytes:
+            self._rotate()
+        return seq
+
+    # -- what became of a journaled record ------------------------------------------
+
+    def settle(self, seq: int) -> None:
+        """One record of segment ``seq`` is in the store; the segment goes once all are."""
+        segment = self._segments.get(seq)
+        if segment is None:
+            return  # read back from the file and deleted already
+        segment.pending -= 1
+        if segment.pending <= 0 and not segment.spilled:
+            if seq == self._current:
+                if segment.size >= self._segment_bytes // 64:
+                    self._rotate()  # a fresh file, so that a kill replays little
+            else:
+                self._delete(seq)
+
+    def spill(self, seq: int) -> None:
+        """One record of segment ``seq`` left memory unwritten: keep the segment to read back."""
+        segment = self._segments.get(seq)
+        if segment is not None:
+            segment.pending -= 1
+            segment.spilled = True
+
+    def next_spilled(self) -> Segment | None:
+        """The oldest segment to read back (the current one is closed first), or None."""
+        for seq, segment in sorted(self._segments.items()):
+            if segment.spilled:
+                if seq == self._current:
+                    self._rotate()
+                return segment
+        return None
+
+    def read(self, segment: Segment) -> list[UsageRecord]:
+        """Every whole record of ``segment``'s file (lines that do not parse are logged and
+        skipped: only a torn last line or a machine crash makes one)."""
+        records: list[UsageRecord] = []
+        bad = 0
+        with open(segment.path, "rb") as file:
+            for line in file:
+                if not line.strip():
+                    continue
+                try:
+                    records.append(decode(line))
+                except (ValueError, TypeError, KeyError):
+                    bad += 1
+        if bad:
+            log.error("accounting: %d unreadable lines in journal %s", bad, segment.path.name)
+        return records
+
+    def done(self, segment: Segment) -> None:
+        """Every record of ``segment`` was read back into the store: delete it."""
+        for seq, known in list(self._segments.items()):
+            if known is segment:
+                self._delete(seq)
+
+    # -- figures --------------------------------------------------------------------
+
+    @property
+    def bytes(self) -> int:
+        """Bytes in the segments this process owns."""
+        return self._bytes
+
+    @property
+    def spilled(self) -> int:
+        """Segments waiting to be read back."""
+        return sum(1 for segment in self._segments.values() if segment.spilled)
+
+    # -- internals ------------------------------------------------------------------
+
+    def _add(self, segment: Segment) -> int:
+        self._seq += 1
+        self._segments[self._seq] = segment
+        self._bytes += segment.size
+        return self._seq
+
+    def _rotate(self, *, strict: bool = False) -> None:
+        """Start a new current segment; the old one goes if nothing of it is pending.
+        When the file cannot be made, the old segment stays current (``strict``: raise)."""
+        old = self._current
+        path = self.directory / f"{self._seq + 1:012d}-{self._token}{_SUFFIX}"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if strict:
+                raise
+            log.error("accounting: a new journal segment failed (%s)", exc.strerror or exc)
+            return
+        self._current = self._add(Segment(path, fd))
+        if old is not None:
+            segment = self._segments[old]
+            if segment.pending <= 0 and not segment.spilled:
+                self._delete(old)
+
+    def _delete(self, seq: int) -> None:
+        segment = self._segments.pop(seq)
+        self._bytes -= segment.size
+        with contextlib.suppress(FileNotFoundError):
+            segment.path.unlink()
+        os.close(segment.fd)
+        if seq == self._current:
+            self._current = None

@@ -1,0 +1,211 @@
+"""The usage-record journal against a real store: what a SIGKILLed process journaled reaches
+the store at the next start, a stalled store spills to the journal instead of dropping,
+the journal's bound drops and counts, and a clean drain leaves no file behind."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from accounting.samples import hold_write_lock, record, stored_count
+from fairgate.accounting import Recorder, StoreUsageWriter
+from fairgate.accounting.journal import Journal, decode, encode
+from fairgate.store import Store
+from fairgate.store.tables import usage_records
+
+DEADLINE = 30.0
+
+# A child that journals ``count`` records, prints "ready", then waits (or kills itself).
+_CHILD = """
+import os, signal, sys
+from datetime import UTC, datetime
+from pathlib import Path
+from fairgate.accounting import UsageRecord
+from fairgate.accounting.journal import Journal
+journal = Journal(Path(sys.argv[1]), max_bytes=2**30)
+journal.open()
+for i in range(int(sys.argv[2])):
+    at = datetime.now(UTC)
+    journal.append(UsageRecord(request_id=f"child-{i}", at=at, key_id="k", org="A", team="a1",
+                               tags=("x",), cost_micro=i, replica="r1", attempts=1))
+print("ready", flush=True)
+if sys.argv[3] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+sys.stdin.read()
+"""
+
+
+def journal_child(directory: Path, count: int, end: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(directory), str(count), end],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    return child
+
+
+def ended(child: subprocess.Popen[str]) -> int:
+    """Kill ``child`` if it still runs; its exit status, its pipes closed."""
+    child.kill()
+    status = child.wait(DEADLINE)
+    for pipe in (child.stdin, child.stdout):
+        if pipe is not None:
+            pipe.close()
+    return status
+
+
+def segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.jsonl"))
+
+
+async def stored_ids(store: Store) -> set[str]:
+    async with store.read() as conn:
+        return set((await conn.execute(select(usage_records.c.request_id))).scalars())
+
+
+async def test_what_a_sigkilled_process_journaled_reaches_the_store_at_the_next_start(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "journal"
+    child = journal_child(directory, 300, "kill")
+    assert child.wait(DEADLINE) == -signal.SIGKILL
+    ended(child)
+    (segment,) = segments(directory)
+    with segment.open("ab") as file:
+        file.write(b'{"request_id": "torn-by-a-cr')  # a line cut short by a machine crash
+    recorder = Recorder(StoreUsageWriter(store), journal=Journal(directory, max_bytes=2**30))
+    with caplog.at_level(logging.ERROR, logger="fairgate.accounting"):
+        assert await recorder.open() == 300
+    assert await stored_ids(store) == {f"child-{i}" for i in range(300)}
+    assert any("unreadable lines" in r.getMessage() for r in caplog.records)
+    assert segment not in segments(directory)  # read back, then deleted
+    assert await recorder.drain(timeout=DEADLINE) is True
+    assert segments(directory) == []
+    assert recorder.stats.replayed == 300
+
+
+async def test_the_segments_of_a_live_process_are_left_to_it(store: Store, tmp_path: Path) -> None:
+    directory = tmp_path / "journal"
+    child = journal_child(directory, 20, "wait")
+    try:
+        other = Journal(directory, max_bytes=2**30)
+        assert other.open() == 0  # its lock is held: nothing to adopt
+        assert other.adopt() == 0
+        ended(child)
+        assert other.adopt() == 1  # the owner is gone: its segment is taken over
+        segment = other.next_spilled()
+        assert segment is not None
+        assert [r.request_id for r in other.read(segment)] == [f"child-{i}" for i in range(20)]
+        other.done(segment)
+        other.close()
+    finally:
+        ended(child)
+    assert segments(directory) == []
+
+
+async def test_a_stalled_store_spills_to_the_journal_and_nothing_is_dropped(
+    store: Store, store_url: str, tmp_path: Path
+) -> None:
+    impatient = Store(store_url, timeout=1.0)
+    await impatient.connect()
+    spilled: list[int] = []
+    recorder = Recorder(
+        StoreUsageWriter(impatient),
+        capacity=20,
+        batch_size=10,
+        flush_interval=0.05,
+        retry_delay=0.01,
+        on_spilled=spilled.append,
+        journal=Journal(tmp_path / "journal", max_bytes=2**30),
+    )
+    recorder.start()
+    sent = [record() for _ in range(200)]
+    async with hold_write_lock(store):
+        for rec in sent:
+            assert recorder.record(rec) is True
+        end = time.monotonic() + DEADLINE
+        while recorder.stats.spilled < 180 and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        assert await stored_count(store) == 0
+    assert await recorder.drain(timeout=DEADLINE) is True
+    await impatient.close()
+    assert await stored_ids(store) == {rec.request_id for rec in sent}
+    stats = recorder.stats
+    assert (stats.dropped, stats.failed) == (0, 0)
+    assert stats.spilled == sum(spilled) >= 180
+    assert segments(tmp_path / "journal") == []
+
+
+async def test_past_the_journal_bound_records_are_dropped_and_counted(
+    store: Store, store_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bound = 20 * len(encode(record()))
+    impatient = Store(store_url, timeout=1.0)
+    await impatient.connect()
+    dropped: list[int] = []
+    recorder = Recorder(
+        StoreUsageWriter(impatient),
+        capacity=10,
+        batch_size=5,
+        flush_interval=3600,
+        on_dropped=dropped.append,
+        journal=Journal(tmp_path / "journal", max_bytes=bound),
+    )
+    recorder.start()
+    with caplog.at_level(logging.ERROR, logger="fairgate.accounting"):
+        async with hold_write_lock(store):
+            for _ in range(100):
+                recorder.record(record())
+            size = sum(p.stat().st_size for p in segments(tmp_path / "journal"))
+        assert await recorder.drain(timeout=DEADLINE) is True
+    await impatient.close()
+    assert size <= bound
+    stored = await stored_count(store)
+    # 20 journaled (their place in memory taken by later ones: spilled, then read back),
+    # and what the memory queue held past them; the rest dropped, each one counted.
+    assert 20 <= stored < 100
+    assert recorder.stats.dropped == sum(dropped) == 100 - stored
+    assert any("journal is full" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_clean_drain_writes_everything_and_leaves_no_journal(
+    store: Store, tmp_path: Path
+) -> None:
+    directory = tmp_path / "journal"
+    recorder = Recorder(
+        StoreUsageWriter(store),
+        batch_size=50,
+        flush_interval=0.01,
+        journal=Journal(directory, max_bytes=2**30, segment_bytes=4096),
+    )
+    recorder.start()
+    for _ in range(1000):
+        recorder.record(record())
+        if len(segments(directory)) > 5:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    assert len(segments(directory)) <= 3  # written segments go while serving, not at the end
+    assert await recorder.drain(timeout=DEADLINE) is True
+    assert await stored_count(store) == 1000
+    assert segments(directory) == []
+
+
+def test_a_journal_line_is_the_record() -> None:
+    rec = record(tags=("a", "b|c"), project="p", ttft_ms=None, estimated=True)
+    assert decode(encode(rec)) == rec
+    with pytest.raises(ValueError):
+        decode(b'{"request_id": "x"')
