@@ -26,6 +26,7 @@ from sqlalchemy import (
     FromClause,
     case,
     cast,
+    delete,
     func,
     select,
     true,
@@ -36,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store.tables import usage_record_tags, usage_records
 
-__all__ = ["DIMENSIONS", "SpendRow", "insert_records", "spend"]
+__all__ = ["DIMENSIONS", "SpendRow", "delete_before", "insert_records", "spend"]
 
 _R = usage_records.c
 _T = usage_record_tags.c
@@ -242,3 +243,22 @@ async def spend(
         )
         for row in await conn.execute(query)
     ]
+
+
+async def delete_before(conn: AsyncConnection, before: datetime, limit: int) -> int:
+    """Delete up to ``limit`` of the oldest records that ended before ``before`` (and their
+    tags); returns how many went. Small batches keep each transaction, and the locks it
+    holds, short."""
+    oldest = (
+        select(usage_records.c.request_id)
+        .where(usage_records.c.at < before)
+        .order_by(usage_records.c.at)
+        .limit(limit)
+    )
+    ids = list((await conn.execute(oldest)).scalars())
+    if not ids:
+        return 0
+    tags = usage_record_tags.c.request_id
+    await conn.execute(delete(usage_record_tags).where(tags.in_(ids)))
+    await conn.execute(delete(usage_records).where(usage_records.c.request_id.in_(ids)))
+    return len(ids)
