@@ -1,0 +1,65 @@
+"""deploy/systemd: the units run the gateway unprivileged, stop it by its drain, and
+hand it its secrets as credentials (files), never in the environment."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+UNITS = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
+
+
+def unit(name: str) -> dict[str, list[str]]:
+    """Each [Service] key with every value it is given (systemd keys repeat)."""
+    values: dict[str, list[str]] = {}
+    section = None
+    for line in (UNITS / name).read_text().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+        elif section == "[Service]" and "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            values.setdefault(key, []).append(value)
+    return values
+
+
+@pytest.mark.parametrize("name", ["fairgate.service", "fairgate@.service"])
+def test_the_unit_drains_unprivileged_with_secrets_as_credentials(name: str) -> None:
+    service = unit(name)
+    assert service["User"] == ["fairgate"]
+    assert service["KillSignal"] == ["SIGTERM"]
+    # shutdown_grace (30 s) and the usage records' last write (up to 30 s) fit
+    assert int(service["TimeoutStopSec"][0]) >= 60
+    assert service["NoNewPrivileges"] == ["yes"]
+    assert service["CapabilityBoundingSet"] == [""]
+    assert "--config" in service["ExecStart"][0]
+    assert "Environment" not in service and "EnvironmentFile" not in service
+    credentials = [c.split(":", 1)[0] for c in service["LoadCredential"]]
+    assert {"pg.url", "redis.url", "master.key"} <= set(credentials)
+
+
+def test_the_host_unit_runs_several_workers() -> None:
+    assert "--workers" in unit("fairgate.service")["ExecStart"][0]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+@pytest.mark.parametrize("name", ["fairgate.service", "fairgate@1.service"])
+def test_systemd_finds_nothing_wrong_but_the_absent_binary(name: str, tmp_path: Path) -> None:
+    source = "fairgate@.service" if "@" in name else name
+    (tmp_path / name).write_text((UNITS / source).read_text())
+    done = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(tmp_path / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    problems = [
+        line
+        for line in (done.stdout + done.stderr).splitlines()
+        if line.strip() and "/opt/fairgate/bin/fairgate is not executable" not in line
+    ]
+    assert problems == []
