@@ -8,6 +8,7 @@ start writes the dead process's journal) and leaves the store whole, and
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -147,6 +148,68 @@ def test_kill_9_under_load_loses_no_record_the_journal_holds(tmp_path: Path) -> 
     # A request can be recorded with its answer still on the way to the client when the
     # process dies (one per client), and the restarted gateway recorded its own request.
     assert len(ids - seen) <= clients + 1
+
+
+STREAMS = 200
+
+
+async def _streams(gateway: GatewayProcess, started: threading.Event) -> list[tuple[str, bytes]]:
+    """``STREAMS`` streams at once; ``started`` is set once every one has its first token.
+    Returns each stream's request id and everything it received."""
+    limits = httpx.Limits(max_connections=STREAMS + 10)
+    first = asyncio.Semaphore(0)
+
+    async def one(client: httpx.AsyncClient) -> tuple[str, bytes]:
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 30,  # about 3 s at 10 tokens/s
+            "stream": True,
+        }
+        async with client.stream("POST", gateway.url + "/v1/chat/completions", json=body) as r:
+            got = b""
+            async for chunk in r.aiter_bytes():
+                if not got:
+                    first.release()
+                got += chunk
+            return r.headers["x-request-id"], got
+
+    async with httpx.AsyncClient(headers=AUTH, timeout=60, limits=limits) as client:
+        tasks = [asyncio.create_task(one(client)) for _ in range(STREAMS)]
+        for _ in range(STREAMS):
+            await asyncio.wait_for(first.acquire(), 60)
+        started.set()
+        return await asyncio.gather(*tasks)
+
+
+def test_sigterm_while_200_streams_run_loses_no_record(tmp_path: Path) -> None:
+    with SimProcess(
+        "--model", "m", "--tokens-per-second", "10", "--ttft", "0", "--max-num-seqs", "512"
+    ) as sim:
+        config = write_config(tmp_path, [model("m", sim, cost=COST)])
+        gateway = GatewayProcess(config).start()
+        started = threading.Event()
+        results: list[list[tuple[str, bytes]]] = []
+        runner = threading.Thread(
+            target=lambda: results.append(asyncio.run(_streams(gateway, started)))
+        )
+        try:
+            runner.start()
+            assert started.wait(90), "the 200 streams did not all start"
+            assert gateway.pid is not None
+            os.kill(gateway.pid, signal.SIGTERM)
+            runner.join(90)
+            assert gateway.wait(60) == 0
+        finally:
+            gateway.stop()
+    (streams,) = results
+    assert all(got.rstrip().endswith(b"data: [DONE]") for _, got in streams)
+    with sqlite3.connect(tmp_path / "fairgate.db") as db:
+        rows = dict(db.execute("SELECT request_id, outcome FROM usage_records").fetchall())
+    assert {rid for rid, _ in streams} <= set(rows)
+    assert len(rows) == STREAMS
+    assert set(rows.values()) == {"ok"}
+    assert list((tmp_path / "fairgate-journal").glob("*.jsonl")) == []  # a clean stop keeps none
 
 
 def test_export_totals_equal_the_records(tmp_path: Path) -> None:
