@@ -14,8 +14,10 @@
 
 Every request is recorded whatever its outcome: one that used a GPU and then
 failed still used it. ``record()`` never blocks and never raises; a full queue
-or a store that fails twice loses records, counted in ``Recorder.stats`` and
-the callbacks, logged at error. docs/accounting.md has the guarantees.
+or a store that fails twice spills records to the journal
+(``fairgate.accounting.journal``: they are written later, and survive SIGKILL),
+and loses, counted in ``Recorder.stats`` and the callbacks and logged at
+error, only those the journal could not hold. docs/accounting.md has the guarantees.
 
 Errors::
 

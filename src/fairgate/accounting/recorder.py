@@ -13,7 +13,7 @@ costs another tenant's record, and no refusal ever costs a served request's.
 One task writes whatever is queued every ``flush_interval`` seconds, or as
 soon as ``batch_size`` records wait, each batch in one transaction. A batch
 that fails is retried once, then dropped and counted; serving goes on either
-way. What a process killed with SIGKILL loses is what sat in the queue (at
+way. Without a journal, what a process killed with SIGKILL loses is what sat in the queue (at
 most ``capacity`` records, usually about one ``flush_interval`` of traffic);
 the store itself is never left half written, since a batch commits whole or
 not at all.

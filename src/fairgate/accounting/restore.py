@@ -5,8 +5,10 @@ die with the process. Before serving, the gateway raises every budget's counter
 for the current period to what the store's usage records say was spent in it,
 so that a restart never hands out a fresh allowance. ``seed`` never lowers a
 counter, so doing this on several gateways sharing one Redis, or twice, is
-harmless. Records still in a dead process's queue (kill -9) are lost to this
-as to the reports.
+harmless. Records a killed process (kill -9) had not written yet are missing
+from this, as from the reports, until a process starts again on its journal
+and writes them (``fairgate.accounting.journal``): the gateway does that before
+it restores budgets.
 """
 
 from __future__ import annotations
