@@ -45,6 +45,7 @@ the team is known, which ``team_in_flight`` counts by.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import secrets
@@ -53,7 +54,7 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError, RedisError
 
 from fairgate.core.breaker import Breaker
 from fairgate.fairshare.decay import decay
@@ -527,9 +528,19 @@ class RedisCounterStore:
                 result = await command()
         except (RedisError, OSError, TimeoutError) as exc:
             self._breaker.failure()
+            if isinstance(exc, ConnectionError | OSError):
+                await self._drop_idle()
             raise StateUnavailable(f"Redis call failed: {type(exc).__name__}: {exc}") from exc
         self._breaker.success()
         return result
+
+    async def _drop_idle(self) -> None:
+        """Close every idle pooled connection after a connection failure: after a Redis
+        restart each of them is dead, and would otherwise fail one request each as it
+        comes round (each a 503), long after Redis is back. They reconnect when next used."""
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            async with asyncio.timeout(self._timeout):
+                await self._redis.connection_pool.disconnect(inuse_connections=False)
 
 
 def _escape(name: str) -> str:  # in_flight.lua has a copy: keep them in step
