@@ -37,7 +37,7 @@ from fairgate.core.money import Money
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
 from fairgate.tenancy import open_tenancy
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(600)]
 
@@ -181,7 +181,7 @@ async def usage_records(database: str) -> dict[str, int]:
 async def _limit_and_budget(config: Path) -> None:
     async with open_tenancy(load_config(config)) as tenancy:
         (key,) = await tenancy.keys.list(OPERATOR, team="t")
-        await tenancy.keys.update(OPERATOR, key.id, limits=KeyLimits(rpm=30))
+        await tenancy.keys.update(OPERATOR, key.id, limits=Limits(rpm=30))
         await tenancy.budgets.set(OPERATOR, scope="team:tb", period="month", max=Money(50))
 
 

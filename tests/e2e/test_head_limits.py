@@ -24,7 +24,7 @@ from tests.e2e.test_limits import passed, refusal
 
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -111,9 +111,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             [model("m", sim), model("slow", slow)],
             limits={"client_body_timeout": BODY_TIMEOUT},
         )
-        held = add_key(path, "t", limits=KeyLimits(max_in_flight=1))
-        rpm = add_key(path, "t", limits=KeyLimits(rpm=2))
-        under = add_key(path, "t", limits=KeyLimits(max_in_flight=1, rpm=100))
+        held = add_key(path, "t", limits=Limits(max_in_flight=1))
+        rpm = add_key(path, "t", limits=Limits(rpm=2))
+        under = add_key(path, "t", limits=Limits(max_in_flight=1, rpm=100))
         with GatewayProcess(path) as gateway:
             yield Env(gateway, held, rpm, under)
 

@@ -36,7 +36,7 @@ from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
 from fairgate.tenancy import open_tenancy
 from fairgate.tenancy.actor import Actor
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ def configure(
     directory: Path,
     models: list[dict[str, Any]],
     *,
-    limits: KeyLimits | None = None,
+    limits: Limits | None = None,
     budgets: Sequence[tuple[str, int]] = (),
     **sections: Any,
 ) -> Path:
@@ -65,7 +65,7 @@ def configure(
     return path
 
 
-async def _apply(path: Path, limits: KeyLimits | None, budgets: Sequence[tuple[str, int]]) -> None:
+async def _apply(path: Path, limits: Limits | None, budgets: Sequence[tuple[str, int]]) -> None:
     async with open_tenancy(load_config(path)) as tenancy:
         (key,) = await tenancy.keys.list(OPERATOR, team="t")
         if limits is not None:
@@ -153,7 +153,7 @@ class Shared:
     gateway: GatewayProcess
     sims: tuple[SimProcess, ...]
 
-    def key(self, limits: KeyLimits, team: str = "t") -> str:
+    def key(self, limits: Limits, team: str = "t") -> str:
         return add_key(self.config, team, limits=limits)
 
     def requests(self) -> int:
@@ -197,7 +197,7 @@ def gw(shared: Shared) -> Shared:
 
 
 def test_rpm_refuses_with_retry_after_and_names_the_limit(gw: Shared) -> None:
-    key = gw.key(KeyLimits(rpm=3))
+    key = gw.key(Limits(rpm=3))
     assert [chat(gw.gateway, key=key).status_code for _ in range(3)] == [200, 200, 200]
     refused = chat(gw.gateway, key=key)
     assert refusal(refused) == (
@@ -210,7 +210,7 @@ def test_rpm_refuses_with_retry_after_and_names_the_limit(gw: Shared) -> None:
 
 
 def test_rpd_refuses_the_request_over_the_days_count(gw: Shared) -> None:
-    key = gw.key(KeyLimits(rpd=2))
+    key = gw.key(Limits(rpd=2))
     assert [chat(gw.gateway, key=key).status_code for _ in range(2)] == [200, 200]
     refused = chat(gw.gateway, key=key)
     status, code, message = refusal(refused)
@@ -221,7 +221,7 @@ def test_rpd_refuses_the_request_over_the_days_count(gw: Shared) -> None:
 
 
 def test_max_in_flight_slot_comes_back_when_the_client_disconnects(gw: Shared) -> None:
-    gateway, key = gw.gateway, gw.key(KeyLimits(max_in_flight=1))
+    gateway, key = gw.gateway, gw.key(Limits(max_in_flight=1))
     sock = connect(gateway.host, gateway.port)
     try:
         body = chat_body(stream=True, max_tokens=500, model="paced")
@@ -248,7 +248,7 @@ def test_tpm_charges_the_estimate_and_gives_back_what_was_not_used(gw: Shared) -
     # completion tokens; the model ends its answer after 8, and the window keeps only
     # the real usage.
     tpm = 300
-    gateway, key = gw.gateway, gw.key(KeyLimits(tpm=tpm))
+    gateway, key = gw.gateway, gw.key(Limits(tpm=tpm))
     first = chat(gateway, max_tokens=None, key=key)
     assert first.status_code == 200, first.text
     used = first.json()["usage"]["total_tokens"]
@@ -277,7 +277,7 @@ def test_tpm_charges_the_estimate_and_gives_back_what_was_not_used(gw: Shared) -
 
 
 def test_me_shows_limits_with_their_use_and_budgets_with_their_spend(gw: Shared) -> None:
-    gateway, key = gw.gateway, gw.key(KeyLimits(rpm=50, rpd=500), team=BUDGETED)
+    gateway, key = gw.gateway, gw.key(Limits(rpm=50, rpd=500), team=BUDGETED)
     assert httpx.get(gateway.url + "/me", timeout=30).status_code == 401
     wrong = httpx.get(
         gateway.url + "/me", headers={"authorization": "Bearer fg-not-a-key"}, timeout=30
@@ -315,12 +315,12 @@ def test_limits_unavailable_fails_closed_by_default_and_open_when_configured(
     url_file.write_text(f"redis://127.0.0.1:{port}/0")
     down = {"backend": "redis", "url_file": str(url_file), "timeout": "200ms"}
     closed_config = configure(
-        tmp_path / "closed", [model("m", sim)], limits=KeyLimits(rpm=100), state=down
+        tmp_path / "closed", [model("m", sim)], limits=Limits(rpm=100), state=down
     )
     open_config = configure(
         tmp_path / "open",
         [model("m", sim)],
-        limits=KeyLimits(rpm=100),
+        limits=Limits(rpm=100),
         state={**down, "fail_open": True},
     )
     with GatewayProcess(closed_config) as gateway:
@@ -379,7 +379,7 @@ def test_a_burst_on_each_side_of_a_minute_boundary_does_not_pass_twice(
     sim = start_sim("--model", "m", "--speed", "0")
     gateways = [
         GatewayProcess(
-            configure(tmp_path / name, [model("m", sim)], limits=KeyLimits(rpm=rpm), state=state)
+            configure(tmp_path / name, [model("m", sim)], limits=Limits(rpm=rpm), state=state)
         )
         for name, state in (("memory", {"backend": "memory"}), ("redis", redis_state))
     ]

@@ -21,7 +21,7 @@ from tests.e2e.test_limits import PRICES, chat, configure, refusal
 
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,7 @@ def test_two_gateways_share_one_rpm_limit(
     tmp_path: Path, start_sim: StartSim, pg_database: str, redis_state: dict[str, Any]
 ) -> None:
     sim = start_sim("--model", "m", "--speed", "0")
-    first, second = two_gateways(tmp_path, sim, pg_database, redis_state, limits=KeyLimits(rpm=10))
+    first, second = two_gateways(tmp_path, sim, pg_database, redis_state, limits=Limits(rpm=10))
     with GatewayProcess(first) as a, GatewayProcess(second) as b:
         answers = [chat(a if i % 2 == 0 else b) for i in range(20)]
         statuses = [answer.status_code for answer in answers]

@@ -17,7 +17,7 @@ import pytest
 from tests.e2e.conftest import StartSim, add_key, model, write_config
 
 from fairgate.server.process import GatewayProcess
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_a_flood_of_refusals_and_listings_loses_none_of_another_teams_records(
     config = write_config(
         tmp_path, [model("m", sim)], orgs=ORGS, accounting={"queue_capacity": 100}
     )
-    attacker = add_key(config, "t", name="flood", limits=KeyLimits(rpm=100))
+    attacker = add_key(config, "t", name="flood", limits=Limits(rpm=100))
     victim = add_key(config, "v", name="victim")
     seen: list[tuple[str, int, str]] = []
     served: list[str] = []

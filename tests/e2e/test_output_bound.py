@@ -34,7 +34,7 @@ from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
 from fairgate.tenancy import open_tenancy
 from fairgate.tenancy.actor import Actor
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +95,7 @@ def tenant(env: Env, tpm: int = TPM) -> Tenant:
     async def create() -> Tenant:
         async with open_tenancy(load_config(env.config)) as tenancy:
             made = await tenancy.keys.create(
-                Actor.operator("tests"), team="t", limits=KeyLimits(tpm=tpm)
+                Actor.operator("tests"), team="t", limits=Limits(tpm=tpm)
             )
         auth = {"authorization": f"Bearer {made.secret}", "content-type": "application/json"}
         return Tenant(made.key.id, auth)

@@ -50,7 +50,7 @@ from fairgate.core.money import Money
 from fairgate.server.process import GatewayProcess
 from fairgate.tenancy import open_tenancy
 from fairgate.tenancy.actor import Actor
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(180)]
 
@@ -126,11 +126,11 @@ def _setup(config: Path) -> tuple[str, str, str]:
     async def run() -> tuple[str, str, str]:
         actor = Actor.operator("tests")
         async with open_tenancy(load_config(config)) as tenancy:
-            never = KeyLimits(rpm=BIG, tpm=BIG, rpd=BIG, max_in_flight=100_000)
+            never = Limits(rpm=BIG, tpm=BIG, rpd=BIG, max_in_flight=100_000)
             await tenancy.teams.update(actor, "t", totals=never)
             full = await tenancy.keys.create(actor, team="t", limits=never, tags=["run"])
             borrower = await tenancy.keys.create(actor, team="lend", limits=never)
-            refused = await tenancy.keys.create(actor, team="t", limits=KeyLimits(rpm=1))
+            refused = await tenancy.keys.create(actor, team="t", limits=Limits(rpm=1))
             b = tenancy.budgets
             big, soft = Money.from_units(1_000_000), Money.from_units(900_000)
             await b.set(actor, scope="team:t", period="month", max=big, soft=soft)

@@ -19,7 +19,7 @@ from tests.e2e.conftest import AUTH, StartSim, add_key, model, write_config
 from tests.e2e.robust_wire import until
 
 from fairgate.server.process import GatewayProcess
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -73,8 +73,8 @@ def test_a_killed_gateway_restarts_with_the_days_and_the_minutes_counts(
     config = write_config(
         tmp_path, [model("m", sim)], state={"backend": "memory", "snapshot_interval": "1s"}
     )
-    daily = {"authorization": f"Bearer {add_key(config, 't', limits=KeyLimits(rpd=RPD))}"}
-    minute = {"authorization": f"Bearer {add_key(config, 't', limits=KeyLimits(rpm=RPM))}"}
+    daily = {"authorization": f"Bearer {add_key(config, 't', limits=Limits(rpd=RPD))}"}
+    minute = {"authorization": f"Bearer {add_key(config, 't', limits=Limits(rpm=RPM))}"}
     store = tmp_path / "fairgate.db"
 
     first = GatewayProcess(config).start()
@@ -103,7 +103,7 @@ def test_a_graceful_stop_saves_the_counts_it_has_not_snapshotted_yet(
     config = write_config(
         tmp_path, [model("m", sim)], state={"backend": "memory", "snapshot_interval": "1h"}
     )
-    daily = {"authorization": f"Bearer {add_key(config, 't', limits=KeyLimits(rpd=RPD))}"}
+    daily = {"authorization": f"Bearer {add_key(config, 't', limits=Limits(rpd=RPD))}"}
     store = tmp_path / "fairgate.db"
     first = GatewayProcess(config).start()
     try:

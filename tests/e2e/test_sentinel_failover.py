@@ -25,7 +25,7 @@ from tests.redis_sentinel import SERVICE, sentinel_group
 from fairgate.config import load_config
 from fairgate.store import tables
 from fairgate.tenancy import open_tenancy
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
@@ -100,7 +100,7 @@ def test_the_primary_killed_under_load_fails_closed_then_recovers_without_a_rest
             "prefix": f"fg-test:{os.urandom(6).hex()}:",
         }
         gw = start_gateway([model("m", sim)], health=PATIENT_HEALTH, state=state)
-        key = add_key(gw.config, "t", limits=KeyLimits(rpm=LIMIT))
+        key = add_key(gw.config, "t", limits=Limits(rpm=LIMIT))
         pid = gw.pid
 
         with Load(gw.url, key) as load:

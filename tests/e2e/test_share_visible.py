@@ -43,7 +43,7 @@ from tests.e2e.conftest import (
 
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -156,7 +156,7 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
     with SimProcess(*SIM_ARGS) as sim, SimProcess(*llama_args) as llama:
         config = _config(directory, sim, llama=llama)
         keys = {"A": TEST_KEY, "B": add_key(config, "tb")}
-        limited = add_key(config, "t", limits=KeyLimits(rpm=1))
+        limited = add_key(config, "t", limits=Limits(rpm=1))
         assert fairgate("users", "create", "olga", "--org", "B", "-c", str(config)).returncode == 0
         granted = fairgate("users", "grant", "olga", "org_admin", "--org", "B", "-c", str(config))
         assert granted.returncode == 0, granted.stderr

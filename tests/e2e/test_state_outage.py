@@ -8,7 +8,7 @@ import httpx
 import pytest
 from tests.e2e.conftest import StartGateway, StartSim, add_key, model
 
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
 
@@ -24,7 +24,7 @@ def test_an_unreachable_state_back_end(
         [model("m", sim)],
         state={"backend": "redis", "url_file": str(url_file), "fail_open": fail_open},
     )
-    limited = {"authorization": "Bearer " + add_key(gw.config, "t", limits=KeyLimits(rpm=100))}
+    limited = {"authorization": "Bearer " + add_key(gw.config, "t", limits=Limits(rpm=100))}
     answer = httpx.post(gw.url + "/v1/chat/completions", json=BODY, headers=limited, timeout=30)
     if fail_open:
         assert answer.status_code == 200

@@ -24,7 +24,7 @@ from fairgate.config import load_config
 from fairgate.server.process import GatewayProcess
 from fairgate.tenancy import open_tenancy
 from fairgate.tenancy.actor import Actor
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ OPERATOR = Actor.operator("tests")
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
-def team_totals(config: Path, team: str, totals: KeyLimits) -> None:
+def team_totals(config: Path, team: str, totals: Limits) -> None:
     async def apply() -> None:
         async with open_tenancy(load_config(config)) as tenancy:
             await tenancy.teams.update(OPERATOR, team, totals=totals)
@@ -60,7 +60,7 @@ def test_five_keys_of_one_team_share_its_total_rpm(
 ) -> None:
     sim = start_sim("--model", "m", "--speed", "0")
     config = configure(tmp_path, [model("m", sim)], state=state)
-    team_totals(config, "t", KeyLimits(rpm=6))
+    team_totals(config, "t", Limits(rpm=6))
     secrets = keys_of_t(config, 4)
     with GatewayProcess(config) as gateway:
         # GET /me is a request of the team too (metered): it shows the team's count
@@ -84,7 +84,7 @@ def test_two_gateways_share_one_team_total(
 ) -> None:
     sim = start_sim("--model", "m", "--speed", "0")
     first, second = two_gateways(tmp_path, sim, pg_database, redis_state)
-    team_totals(first, "t", KeyLimits(rpm=10, max_in_flight=50))
+    team_totals(first, "t", Limits(rpm=10, max_in_flight=50))
     secrets = keys_of_t(first, 4)
     with GatewayProcess(first) as a, GatewayProcess(second) as b:
         answers = [chat_as(a if i % 2 == 0 else b, secrets[i % 5]) for i in range(30)]

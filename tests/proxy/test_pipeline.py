@@ -16,7 +16,7 @@ from tests.e2e.conftest import HEAVIEST_FIRST, model
 from tests.proxy.conftest import InProcess, StartGateway
 
 from fairgate.sim.process import SimProcess
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 
 CHAT = "/v1/chat/completions"
 
@@ -48,7 +48,7 @@ async def test_a_key_refused_its_rate_is_refused_again_before_its_body_is_read(
     sim: SimProcess, start_gateway: StartGateway
 ) -> None:
     gw = await start_gateway([model("m", sim)])
-    key = await gw.add_key(limits=KeyLimits(rpm=1))
+    key = await gw.add_key(limits=Limits(rpm=1))
     first = await gw.call(CHAT, chat(), key=key)
     assert first.status == 200, first.body
     refused = await gw.call(CHAT, chat(), key=key)  # the limiter refuses: body read
@@ -70,7 +70,7 @@ async def test_a_request_refused_by_its_limits_takes_no_fair_share_slot(
         pools=[{"name": "p", "capacity": 4}],
         fairshare={"half_life": "1h"},
     )
-    key = await gw.add_key(limits=KeyLimits(rpm=1))
+    key = await gw.add_key(limits=Limits(rpm=1))
     claims = {"pool": "p", "org": "test-org", "kind": "within_share"}
     served = await gw.call(CHAT, chat(), key=key)
     assert served.status == 200
@@ -88,7 +88,7 @@ async def test_a_client_gone_before_its_answer_is_charged_its_reservation(
     sim: SimProcess, start_gateway: StartGateway
 ) -> None:
     gw = await start_gateway([model("m", sim)])
-    key = await gw.add_key(limits=KeyLimits(tpm=1_000_000))
+    key = await gw.add_key(limits=Limits(tpm=1_000_000))
     await asyncio.to_thread(sim.faults, stall_before_headers=30)  # the engine works on it
     gone = asyncio.Event()
 

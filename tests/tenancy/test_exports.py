@@ -20,7 +20,7 @@ def test_exported_members() -> None:
         "Conflict",
         "DeclaredOrg",
         "Holding",
-        "KeyLimits",
+        "Limits",
         "Keys",
         "NewAdminToken",
         "NewKey",

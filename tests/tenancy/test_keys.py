@@ -9,7 +9,7 @@ from fairgate.auth.secrets import looks_like_key, sha256
 from fairgate.core.errors import BadRequest, NotFound
 from fairgate.store import Store, StoreKeyDirectory
 from fairgate.store.tables import keys as keys_table
-from fairgate.tenancy import KeyLimits, Tenancy
+from fairgate.tenancy import Limits, Tenancy
 from store.backends import FakeClock
 from tenancy.world import DECLARED, OPERATOR
 
@@ -23,7 +23,7 @@ async def synced(tenancy: Tenancy) -> Tenancy:
 async def test_a_new_key_is_shown_once_and_only_its_digest_is_stored(
     synced: Tenancy, store: Store
 ) -> None:
-    new = await synced.keys.create(OPERATOR, team="a1", name="ci", limits=KeyLimits(rpm=60))
+    new = await synced.keys.create(OPERATOR, team="a1", name="ci", limits=Limits(rpm=60))
     assert looks_like_key(new.secret)
     assert new.secret.startswith(new.key.prefix) and len(new.key.prefix) == 11
     async with store.read() as conn:
@@ -40,11 +40,9 @@ async def test_a_new_key_is_shown_once_and_only_its_digest_is_stored(
 async def test_the_directory_finds_a_key_by_its_secret_with_its_team_list_and_org(
     synced: Tenancy, store: Store
 ) -> None:
-    await synced.teams.update(
-        OPERATOR, "a1", models=["llama-70b"], limits=KeyLimits(rpm=10, tpm=99)
-    )
+    await synced.teams.update(OPERATOR, "a1", models=["llama-70b"], limits=Limits(rpm=10, tpm=99))
     new = await synced.keys.create(
-        OPERATOR, team="a1", models=["llama70b"], tags=["ci"], limits=KeyLimits(rpm=5)
+        OPERATOR, team="a1", models=["llama70b"], tags=["ci"], limits=Limits(rpm=5)
     )
     record = await StoreKeyDirectory(store).find_key(sha256(new.secret), 0.0)
     assert record is not None
@@ -136,7 +134,7 @@ async def test_key_changes_lists_revoked_and_rotated_keys_since_a_moment(
     ("kwargs", "code"),
     [
         ({"models": ["no-such-model"]}, "model_not_found"),
-        ({"limits": KeyLimits}, None),
+        ({"limits": Limits}, None),
         ({"expires_in": -1.0}, "invalid_expiry"),
         ({"name": "bad name"}, "invalid_name"),
         ({"tags": [f"t{i}" for i in range(9)]}, "too_many"),
@@ -146,9 +144,9 @@ async def test_key_changes_lists_revoked_and_rotated_keys_since_a_moment(
 async def test_invalid_key_requests_are_refused_and_nothing_is_stored(
     synced: Tenancy, kwargs: dict[str, object], code: str | None
 ) -> None:
-    if kwargs.get("limits") is KeyLimits:
+    if kwargs.get("limits") is Limits:
         with pytest.raises(BadRequest, match="rpm"):
-            KeyLimits(rpm=0)
+            Limits(rpm=0)
         return
     with pytest.raises((BadRequest, NotFound)) as refused:
         await synced.keys.create(OPERATOR, team="a1", **kwargs)  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from fairgate.core.errors import Forbidden, NotFound
 from fairgate.store import Store
 from fairgate.store.tables import metadata
-from fairgate.tenancy import Actor, KeyLimits, Tenancy
+from fairgate.tenancy import Actor, Limits, Tenancy
 from tenancy.world import World, build_world
 
 Op = Callable[[Tenancy, Actor, World], Awaitable[Any]]
@@ -28,7 +28,7 @@ OPS: dict[str, Callable[..., Op]] = {
     "org.disable": lambda org: lambda t, a, w: t.orgs.disable(a, org),
     "team.create": lambda org: lambda t, a, w: t.teams.create(a, org=org, name="newteam"),
     "team.update": lambda team: lambda t, a, w: t.teams.update(a, team, models=["llama-8b"]),
-    "team.limits": lambda team: lambda t, a, w: t.teams.update(a, team, limits=KeyLimits(rpm=1)),
+    "team.limits": lambda team: lambda t, a, w: t.teams.update(a, team, limits=Limits(rpm=1)),
     "team.disable": lambda team: lambda t, a, w: t.teams.disable(a, team),
     "project.create": lambda team: lambda t, a, w: t.projects.create(a, team=team, name="q"),
     "project.disable": lambda team: lambda t, a, w: t.projects.disable(a, team=team, name="p"),

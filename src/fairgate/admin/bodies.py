@@ -20,7 +20,7 @@ from pydantic import (
 
 from fairgate.core.durations import parse_duration
 from fairgate.core.errors import BadRequest
-from fairgate.tenancy import KeyLimits
+from fairgate.tenancy import Limits
 from fairgate.tenancy.limits import DEFAULT_KEYS_PER_MEMBER, MAX_KEYS_PER_MEMBER
 
 __all__ = [
@@ -53,8 +53,8 @@ class _Limits(_Body):
     rpd: Limit = None
     max_in_flight: Limit = None
 
-    def limits(self) -> KeyLimits:
-        return KeyLimits(rpm=self.rpm, tpm=self.tpm, rpd=self.rpd, max_in_flight=self.max_in_flight)
+    def limits(self) -> Limits:
+        return Limits(rpm=self.rpm, tpm=self.tpm, rpd=self.rpd, max_in_flight=self.max_in_flight)
 
 
 class NameBody(_Body):
@@ -75,8 +75,8 @@ class _TeamLimits(_Limits):
         DEFAULT_KEYS_PER_MEMBER
     )
 
-    def totals(self) -> KeyLimits:
-        return KeyLimits(
+    def totals(self) -> Limits:
+        return Limits(
             rpm=self.total_rpm,
             tpm=self.total_tpm,
             rpd=self.total_rpd,

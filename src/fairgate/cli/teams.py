@@ -104,12 +104,12 @@ def update(
 async def _update(
     t: Tenancy, actor: Actor, name: str, given: dict[str, int | None], keys: int | None
 ) -> Team:
-    from fairgate.tenancy import KeyLimits
+    from fairgate.tenancy import Limits
 
     current = await t.teams.get(actor, name)
     value = {f: getattr(current, f) if v is None else v for f, v in given.items()}
-    limits = KeyLimits(value["rpm"], value["tpm"], value["rpd"], value["max_in_flight"])
-    totals = KeyLimits(
+    limits = Limits(value["rpm"], value["tpm"], value["rpd"], value["max_in_flight"])
+    totals = Limits(
         value["total_rpm"], value["total_tpm"], value["total_rpd"], value["total_max_in_flight"]
     )
     if keys is None:

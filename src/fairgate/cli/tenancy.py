@@ -21,7 +21,7 @@ import typer
 from fairgate.cli.options import fail, load_or_exit
 
 if TYPE_CHECKING:
-    from fairgate.tenancy import Actor, KeyLimits, Tenancy
+    from fairgate.tenancy import Actor, Limits, Tenancy
 
 __all__ = ["csv", "operator", "run", "show"]
 
@@ -52,13 +52,13 @@ def run(config: Path | None, work: Callable[[Tenancy, Actor], Awaitable[T]]) -> 
 
 def key_limits(
     rpm: int | None, tpm: int | None, rpd: int | None, max_in_flight: int | None
-) -> KeyLimits:
+) -> Limits:
     """Limits from the command line, or exit 1 with the reason (a value out of range)."""
     from fairgate.core.errors import GatewayError
-    from fairgate.tenancy import KeyLimits
+    from fairgate.tenancy import Limits
 
     try:
-        return KeyLimits(rpm=rpm, tpm=tpm, rpd=rpd, max_in_flight=max_in_flight)
+        return Limits(rpm=rpm, tpm=tpm, rpd=rpd, max_in_flight=max_in_flight)
     except GatewayError as error:
         raise fail(error.message) from None
 

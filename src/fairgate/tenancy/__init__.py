@@ -6,7 +6,7 @@
 
     tenancy = Tenancy(store, models=names)
     actor = Actor.operator("alice")                      # or AdminTokens.authenticate(…)
-    new = await tenancy.keys.create(actor, team="lab-nlp", limits=KeyLimits(rpm=60))
+    new = await tenancy.keys.create(actor, team="lab-nlp", limits=Limits(rpm=60))
 
 Every method takes the acting :class:`Actor` and carries the actor's scope into
 the SQL (``fairgate.tenancy.scope``): listings show only what the actor may
@@ -27,7 +27,7 @@ from fairgate.tenancy.budgets import Budgets
 from fairgate.tenancy.claims import ClaimCreated, Claims
 from fairgate.tenancy.errors import ConfigConflict, Conflict
 from fairgate.tenancy.keys import MAX_GRACE, Keys, NewKey
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 from fairgate.tenancy.orgs import DeclaredOrg, Orgs, SyncReport, declared_teams
 from fairgate.tenancy.projects import Projects
 from fairgate.tenancy.public import public
@@ -58,8 +58,8 @@ __all__ = [
     "Conflict",
     "DeclaredOrg",
     "Holding",
-    "KeyLimits",
     "Keys",
+    "Limits",
     "NewAdminToken",
     "NewKey",
     "Orgs",

@@ -1,6 +1,6 @@
 """Virtual keys: create (the secret shown once), list without secrets, revoke, rotate, change.
 
-    new = await tenancy.keys.create(actor, team="lab-nlp", limits=KeyLimits(rpm=60))
+    new = await tenancy.keys.create(actor, team="lab-nlp", limits=Limits(rpm=60))
     new.secret                 # fg-…, returned here and never again
     await tenancy.keys.rotate(actor, new.key.id, grace=86400)   # old secret valid one more day
 
@@ -34,7 +34,7 @@ from fairgate.store.teams import Team
 from fairgate.tenancy.actor import Actor
 from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
-from fairgate.tenancy.limits import KeyLimits
+from fairgate.tenancy.limits import Limits
 from fairgate.tenancy.names import check_labels, check_name
 from fairgate.tenancy.scope import Scope
 from fairgate.tenancy.teams import UNSET
@@ -84,7 +84,7 @@ class Keys(Service):
         name: str | None = None,
         models: Collection[str] | None = None,
         tags: Collection[str] = (),
-        limits: KeyLimits | None = None,
+        limits: Limits | None = None,
         expires_in: float | None = None,
     ) -> NewKey:
         async with self._store.write() as conn:
@@ -110,7 +110,7 @@ class Keys(Service):
         name: str | None = None,
         models: Collection[str] | None = None,
         tags: Collection[str] = (),
-        limits: KeyLimits | None = None,
+        limits: Limits | None = None,
         expires_in: float | None = None,
     ) -> NewKey:
         """:meth:`create` inside the caller's write transaction ``conn`` (a claim link is
@@ -120,7 +120,7 @@ class Keys(Service):
         model_list = self._check_models(models)
         tag_list = check_labels("tag", tags, most=8)
         expires_at = self._expiry(expires_in)
-        limits = limits or KeyLimits()
+        limits = limits or Limits()
         scope = self._scope(actor)
         now = self._now()
         secret, _, prefix = new_key()
@@ -162,7 +162,7 @@ class Keys(Service):
         scope: Scope,
         team: str,
         tags: tuple[str, ...],
-        limits: KeyLimits,
+        limits: Limits,
     ) -> Team:
         """The team ``actor`` may create this key in: NotFound for a team it cannot see,
         Forbidden below member (or, for tags and limits, below team admin), BadRequest for
@@ -177,7 +177,7 @@ class Keys(Service):
             raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
         if owner_team.disabled_at is not None:
             raise BadRequest(f"team {team!r} is disabled", code="team_disabled")
-        if limits != KeyLimits():
+        if limits != Limits():
             _check_limits(owner_team, limits, administers)
         return owner_team
 
@@ -223,7 +223,7 @@ class Keys(Service):
         *,
         models: Collection[str] | None = UNSET,
         tags: Collection[str] = UNSET,
-        limits: KeyLimits | None = UNSET,
+        limits: Limits | None = UNSET,
         expires_in: float | None = UNSET,
     ) -> Key:
         """Change a live key's allowlist, tags, limits or expiry (UNSET leaves one as it is).
@@ -234,7 +234,7 @@ class Keys(Service):
         if tags is not UNSET:
             values["tags"] = check_labels("tag", tags, most=8)
         if limits is not UNSET:
-            values.update((limits or KeyLimits()).columns())
+            values.update((limits or Limits()).columns())
         if expires_in is not UNSET:
             values["expires_at"] = self._expiry(expires_in)
         if not values:
@@ -247,7 +247,7 @@ class Keys(Service):
                     raise NotFound(f"no key {key_id!r}", code="key_not_found")
                 raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
             if limits is not UNSET:
-                await self._check_key_limits(conn, scope, key_id, limits or KeyLimits())
+                await self._check_key_limits(conn, scope, key_id, limits or Limits())
             if not await keys.update_key(conn, key_id, values, now, scope.keys_write()):
                 await self._unchanged(conn, scope, key_id, "changing", idempotent=False)
             detail = {k: _list(v) if isinstance(v, tuple) else v for k, v in values.items()}
@@ -255,7 +255,7 @@ class Keys(Service):
             return await self._audited(conn, actor, key_id, "key.updated", now, detail)
 
     async def _check_key_limits(
-        self, conn: AsyncConnection, scope: Scope, key_id: str, limits: KeyLimits
+        self, conn: AsyncConnection, scope: Scope, key_id: str, limits: Limits
     ) -> None:
         """NotFound for a key the actor cannot see, else ``_check_limits`` on its team."""
         visible = await keys.get_key(conn, key_id, scope.keys_read())
@@ -350,7 +350,7 @@ _TAGS_FORBIDDEN = (
 )
 
 
-def _check_limits(team: Team, limits: KeyLimits, administers: bool) -> None:
+def _check_limits(team: Team, limits: Limits, administers: bool) -> None:
     """Forbidden unless the actor administers ``team``; BadRequest when a limit is
     above the team's per-key limit."""
     if not administers:
@@ -358,7 +358,7 @@ def _check_limits(team: Team, limits: KeyLimits, administers: bool) -> None:
             f"setting a key's limits in {team.name!r} needs team_admin or above",
             code="forbidden",
         )
-    ceiling = KeyLimits(team.rpm, team.tpm, team.rpd, team.max_in_flight)
+    ceiling = Limits(team.rpm, team.tpm, team.rpd, team.max_in_flight)
     above = limits.above(ceiling)
     if above is not None:
         name, bound = above

@@ -22,7 +22,7 @@ from fairgate.store.teams import Team
 from fairgate.tenancy.actor import Actor
 from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, Conflict, Forbidden, NotFound
-from fairgate.tenancy.limits import DEFAULT_KEYS_PER_MEMBER, KeyLimits, check_keys_per_member
+from fairgate.tenancy.limits import DEFAULT_KEYS_PER_MEMBER, Limits, check_keys_per_member
 from fairgate.tenancy.names import check_name
 from fairgate.tenancy.scope import Scope
 
@@ -70,8 +70,8 @@ class Teams(Service):
         org: str,
         name: str,
         models: Collection[str] | None = None,
-        limits: KeyLimits | None = None,
-        totals: KeyLimits | None = None,
+        limits: Limits | None = None,
+        totals: Limits | None = None,
         max_keys_per_member: int = DEFAULT_KEYS_PER_MEMBER,
     ) -> Team:
         check_name("team", name)
@@ -104,8 +104,8 @@ class Teams(Service):
                     now=now,
                     models=model_list,
                     limits={
-                        **(limits or KeyLimits()).columns(),
-                        **(totals or KeyLimits()).columns("total_"),
+                        **(limits or Limits()).columns(),
+                        **(totals or Limits()).columns("total_"),
                         "max_keys_per_member": max_keys_per_member,
                     },
                 )
@@ -129,8 +129,8 @@ class Teams(Service):
         name: str,
         *,
         models: Collection[str] | None = UNSET,
-        limits: KeyLimits | None = UNSET,
-        totals: KeyLimits | None = UNSET,
+        limits: Limits | None = UNSET,
+        totals: Limits | None = UNSET,
         max_keys_per_member: int = UNSET,
     ) -> Team:
         """Set the team's allowlist, per-key limits, totals or keys per member (UNSET
@@ -140,9 +140,9 @@ class Teams(Service):
         if models is not UNSET:
             values["models"] = self._check_models(models)
         if limits is not UNSET:
-            values.update((limits or KeyLimits()).columns())
+            values.update((limits or Limits()).columns())
         if totals is not UNSET:
-            values.update((totals or KeyLimits()).columns("total_"))
+            values.update((totals or Limits()).columns("total_"))
         if max_keys_per_member is not UNSET:
             values["max_keys_per_member"] = check_keys_per_member(max_keys_per_member)
         if not values:

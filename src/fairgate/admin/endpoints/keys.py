@@ -10,7 +10,7 @@ from fastapi import APIRouter
 
 from fairgate.admin.bodies import KeyBody, KeyChange, RotateBody, seconds
 from fairgate.admin.endpoints.context import Caller, listing
-from fairgate.tenancy import KeyLimits, Tenancy, public
+from fairgate.tenancy import Limits, Tenancy, public
 from fairgate.tenancy.claims import DEFAULT_CLAIM_LIFETIME
 
 __all__ = ["keys_router"]
@@ -70,7 +70,7 @@ def keys_router(t: Tenancy) -> APIRouter:
         if given & set(_LIMITS):
             current = await t.keys.get(actor, key_id)
             values = {f: getattr(body if f in given else current, f) for f in _LIMITS}
-            changes["limits"] = KeyLimits(**values)
+            changes["limits"] = Limits(**values)
         return public(await t.keys.update(actor, key_id, **changes))
 
     @router.delete("/{key_id}", summary="Revoke a key (at once; the record stays)")

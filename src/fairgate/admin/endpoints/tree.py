@@ -9,7 +9,7 @@ from fastapi import APIRouter
 
 from fairgate.admin.bodies import NameBody, ProjectBody, TeamBody, TeamChange
 from fairgate.admin.endpoints.context import Caller, listing
-from fairgate.tenancy import KeyLimits, Tenancy, public
+from fairgate.tenancy import Limits, Tenancy, public
 
 __all__ = ["tree_router"]
 
@@ -62,13 +62,11 @@ def tree_router(t: Tenancy) -> APIRouter:
         if given & set(_LIMITS):
             current = await t.teams.get(actor, name)
             values = {f: getattr(body if f in given else current, f) for f in _LIMITS}
-            changes["limits"] = KeyLimits(**values)
+            changes["limits"] = Limits(**values)
         if given & set(_TOTALS):
             current = await t.teams.get(actor, name)
             totals = {f: getattr(body if f in given else current, f) for f in _TOTALS}
-            changes["totals"] = KeyLimits(
-                **{f.removeprefix("total_"): v for f, v in totals.items()}
-            )
+            changes["totals"] = Limits(**{f.removeprefix("total_"): v for f, v in totals.items()})
         if "max_keys_per_member" in given:
             changes["max_keys_per_member"] = body.max_keys_per_member
         return public(await t.teams.update(actor, name, **changes))
