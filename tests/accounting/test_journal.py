@@ -209,3 +209,34 @@ def test_a_journal_line_is_the_record() -> None:
     assert decode(encode(rec)) == rec
     with pytest.raises(ValueError):
         decode(b'{"request_id": "x"')
+
+
+async def test_a_drain_while_the_store_stalls_keeps_the_records_for_the_next_start(
+    store: Store, store_url: str, tmp_path: Path
+) -> None:
+    directory = tmp_path / "journal"
+    impatient = Store(store_url, timeout=1.0)
+    await impatient.connect()
+    recorder = Recorder(
+        StoreUsageWriter(impatient),
+        batch_size=10,
+        flush_interval=0.05,
+        retry_delay=0.01,
+        journal=Journal(directory, max_bytes=2**30),
+    )
+    recorder.start()
+    sent = [record() for _ in range(30)]
+    async with hold_write_lock(store):
+        for rec in sent:
+            recorder.record(rec)
+        assert await recorder.drain(timeout=DEADLINE) is False  # not all in the store
+    await impatient.close()
+    assert (recorder.stats.dropped, recorder.stats.failed) == (0, 0)
+    assert await stored_count(store) == 0
+    assert segments(directory)  # kept, for the next process
+
+    again = Recorder(StoreUsageWriter(store), journal=Journal(directory, max_bytes=2**30))
+    assert await again.open() == 30
+    assert await stored_ids(store) == {rec.request_id for rec in sent}
+    assert await again.drain(timeout=DEADLINE) is True
+    assert segments(directory) == []

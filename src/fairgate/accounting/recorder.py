@@ -239,8 +239,8 @@ class Recorder:
             )
             self._drop(left, "the drain timed out", log_now=False)
             return False
-        self._close_journal()
         spilled = self._journal is not None and self._journal.spilled > 0
+        self._close_journal()  # what is still spilled stays on disk for the next start
         return not self._queue and self._failed == failed_before and not spilled
 
     @property
