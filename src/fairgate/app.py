@@ -35,6 +35,7 @@ from fairgate.admin import build_admin_app
 from fairgate.admin.dashboard import DecisionRing
 from fairgate.admin.dashboard.build import DECISIONS_KEPT, build_board
 from fairgate.admin.fairshare import FairShareMonitor
+from fairgate.admin.sso.client import SsoClient
 from fairgate.admission import (
     AdmissionController,
     Bands,
@@ -427,6 +428,7 @@ class Gateway:
             ),
             dashboard=board,
             sessions=self.sessions,
+            sso=SsoClient(config.sso, self.store, clock) if config.sso is not None else None,
         )
         self.metrics.state_available.set_function(lambda: float(self.state_available))
         # Vault secrets were read before this; the refresher reads them again every cache_ttl.

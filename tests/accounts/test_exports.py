@@ -25,6 +25,7 @@ def test_exported_members() -> None:
         "Sessions",
         "SignInRefused",
         "SignUpNotifier",
+        "SsoBinding",
         "TooManyGuesses",
         "Unnotified",
         "Verdict",

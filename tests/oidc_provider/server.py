@@ -47,6 +47,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from tests.oidc_provider.login import login_routes
 
 __all__ = ["EXTRA_ROUTES", "READY_PREFIX", "Provider", "build_app"]
 
@@ -56,7 +57,7 @@ _KEY_KINDS = {"RS256": "rsa", "PS256": "rsa", "ES256": "ec"}
 
 RouteFactory = Callable[["Provider"], Sequence[BaseRoute]]
 
-EXTRA_ROUTES: tuple[RouteFactory, ...] = ()
+EXTRA_ROUTES: tuple[RouteFactory, ...] = (login_routes,)
 
 
 @dataclass

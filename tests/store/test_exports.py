@@ -29,6 +29,7 @@ def test_exported_members() -> None:
         "orgs",
         "projects",
         "role_bindings",
+        "sso_logins",
         "teams",
         "to_unix",
         "upgrade",

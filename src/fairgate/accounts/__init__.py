@@ -33,7 +33,7 @@ from fairgate.accounts.guesses import GuessCounter, Guesses
 from fairgate.accounts.notices import SignUpNotifier, Unnotified
 from fairgate.accounts.passwords import MAX_PASSWORD, MIN_PASSWORD, Passwords, Verdict
 from fairgate.accounts.service import TEAM_ROLES, Accounts
-from fairgate.accounts.sessions import COOKIE, OpenedSession, Sessions, SessionView
+from fairgate.accounts.sessions import COOKIE, OpenedSession, Sessions, SessionView, SsoBinding
 from fairgate.accounts.verifier import Verifier
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "Sessions",
     "SignInRefused",
     "SignUpNotifier",
+    "SsoBinding",
     "TooManyGuesses",
     "Unnotified",
     "Verdict",

@@ -29,7 +29,7 @@ from fairgate.core.clock import Clock
 from fairgate.store import Store, from_unix, web_sessions
 from fairgate.store.web_sessions import SessionRow
 
-__all__ = ["COOKIE", "OpenedSession", "SessionView", "Sessions"]
+__all__ = ["COOKIE", "OpenedSession", "SessionView", "Sessions", "SsoBinding"]
 
 COOKIE = "__Host-fairgate-session"
 """The cookie's name: the ``__Host-`` prefix makes browsers insist on Secure, Path=/ and no
@@ -48,6 +48,16 @@ class OpenedSession:
 
 
 @dataclass(frozen=True, slots=True)
+class SsoBinding:
+    """A role a person's claims gave at sign-in, on a scope named ``org`` or ``team`` (the
+    root when both are None)."""
+
+    role: str
+    org: str | None = None
+    team: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SessionView:
     """A live session. ``kind`` account: ``account`` is set (active); admin: ``actor_name``
     (``master-key`` or ``user:NAME``) and, for a user, ``user_id``."""
@@ -58,6 +68,9 @@ class SessionView:
     user_id: int | None
     csrf_hash: bytes
     expires_at: datetime
+    sso_roles: tuple[SsoBinding, ...] | None = None
+    """For a single sign-on session (``fairgate.admin.sso``): the bindings its claims gave."""
+    id_token_hint: str | None = None
 
 
 class Sessions:
@@ -86,6 +99,27 @@ class Sessions:
     async def open_admin(self, actor_name: str, user_id: int | None) -> OpenedSession:
         """A new admin session (the dashboard) for ``master-key`` or ``user:NAME``."""
         return await self._open(kind="admin", actor_name=actor_name, user_id=user_id)
+
+    async def open_sso(
+        self,
+        actor_name: str,
+        user_id: int | None,
+        *,
+        roles: tuple[SsoBinding, ...],
+        id_token_hint: str,
+        lifetime: float,
+    ) -> OpenedSession:
+        """A new admin session opened by single sign-on: ``roles`` are the bindings the
+        person's claims gave (kept for the session's life), ``lifetime`` the configured
+        ``sso.session_ttl`` (the idle timeout still applies)."""
+        return await self._open(
+            kind="admin",
+            actor_name=actor_name,
+            user_id=user_id,
+            sso_roles=[{"role": r.role, "org": r.org, "team": r.team} for r in roles],
+            id_token_hint=id_token_hint,
+            lifetime=timedelta(seconds=lifetime),
+        )
 
     async def resolve(self, cookie_value: str | None) -> SessionView | None:
         """The live session behind a cookie value, or None (unknown, malformed, idle or past
@@ -136,11 +170,14 @@ class Sessions:
         account_id: int | None = None,
         actor_name: str | None = None,
         user_id: int | None = None,
+        sso_roles: list[dict[str, str | None]] | None = None,
+        id_token_hint: str | None = None,
+        lifetime: timedelta | None = None,
     ) -> OpenedSession:
         cookie_value = secrets.token_urlsafe(32)
         token = csrf.csrf_token(cookie_value)
         now = self._now()
-        expires_at = now + self._lifetime
+        expires_at = now + (self._lifetime if lifetime is None else lifetime)
         async with self._store.write() as conn:
             await web_sessions.insert_session(
                 conn,
@@ -152,6 +189,8 @@ class Sessions:
                 account_id=account_id,
                 actor_name=actor_name,
                 user_id=user_id,
+                sso_roles=sso_roles,
+                id_token_hint=id_token_hint,
             )
         return OpenedSession(cookie_value=cookie_value, csrf_token=token, expires_at=expires_at)
 
@@ -179,4 +218,11 @@ def _view(row: SessionRow) -> SessionView:
         user_id=row.user_id,
         csrf_hash=row.csrf_sha256,
         expires_at=row.expires_at,
+        sso_roles=None
+        if row.sso_roles is None
+        else tuple(
+            SsoBinding(role=str(r["role"]), org=r.get("org"), team=r.get("team"))
+            for r in row.sso_roles
+        ),
+        id_token_hint=row.id_token_hint,
     )

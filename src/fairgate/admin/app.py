@@ -46,6 +46,9 @@ from fairgate.admin.health import health_routes
 from fairgate.admin.network import AdminDoor
 from fairgate.admin.openapi import ERROR_RESPONSES, install_openapi
 from fairgate.admin.params import plain_text
+from fairgate.admin.sso.actors import SsoActors
+from fairgate.admin.sso.client import SsoClient
+from fairgate.admin.sso.endpoints import sso_router
 from fairgate.auth import AuthGuard, sha256
 from fairgate.config.secrets import SecretCell
 from fairgate.core.cidr import NetworkSet
@@ -73,11 +76,14 @@ def build_admin_app(
     metrics_token_changes: SecretCell | None = None,
     dashboard: Board | None = None,
     sessions: Sessions | None = None,
+    sso: SsoClient | None = None,
 ) -> ASGIApp:
     """The whole admin listener as one ASGI application (``GET /admin/fairshare`` only
     with a ``fairshare`` monitor: without fair share configured the route is absent;
     ``GET /admin/dashboard`` only with a ``dashboard``, and its sign-in form only
-    with web ``sessions`` as well).
+    with web ``sessions`` as well; ``/admin/login``, ``/admin/callback``, ``/admin/session``
+    and ``/admin/logout`` only with ``sso`` and ``sessions``). With ``sessions`` an admin
+    session's cookie is a credential of the admin API too (``fairgate.admin.endpoints.context``).
 
     ``master_key_changes``, the cell of a master key held in a vault, makes the
     master key accepted follow each new value read there (``metrics_token_changes``
@@ -110,8 +116,13 @@ def build_admin_app(
     app.include_router(allowlists_router(tenancy))
     if fairshare is not None:
         app.include_router(fairshare_router(fairshare, tenancy))
+    actors = SsoActors(tenancy.store) if sso is not None else None
+    pages, access = Pages(), Access(authenticator, tenancy, sessions, actors)
+    if sessions is not None:
+        app.state.access = access
+        if sso is not None and actors is not None:
+            app.include_router(sso_router(sso, actors, access, pages))
     if dashboard is not None:
-        pages, access = Pages(), Access(authenticator, tenancy, sessions)
         app.include_router(dashboard_router(dashboard, pages, tenancy, access))
         if sessions is not None:
             app.include_router(signin_router(pages, access))

@@ -36,6 +36,7 @@ from fairgate.config.settings import (
     Store,
     Tags,
 )
+from fairgate.config.sso import Sso
 from fairgate.config.vault import VaultSettings
 from fairgate.config.web import Web
 from fairgate.config.web_accounts import WebAccounts
@@ -79,6 +80,7 @@ class Config(Section):
     public_url: PublicUrl | None = None
     accounts: WebAccounts = Field(default_factory=WebAccounts)
     vault: VaultSettings | None = None
+    sso: Sso | None = None
     trusted_proxies: tuple[Cidr, ...] = ()
     routes: Routes = Field(default_factory=Routes)
     metrics_token_file: SecretRef | None = None

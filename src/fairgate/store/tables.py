@@ -13,6 +13,7 @@
     allowlists (the IP allowlist of an organisation, a team or a key: one row each at most)
     claim_links >── keys (a one-time link handing a key's secret over; the secret sealed)
     accounts ─< web_sessions (a person's web sign-in; once approved, bound to a user and a team)
+    sso_logins (an administrator's single sign-on between the provider's redirect and callback)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
@@ -67,6 +68,7 @@ __all__ = [
     "orgs",
     "projects",
     "role_bindings",
+    "sso_logins",
     "teams",
     "usage_record_tags",
     "usage_records",
@@ -389,4 +391,21 @@ web_sessions = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Column("seen_at", UtcDateTime, nullable=False),  # for the idle timeout
     Column("expires_at", UtcDateTime, nullable=False, index=True),  # the absolute timeout
+    # An SSO session (fairgate.admin.sso): the bindings the person's claims gave at sign-in
+    # ([{role, org, team}], by scope name) and the provider's ID token, sent back at logout.
+    Column("sso_roles", _JsonList, nullable=True),
+    Column("id_token_hint", Text, nullable=True),
+)
+
+sso_logins = Table(
+    "sso_logins",
+    metadata,
+    # An SSO login between the redirect to the provider and its callback, keyed by the
+    # SHA-256 of the browser's login cookie; taken (deleted) once by the callback.
+    Column("id_sha256", LargeBinary(32), primary_key=True),
+    Column("state", String(64), nullable=False),
+    Column("nonce", String(64), nullable=False),
+    Column("code_verifier", String(128), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False, index=True),
 )

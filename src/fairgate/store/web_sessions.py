@@ -48,6 +48,8 @@ class SessionRow:
     account_user_id: int | None
     team: str | None
     account_created_at: datetime | None
+    sso_roles: list[dict[str, str | None]] | None = None
+    id_token_hint: str | None = None
 
 
 async def insert_session(
@@ -61,6 +63,8 @@ async def insert_session(
     account_id: int | None = None,
     actor_name: str | None = None,
     user_id: int | None = None,
+    sso_roles: list[dict[str, str | None]] | None = None,
+    id_token_hint: str | None = None,
 ) -> None:
     await conn.execute(
         insert(web_sessions).values(
@@ -73,6 +77,8 @@ async def insert_session(
             created_at=now,
             seen_at=now,
             expires_at=expires_at,
+            sso_roles=sso_roles,
+            id_token_hint=id_token_hint,
         )
     )
 
@@ -97,6 +103,8 @@ async def resolve(
             accounts.c.user_id.label("account_user_id"),
             teams.c.name.label("team"),
             accounts.c.created_at.label("account_created_at"),
+            web_sessions.c.sso_roles,
+            web_sessions.c.id_token_hint,
         )
         .select_from(web_sessions)
         .outerjoin(accounts, web_sessions.c.account_id == accounts.c.id)

@@ -11,7 +11,9 @@
    nothing here). Its actor is rebuilt on every request: ``master-key`` while the
    master key it was opened with is the one accepted (a rotated key ends it), a
    user from their current role bindings (a removed role applies at once; a
-   disabled user has no session any more).
+   disabled user has no session any more), or, for a single sign-on session, from
+   its claims' bindings and the store roles of the user of the same name
+   (``fairgate.admin.sso.actors``).
 3. Neither: ``None`` (the page sends a browser to the sign-in form).
 """
 
@@ -23,6 +25,7 @@ from starlette.requests import Request
 
 from fairgate.accounts import COOKIE, Sessions
 from fairgate.admin.authn import AdminAuthenticator
+from fairgate.admin.sso.actors import SsoActors
 from fairgate.core.errors import Unauthorized
 from fairgate.tenancy import Actor, Tenancy
 
@@ -49,11 +52,16 @@ class Access:
     ``sessions`` only bearer credentials work and there is no sign-in form."""
 
     def __init__(
-        self, authenticator: AdminAuthenticator, tenancy: Tenancy, sessions: Sessions | None
+        self,
+        authenticator: AdminAuthenticator,
+        tenancy: Tenancy,
+        sessions: Sessions | None,
+        sso: SsoActors | None = None,
     ) -> None:
         self.authenticator = authenticator
         self.sessions = sessions
         self.tenancy = tenancy
+        self.sso = sso
 
     @property
     def sign_in_enabled(self) -> bool:
@@ -70,13 +78,24 @@ class Access:
             presented = secret.strip() if scheme.lower() == "bearer" and secret.strip() else None
             actor = await self.authenticator.authenticate(presented, remote_of(request))
             return DashboardCaller(actor)
+        return await self.session_caller(request)
+
+    async def session_caller(self, request: Request) -> DashboardCaller | None:
+        """The caller of the request's admin session cookie, None without a live one."""
         cookie = request.cookies.get(COOKIE)
         if self.sessions is None or cookie is None:
             return None
         view = await self.sessions.resolve(cookie)
         if view is None or view.kind != "admin":
             return None
-        session_actor = await self._actor(view.actor_name, view.user_id, remote_of(request))
+        remote = remote_of(request)
+        if view.sso_roles is not None:  # single sign-on; nothing once sso: is removed
+            person = (view.actor_name or "").removeprefix("sso:")
+            session_actor = (
+                None if self.sso is None else await self.sso.actor(person, view.sso_roles, remote)
+            )
+        else:
+            session_actor = await self._actor(view.actor_name, view.user_id, remote)
         if session_actor is None:
             return None
         return DashboardCaller(session_actor, csrf=Sessions.csrf_token(cookie))

@@ -50,7 +50,13 @@ def signin_router(pages: Pages, access: Access) -> APIRouter:
     tenancy = access.tenancy
 
     def form(status: int = 200, message: str | None = None, **headers: str) -> Response:
-        return pages.render("signin.html", status=status, message=message, headers=headers)
+        return pages.render(
+            "signin.html",
+            status=status,
+            message=message,
+            headers=headers,
+            sso=access.sso is not None,
+        )
 
     @router.get("/signin")
     async def show(request: Request) -> Response:
