@@ -24,8 +24,14 @@ by ``;`` outermost first, then the number of samples. A frame reads
   its top functions say which rows to add. The rows name modules and functions, not
   line numbers, so a stage moved to a module of its own needs one row.
 
-py-spy leaves out samples where the process sleeps, so shares are of CPU time.
-``record`` starts py-spy on a running process (root, or ptrace allowed, is needed).
+``record`` samples only the thread holding the GIL (``--gil``): without it py-spy
+counted the store's worker thread (aiosqlite) as busy while it waited in its queue, and
+the accounting writer read as 13-17 % of the gateway's CPU; the thread's own CPU time
+(``/proc/PID/task/TID/stat``) under the same load was about 1 % of a core. Shares are of
+the time a thread held the GIL, which on a loaded machine includes time the process was
+preempted (a socket write that wakes the receiver looks expensive then);
+``cpu_profile.py`` counts CPU time and calls instead. ``record`` starts py-spy on a
+running process (root, or ptrace allowed, is needed).
 """
 
 from __future__ import annotations
@@ -275,10 +281,11 @@ def record(pid: int, seconds: float, out: Path, rate: int = 250) -> subprocess.P
     """Start ``py-spy record`` on ``pid`` for ``seconds`` into ``out`` (raw collapsed stacks).
 
     ``--nonblocking`` samples without pausing the process (a little less exact, far less
-    intrusive). The caller waits for the returned process.
+    intrusive); ``--gil`` only the thread running Python. The caller waits for the
+    returned process.
     """
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    argv = [spy, "record", "--nonblocking", "-r", str(rate), "-f", "raw", "-o", str(out)]
+    argv = [spy, "record", "--gil", "--nonblocking", "-r", str(rate), "-f", "raw", "-o", str(out)]
     argv += ["-d", str(max(1, round(seconds))), "--pid", str(pid)]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

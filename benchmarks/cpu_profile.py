@@ -1,0 +1,149 @@
+"""The gateway's full path in one process: CPU time and Python calls per request.
+
+    python benchmarks/cpu_profile.py [--requests 4000] [--concurrency 32] [--profile]
+
+The benchmark's full configuration (targets.FULL_CONFIG, the key, limits and budgets
+``provision_full`` sets) and its two instant upstreams, but the Gateway runs in this
+process and its client listener's ASGI application is called directly (no socket, no
+server): what is left is the request path's own work. Printed: CPU µs per request
+(user and system, from ``os.times``: CPU time, so a machine shared with other work
+changes it far less than it changes a wall-clock figure) and, with ``--profile``, the
+number of Python function calls per request and cProfile's table sorted by own time,
+measured in the thread's CPU time (``time.thread_time``) instead of wall time.
+
+Why it exists beside ``overhead.py profile``: py-spy samples say where the wall time
+of a running thread goes, so on a loaded machine a socket write that gets the process
+preempted looks expensive; call counts and CPU-timed own time do not move with the load.
+A coroutine's cumulative time here includes what ran while it was suspended: read the
+own-time column (tottime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+import targets
+from fairgate.app import Gateway
+from fairgate.config import load_config
+
+BODY = (
+    b'{"model":"sim-model","messages":[{"role":"user","content":"Say hello."}],'
+    b'"max_tokens":1,"temperature":0}'
+)
+
+
+async def _run(config: Path, key: str, args: argparse.Namespace) -> None:
+    gateway = Gateway(load_config(config))
+    await gateway.start()
+    app = gateway.proxy_app
+    headers = [
+        (b"host", b"gateway"),
+        (b"authorization", f"Bearer {key}".encode()),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(BODY)).encode()),
+        (b"x-fairgate-tags", targets.TAG.encode()),
+    ]
+
+    async def one() -> None:
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/v1/chat/completions",
+            "raw_path": b"/v1/chat/completions",
+            "query_string": b"",
+            "headers": headers,
+            "client": ("127.0.0.1", 40000),
+            "server": ("127.0.0.1", 8000),
+        }
+        done = asyncio.Event()
+        status = 0
+        sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": BODY, "more_body": False}
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif not message.get("more_body", False):
+                done.set()
+
+        await app(scope, receive, send)
+        done.set()
+        if status != 200:
+            raise RuntimeError(f"the gateway answered {status}")
+
+    async def client(count: int) -> None:
+        for _ in range(count):
+            await one()
+
+    each = max(1, args.requests // args.concurrency)
+    total = each * args.concurrency
+    try:
+        await asyncio.gather(*[client(20) for _ in range(args.concurrency)])  # warm-up
+        profile = cProfile.Profile(time.thread_time) if args.profile else None
+        before, start = os.times(), time.perf_counter()
+        if profile is not None:
+            profile.enable()
+        await asyncio.gather(*[client(each) for _ in range(args.concurrency)])
+        if profile is not None:
+            profile.disable()
+        after, wall = os.times(), time.perf_counter() - start
+    finally:
+        await gateway.stop()
+    user = 1e6 * (after.user - before.user) / total
+    system = 1e6 * (after.system - before.system) / total
+    print(f"{total} requests, {args.concurrency} at a time, {total / wall:.0f} req/s")
+    print(f"CPU per request: {user + system:.0f} µs ({user:.0f} user, {system:.0f} system)")
+    if profile is not None:
+        stats = pstats.Stats(profile)
+        calls: int = stats.total_calls  # type: ignore[attr-defined]
+        print(f"(profiled) Python function calls per request: {calls / total:.0f}")
+        stats.sort_stats("tottime").print_stats(args.top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--profile", action="store_true", help="cProfile in CPU time")
+    parser.add_argument("--top", type=int, default=40, help="--profile: lines of the table")
+    args = parser.parse_args(argv)
+    with ExitStack() as stack:
+        first = stack.enter_context(targets.instant_upstream())
+        second = stack.enter_context(targets.instant_upstream())
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairgate-cpu-")))
+        # provisions the store (the key, its limits, the budgets); the service is not started
+        service = targets.gateway(
+            first.url, workdir, targets.FULL_CONFIG, upstream2=second.url, full=True
+        )
+        config = next(workdir.glob("*.yaml"))
+        stack.callback(os.chdir, os.getcwd())
+        os.chdir(workdir)  # the configuration names its files relative to it
+        uvloop.run(_run(config, service.api_key, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
