@@ -61,6 +61,9 @@ def _register() -> None:
     from fairgate.cli import share as _share
 
     app.command("share", help=_share.HELP)(_share.share)
+    from fairgate.cli import agent as _agent
+
+    app.add_typer(_agent.app, name="agent", help=_agent.HELP)
 
 
 _register()
