@@ -23,7 +23,10 @@ limits), on ``--state memory``, ``redis`` (a private redis-server this run start
 ``both`` (two gateway legs in the same run). Every run also measures the minimal proxy
 on the gateway's own upstream client (the *lean floor*); ``--compare URL`` adds any other
 gateway as a leg. On Redis a short phase of its own counts round trips and commands per
-request (benchmarks/roundtrips.py). Any answer other than 200 on any leg fails the run.
+request (benchmarks/roundtrips.py). ``--workers N`` adds gateways of 2..N workers on
+Redis (``serve --workers``) as legs and prints their table: req/s, CPU per request of the
+gateway and of Redis, how many processes were busy, and what one Redis core would carry.
+Any answer other than 200 on any leg fails the run.
 
 Every run prints the machine, the library versions and the command line; ``--json
 [FILE]`` writes the same as JSON (to stdout without FILE, the tables then go to stderr).
@@ -110,6 +113,14 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
         default="memory",
         help="the gateway's state back end (both: one gateway leg each, same run)",
     )
+    add(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="throughput: also gateways of 2..N workers (`serve --workers`, on Redis), one "
+        "leg each, with CPU per request of the gateway and of Redis and the busy processes",
+    )
     add("--gateway-config", type=Path, help="YAML template; {upstream}, {state} replaced")
     add("--api-key", default="", help="bearer key for the gateway legs")
     add(
@@ -152,7 +163,10 @@ class Bench:
     @property
     def states(self) -> list[str]:
         state: str = self.args.state
-        return ["memory", "redis"] if state == "both" else [state]
+        states = ["memory", "redis"] if state == "both" else [state]
+        if self.args.workers > 1 and "redis" not in states:
+            states.append("redis")  # the 1-worker leg of the workers table
+        return states
 
     def run(self, stack: ExitStack) -> None:
         args = self.args
@@ -213,12 +227,14 @@ class Bench:
         if args.mode != "stacks" and not args.without_gateway:
             for state in self.states:
                 proxies.append(self._gateway(stack, upstreams, state))
+            for workers in range(2, args.workers + 1):
+                proxies.append(self._gateway(stack, upstreams, "redis", workers=workers))
         if args.mode != "stacks":
             proxies += self._compares()
         return proxies
 
     def _gateway(
-        self, stack: ExitStack, upstreams: list[Service], state: str
+        self, stack: ExitStack, upstreams: list[Service], state: str, workers: int = 1
     ) -> tuple[Endpoint, Service]:
         args = self.args
         redis_url = ""
@@ -226,7 +242,7 @@ class Bench:
             if self.redis is None:
                 self.redis = stack.enter_context(RedisServer())
             redis_url = self.redis.url
-        name = f"gateway {args.path}/{state}"
+        name = f"gateway {args.path}/{state}" + (f", {workers} workers" if workers > 1 else "")
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairgate-bench-")))
         full = args.path == "full" and args.gateway_config is None
         gateway = targets.gateway(
@@ -237,6 +253,7 @@ class Bench:
             redis_url=redis_url,
             name=name,
             full=full,
+            workers=workers,
         )
         service = stack.enter_context(gateway)
         key = args.api_key or service.api_key
@@ -294,6 +311,7 @@ class Bench:
             return
         client = redis.Redis(host="127.0.0.1", port=self.redis.port)
         before = roundtrips.commandstats(client)
+        redis_cpu, processes = self.redis.cpu_seconds(), service[0].cpu_by_process()
         try:
             yield
         finally:
@@ -301,6 +319,13 @@ class Bench:
                 roundtrips.command_delta(before, roundtrips.commandstats(client))
             )
             client.close()
+            self._redis_cpu[name] += self.redis.cpu_seconds() - redis_cpu
+            after = service[0].cpu_by_process()
+            # a process that used at least 10 % of the segment's CPU served its share
+            spent = {pid: after[pid] - processes.get(pid, 0.0) for pid in after}
+            total = sum(spent.values()) or 1.0
+            busy = sum(1 for used in spent.values() if used / total >= 0.1)
+            self._busy[name] = max(self._busy[name], busy)
 
     async def _measure(
         self, upstreams: list[Service], proxies: list[tuple[Endpoint, Meter]], modes: set[str]
@@ -320,6 +345,8 @@ class Bench:
             self.say(report.latency_table(latency))
         if "throughput" in modes:
             self._under_load: Counter[str] = Counter()
+            self._redis_cpu: Counter[str] = Counter()
+            self._busy: Counter[str] = Counter()
             group = Group(upstreams)
             throughput = await measure_throughput(
                 [(direct, group), *proxies],
@@ -342,7 +369,42 @@ class Bench:
             if served and self._under_load:
                 per = {k: round(v / served, 3) for k, v in self._under_load.most_common()}
                 run["redis_commands_under_load"] = per
+            if args.workers > 1:
+                run["workers"] = self._workers_table(throughput.to_json()["legs"])
         return run
+
+    def _workers_table(self, legs: dict[str, Any]) -> list[dict[str, Any]]:
+        """One row per gateway on Redis: workers, req/s, CPU µs per request of the gateway
+        (all its processes) and of Redis, and the ceiling of one Redis core from it."""
+        rows = []
+        for name, leg in legs.items():
+            service = self.gateways.get(name)
+            if service is None or service[2] != "redis" or not leg["requests"]:
+                continue
+            workers = int(name.split(", ")[1].split()[0]) if ", " in name else 1
+            redis_us = self._redis_cpu[name] * 1e6 / leg["requests"]
+            rows.append(
+                {
+                    "gateway": name,
+                    "workers": workers,
+                    "busy_processes": self._busy[name],
+                    "rps": leg["rps"],
+                    "gateway_cpu_us_per_request": leg["server_cpu_us_per_request"],
+                    "redis_cpu_us_per_request": round(redis_us, 1),
+                    "one_redis_core_ceiling_rps": round(1e6 / redis_us) if redis_us else None,
+                }
+            )
+        self.say("\nworkers (gateway on Redis; Redis CPU per request measured under the load)")
+        self.say("workers  busy  req/s    gateway CPU µs/req  Redis CPU µs/req  one Redis core")
+        for row in rows:
+            ceiling = row["one_redis_core_ceiling_rps"]
+            self.say(
+                f"{row['workers']:>7}  {row['busy_processes']:>4}  {row['rps']:>7.0f}  "
+                f"{row['gateway_cpu_us_per_request']:>18.0f}  "
+                f"{row['redis_cpu_us_per_request']:>16.1f}  "
+                f"{'-' if ceiling is None else f'{ceiling:>9} req/s'}"
+            )
+        return rows
 
     async def _count_redis(self) -> dict[str, Any]:
         """The counting phase: a replica of the Redis gateway through the counting relay."""

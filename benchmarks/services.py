@@ -99,6 +99,12 @@ class Service:
             return 0.0
         return sum(_cpu_of(pid) for pid in _tree(self._proc.pid))
 
+    def cpu_by_process(self) -> dict[int, float]:
+        """CPU time so far of each process of the tree (the workers of a gateway)."""
+        if self._proc is None:
+            return {}
+        return {pid: _cpu_of(pid) for pid in _tree(self._proc.pid)}
+
     def _read(self, found: threading.Event) -> None:
         assert self._proc is not None and self._proc.stdout is not None
         for line in self._proc.stdout:

@@ -227,11 +227,16 @@ def gateway(
     redis_url: str = "",
     name: str = "gateway",
     full: bool = False,
+    workers: int = 1,
 ) -> Service:
     """``fairgate serve`` on a config written from ``template`` into ``workdir``; with
-    ``full`` the benchmark key gets its limits and budgets from the operator CLI."""
+    ``full`` the benchmark key gets its limits and budgets from the operator CLI;
+    ``workers`` > 1 runs ``serve --workers N`` (Redis state only)."""
     config = write_config(workdir, template, [upstream, upstream2 or upstream], redis_url=redis_url)
-    service = Service(name, python("-m", "fairgate", "serve", "-c", str(config)), cwd=workdir)
+    argv = python("-m", "fairgate", "serve", "-c", str(config))
+    if workers > 1:
+        argv += ["--workers", str(workers)]
+    service = Service(name, argv, cwd=workdir)
     if full:
         service.api_key = provision_full(config)
     elif "teams: [bench]" in template:

@@ -1,7 +1,9 @@
 """Process control: bind the listeners, run one gateway per worker process, stop on a signal.
 
 ``run`` is what ``fairgate serve`` calls. It binds the sockets once, forks the
-workers (each builds its own Gateway from the same Config), forwards stop signals
+workers (each builds its own Gateway from the same Config; with several, each
+listens on a client socket of its own on the port, SO_REUSEPORT, so that the
+kernel spreads connections evenly over them), forwards stop signals
 and SIGHUP to them and returns the exit status. The Gateway itself (fairgate.app)
 only wires components; nothing there knows about processes or signals.
 """
@@ -53,7 +55,10 @@ def run(config: Config, *, workers: int = 1) -> int:
             "limit would be multiplied by the number of workers."
         )
     tls = listener_tls(config)
-    client = bind(config.listen.host, config.listen.port)
+    # With workers the parent only holds the client port: each worker listens on a socket
+    # of its own there (SO_REUSEPORT), so the kernel spreads connections over all of them.
+    host = config.listen.host
+    client = bind(host, config.listen.port, reuse_port=workers > 1, listen=workers <= 1)
     admin = bind(config.admin_listen.host, config.admin_listen.port)
     announce = (
         f"fairgate listening on {_url(client, 'client' in tls)} admin {_url(admin, 'admin' in tls)}"
@@ -61,16 +66,23 @@ def run(config: Config, *, workers: int = 1) -> int:
     if workers <= 1:
         _run_loop(_serve(config, client, admin, tls, announce))
         return 0
+    port = int(client.getsockname()[1])
     children: list[int] = []
     # Stop signals and SIGHUP wait, blocked, until each process has its handlers: a
     # worker inherits the mask and unblocks in _serve, the parent once it forwards them.
     signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
     for _ in range(workers):
+        listening, told = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child process
             status = 0
             try:
-                _run_loop(_serve(config, client, admin, tls, None))
+                os.close(listening)
+                own = bind(host, port, reuse_port=True)
+                client.close()
+                os.write(told, b"1")  # listening: the parent may announce the port
+                os.close(told)
+                _run_loop(_serve(config, own, admin, tls, None))
             except ConfigConflict as conflict:
                 log.error("the configuration cannot be synced into the store: %s", conflict)
                 status = 1
@@ -79,11 +91,14 @@ def run(config: Config, *, workers: int = 1) -> int:
                 status = 1
             os._exit(status)
         children.append(pid)
+        os.close(told)
+        os.read(listening, 1)  # the worker listens (or died: end of file)
+        os.close(listening)
     _forward_signals(children)  # before the announcement: a stop may follow it at once
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
-    # The workers hold the listening sockets now. Were the parent to keep its copies,
-    # the port would go on accepting connections nobody serves once the workers
-    # close theirs at shutdown, instead of refusing them.
+    # The workers hold the listening sockets now. Were the parent to keep its copy of
+    # the admin one, the port would go on accepting connections nobody serves once the
+    # workers close theirs at shutdown, instead of refusing them.
     client.close()
     admin.close()
     print(announce, flush=True)

@@ -209,3 +209,26 @@ def test_compare_measures_another_gateway_as_a_leg(tmp_path: Path) -> None:
     assert legs["compare"]["requests"] > 0 and legs["compare"]["errors"] == 0
     assert legs["compare"]["ratio"] > 0
     assert "req/s ×compare" in document["targets"]["gateway bare/memory"]
+
+
+@needs_redis_server
+@pytest.mark.timeout(400)  # two gateways provisioned through the CLI, a third counted
+def test_workers_mode_measures_each_worker_count_and_every_worker_serves() -> None:
+    document = _json(
+        "throughput",
+        "--state", "redis", "--workers", "2",
+        "--duration", "2", "--concurrency", "16", "--segments", "1",
+        "--count-requests", "10", "--count-idle", "0.5",
+    )  # fmt: skip
+    run = document["runs"][0]
+    rows = {row["workers"]: row for row in run["workers"]}
+    assert set(rows) == {1, 2}
+    assert {"gateway full/redis", "gateway full/redis, 2 workers"} <= set(run["throughput"]["legs"])
+    for workers, row in rows.items():
+        assert row["rps"] > 0
+        assert run["throughput"]["legs"][row["gateway"]]["errors"] == 0
+        # each worker listens on its own socket (SO_REUSEPORT): the kernel spreads the 16
+        # keep-alive connections over both, so both processes do a share of the work
+        assert row["busy_processes"] == workers
+        assert row["redis_cpu_us_per_request"] > 0
+        assert row["one_redis_core_ceiling_rps"] > 0

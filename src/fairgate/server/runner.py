@@ -54,13 +54,22 @@ class Listener:
     tls: ssl.SSLContext | None = None  # HTTPS on this socket when set
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (IPv4 or IPv6 by the host's form), SO_REUSEADDR set."""
+def bind(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
+    """A listening TCP socket (IPv4 or IPv6 by the host's form), SO_REUSEADDR set.
+
+    ``reuse_port`` sets SO_REUSEPORT: several processes then each listen on a socket of
+    their own on one port and the kernel spreads new connections evenly between them
+    (one shared socket lets whichever process wakes first take a whole burst of them).
+    ``listen=False`` only binds: the port is held, no connection is accepted on it.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.listen(2048)
+    if listen:
+        sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
