@@ -26,8 +26,10 @@ docs/fairshare.md lists the figures these tests print (``pytest -s``).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,8 +137,17 @@ def _body(rng: random.Random) -> dict[str, Any]:
 
 
 async def _run(
-    sim: str, gateway: str, keys: dict[str, str], *, alone: float, warm: float, measure: float
+    sim: str,
+    gateway: str | Sequence[str],
+    keys: dict[str, str],
+    *,
+    alone: float,
+    warm: float,
+    measure: float,
 ) -> Run:
+    """The load run; with several gateways each request goes to the next one (round robin)."""
+    gateways = [gateway] if isinstance(gateway, str) else list(gateway)
+    turn = itertools.count()
     run = Run()
     stop = asyncio.Event()
     timeout = aiohttp.ClientTimeout(total=120)
@@ -149,7 +160,7 @@ async def _run(
             rng = random.Random(seed)
             auth = {"authorization": f"Bearer {keys[org]}"}
             while not stop.is_set():
-                url = gateway + "/v1/chat/completions"
+                url = gateways[next(turn) % len(gateways)] + "/v1/chat/completions"
                 async with http.post(url, json=_body(rng), headers=auth) as answer:
                     await answer.read()
                     if answer.status != 200:

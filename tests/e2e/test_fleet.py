@@ -5,6 +5,8 @@ balancer would send it; each test gets a PostgreSQL database and a Redis prefix
 of its own (``pg_database``, ``redis_state``) that all three gateways share.
 
 - (a) one RPM limit and one budget hold in total: the 200s are counted;
+- (b) the fair-share fractions of one gateway hold within ±0.03 when the same
+  load (that of ``test_fairshare.py``) is spread over three gateways;
 - (c) a key revoked through one gateway is refused by all three within a second;
 - (d) one gateway SIGKILLed while streams run: the others keep serving, and the
   usage records add up against what the clients saw (one per answer of a
@@ -29,6 +31,7 @@ import asyncpg
 import httpx
 import pytest
 from tests.e2e.conftest import TEST_KEY, add_key, model, write_config
+from tests.e2e.test_fairshare import CAPACITY, SHARES, SIM_ARGS, Run, _run
 from tests.e2e.test_limits import OPERATOR, PRICES
 from tests.e2e.test_revocation import MASTER, Loop, admin, new_key, settle
 
@@ -49,11 +52,12 @@ def fleet_configs(
     models: list[dict[str, Any]],
     database: str,
     state: dict[str, Any],
+    count: int = GATEWAYS,
     **sections: Any,
 ) -> list[Path]:
-    """Three configurations (own directories and ports) on one store and one state."""
+    """``count`` configurations (own directories and ports) on one store and one state."""
     configs = []
-    for i in range(GATEWAYS):
+    for i in range(count):
         directory = tmp_path / f"gw{i}"
         directory.mkdir()
         (directory / "pg.url").write_text(database)
@@ -215,6 +219,56 @@ def test_a_one_rpm_limit_and_one_budget_hold_across_three_gateways(
     # one record per answer, refusals included (they cost 0), and the cost of the 200s
     assert set(records) == {a.request_id for a in answers}
     assert sum(records.values()) == 35 * 10
+
+
+def _fair_run(directory: Path, database: str, state: dict[str, Any], count: int) -> Run:
+    """The load of ``test_fairshare.py`` (priorities on) through ``count`` gateways."""
+    directory.mkdir()
+    with SimProcess(*SIM_ARGS) as sim:
+        configs = fleet_configs(
+            directory,
+            [model("m", sim, pool="p", cost={"output_per_mtok": 1000.0})],
+            database,
+            state,
+            count,
+            pools=[{"name": "p", "capacity": CAPACITY}],
+            orgs=[
+                {"name": "A", "share": SHARES["A"], "teams": ["t"]},
+                {"name": "B", "share": SHARES["B"], "teams": ["tb"]},
+            ],
+            fairshare={"half_life": "20s", "send_priority": True, "hold_borrowers": False},
+            # gateways probe and scrape one engine run flat out on a shared machine:
+            # slow answers there are load, not a dead replica
+            health={"interval": "1s", "timeout": "10s"},
+            cache_isolation={"scope": "none"},
+            logging={"level": "warning"},
+        )
+        keys = {"A": TEST_KEY, "B": add_key(configs[0], "tb")}
+        with fleet(configs) as gateways:
+            run = asyncio.run(
+                _run(sim.url, [g.url for g in gateways], keys, alone=8, warm=20, measure=40)
+            )
+    assert not run.failures, run.failures[:5]
+    assert run.mean(run.measured, "running") >= 2 * CAPACITY - 4  # saturated, as there
+    assert run.mean(run.measured, "waiting") >= 32
+    assert run.traced(run.measured) >= 0.98
+    return run
+
+
+def test_b_fair_share_fractions_of_one_gateway_hold_across_three(
+    tmp_path: Path, pg_database: str, redis_state: dict[str, Any]
+) -> None:
+    """The same load through one gateway and through three, on Redis and PostgreSQL both
+    times (each run under a Redis prefix of its own): B's part of the running batch."""
+    state = {**redis_state, "timeout": "2s"}
+    one = _fair_run(tmp_path / "one", pg_database, {**state, "prefix": state["prefix"] + "1:"}, 1)
+    three = _fair_run(
+        tmp_path / "three", pg_database, {**state, "prefix": state["prefix"] + "3:"}, GATEWAYS
+    )
+    alone = one.running_fraction("B", one.measured)
+    spread = three.running_fraction("B", three.measured)
+    print(f"\nB's running fraction: one gateway {alone:.3f}, three {spread:.3f} (share 0.1875)")
+    assert abs(spread - alone) <= 0.03
 
 
 def test_c_a_key_revoked_through_one_gateway_is_refused_by_all_three_within_a_second(
