@@ -1,0 +1,119 @@
+"""The real argument list and environment of each engine kind.
+
+- vLLM: `vllm serve MODEL --host H --port P --tensor-parallel-size T
+  --scheduling-policy priority --served-model-name NAME …`; the API key in
+  `VLLM_API_KEY` (vLLM reads it there), never on the command line where `ps` shows it.
+- llama-server: `llama-server -m MODEL --host H --port P --alias NAME
+  --api-key-file FILE …`.
+- sim: `python -m fairgate sim --host H --port P --model NAME --api-key-file FILE …`.
+
+`CUDA_VISIBLE_DEVICES` is the replica's GPUs (empty for a replica without any, so an
+engine cannot wander onto GPUs it was not given). Extra arguments may not set an
+option the agent sets: a profile cannot move an engine off loopback, change its port
+or priority scheduling, or put a key in the argument list.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from fairgate.launch.profile import Profile
+
+__all__ = ["RESERVED", "Command", "ProfileError", "check_args", "command"]
+
+
+class ProfileError(ValueError):
+    """A profile the agent refuses to launch (the reason names the field)."""
+
+
+RESERVED: dict[str, frozenset[str]] = {
+    "vllm": frozenset(
+        {
+            "--host",
+            "--port",
+            "--tensor-parallel-size",
+            "-tp",
+            "--scheduling-policy",
+            "--served-model-name",
+            "--api-key",
+            "--uds",
+        }
+    ),
+    "llama-server": frozenset(
+        {"-m", "--model", "--host", "--port", "--alias", "-a", "--api-key", "--api-key-file"}
+    ),
+    "sim": frozenset({"--host", "--port", "--model", "--api-key", "--api-key-file"}),
+}
+"""Options the agent sets itself, per engine kind (also refused as `--opt=value`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables to add to the agent's environment for this process."""
+
+
+def check_args(profile: Profile) -> None:
+    reserved = RESERVED[profile.engine]
+    for arg in profile.args:
+        name = arg.split("=", 1)[0]
+        if name in reserved:
+            raise ProfileError(
+                f"args: {name} is set by the agent for {profile.engine} and may not be given"
+            )
+
+
+def command(profile: Profile, *, api_key: str | None = None) -> Command:
+    """The launch of `profile`; `api_key` is the content of its api_key_file, if any."""
+    check_args(profile)
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in profile.gpus)}
+    if profile.engine == "vllm":
+        argv = [
+            "vllm",
+            "serve",
+            profile.model,
+            "--host",
+            profile.host,
+            "--port",
+            str(profile.port),
+            "--tensor-parallel-size",
+            str(profile.tensor_parallel_size),
+            "--scheduling-policy",
+            "priority",
+            "--served-model-name",
+            profile.served_name,
+        ]
+        if api_key is not None:
+            env["VLLM_API_KEY"] = api_key
+    elif profile.engine == "llama-server":
+        argv = [
+            "llama-server",
+            "-m",
+            profile.model,
+            "--host",
+            profile.host,
+            "--port",
+            str(profile.port),
+            "--alias",
+            profile.served_name,
+        ]
+        if profile.api_key_file is not None:
+            argv += ["--api-key-file", str(profile.api_key_file)]
+    else:
+        argv = [
+            sys.executable,
+            "-m",
+            "fairgate",
+            "sim",
+            "--host",
+            profile.host,
+            "--port",
+            str(profile.port),
+            "--model",
+            profile.served_name,
+        ]
+        if profile.api_key_file is not None:
+            argv += ["--api-key-file", str(profile.api_key_file)]
+    return Command(argv=(*argv, *profile.args), env=env)
