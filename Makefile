@@ -17,8 +17,13 @@ $(STAMP): pyproject.toml
 demo: install
 	$(BIN)/fairgate demo
 
+# TEST_WORKERS=2 (or auto) runs the suite on that many pytest-xdist workers, each test
+# file on one worker; 0, the default until a whole parallel run is green, runs it in one
+# process (docs/testing.md). PYTEST_ARGS adds options either way.
+TEST_WORKERS ?= 0
+
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The security properties (marked `fuzz`) with many more examples than `make test` gives
 # them; FUZZ_EXAMPLES sets how many (20000 each by default).
