@@ -199,7 +199,7 @@ def verdict(run: dict[str, Any]) -> dict[str, Any]:
             for quantile in ("p50", "p99"):
                 key = f"added_{quantile}_ratio"
                 mine[key] = _check(leg[f"ratio_{quantile}"], TARGETS[key])
-        redis = name.endswith("/redis")
+        redis = name.endswith("/redis") or "/redis, " in name  # ", N workers" legs too
         if name in legs:
             limit = TARGETS["throughput_ratio_redis" if redis else "throughput_ratio"]
             mine["throughput_ratio"] = _check(legs[name]["ratio"], limit, at_least=True)
