@@ -177,6 +177,7 @@ def test_the_simulator_launches_from_the_built_command(tmp_path: Path) -> None:
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(url, timeout=10)
         assert refused.value.code == 401
+        refused.value.close()
         request = urllib.request.Request(url, headers={"Authorization": "Bearer sim-engine-key"})
         with urllib.request.urlopen(request, timeout=10) as answer:
             assert b'"tiny"' in answer.read()
