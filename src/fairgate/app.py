@@ -55,6 +55,7 @@ from fairgate.auth import (
     Waker,
     sha256,
 )
+from fairgate.auth.shared_failures import SharedFailures
 from fairgate.config import Config, Model
 from fairgate.core.cidr import NetworkSet, parse_network
 from fairgate.core.client_addr import ClientAddresses
@@ -316,7 +317,7 @@ class Gateway:
         self.authenticator = Authenticator(
             StoreKeyDirectory(self.store),
             self.key_cache,
-            _guard(config, clock, auth_metrics, "client"),
+            _guard(config, clock, auth_metrics, "client", self.state),
             ModelResolver({n: m.name for m in config.models for n in (m.name, *m.aliases)}),
             clock,
             hasher,
@@ -409,7 +410,7 @@ class Gateway:
             tenancy=self.tenancy,
             master_key_sha256=sha256(master.read()) if master is not None else None,
             master_key_changes=master.cell if master is not None and master.vault else None,
-            guard=_guard(config, clock, auth_metrics, "admin"),
+            guard=_guard(config, clock, auth_metrics, "admin", self.state),
             registry=self.metrics.registry,
             models_ready=self.registry.ready,
             draining=lambda: self.draining,
@@ -701,8 +702,15 @@ def _route_rules(config: Config) -> RouteRules:
     )
 
 
-def _guard(config: Config, clock: Clock, metrics: AuthMetrics, listener: str) -> AuthGuard:
-    """One listener's own failure limits and lookup ceiling (never shared between listeners)."""
+def _guard(
+    config: Config,
+    clock: Clock,
+    metrics: AuthMetrics,
+    listener: str,
+    state: MemoryCounterStore | RedisCounterStore,
+) -> AuthGuard:
+    """One listener's own failure limits and lookup ceiling (never shared between listeners);
+    with Redis, the failures are counted across every gateway too."""
     a = config.auth
     failures = FailureLimiter(
         a.failures_per_minute,
@@ -713,7 +721,12 @@ def _guard(config: Config, clock: Clock, metrics: AuthMetrics, listener: str) ->
         ipv6_32=a.failures_per_minute_ipv6_32,
     )
     ceiling = LookupCeiling(a.lookups_per_minute, clock)
-    return AuthGuard(failures, ceiling, metrics.for_listener(listener))
+    shared = (
+        SharedFailures(state, listener, failures, clock)
+        if isinstance(state, RedisCounterStore) and failures.enabled
+        else None
+    )
+    return AuthGuard(failures, ceiling, metrics.for_listener(listener), shared)
 
 
 def _wakers(store: Store, notices: RedisNotices | None) -> list[Waker]:

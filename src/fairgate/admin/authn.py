@@ -107,7 +107,7 @@ class AdminAuthenticator:
         return actor
 
     async def _refuse(self, remote: str, reason: str, *, looked_up: bool) -> Actor:
-        wait = self._guard.invalid(remote, looked_up=looked_up)
+        wait = await self._guard.failed(remote, looked_up=looked_up)
         if wait is not None:
             raise _too_many(wait)
         await self._tenancy.audit.failed_authentication(remote=remote, reason=reason)

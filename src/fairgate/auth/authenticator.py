@@ -121,7 +121,7 @@ class Authenticator:
             self._cache.invalidate(digest)  # expired or grace over since it was cached
         if self._cache.is_miss(digest):
             log.debug("authentication refused from %s: known miss", client_addr)
-            raise self._refused(client_addr, looked_up=False)
+            raise await self._refused(client_addr, looked_up=False)
         slot = None if self._cache.was_valid(digest) else self._guard.admit(client_addr)
         if isinstance(slot, Refusal):
             log.debug("authentication refused from %s: %s", client_addr, slot.reason)
@@ -164,14 +164,14 @@ class Authenticator:
         grant = self._grant(record, stored, now, client_addr)
         if grant is None:
             self._cache.add_miss(digest)
-            raise self._refused(client_addr, looked_up=True)
+            raise await self._refused(client_addr, looked_up=True)
         self._guard.valid(slot)
         self._cache.add_hit(digest, grant, epoch=epoch)
         return grant.principal
 
-    def _refused(self, client_addr: str, *, looked_up: bool) -> GatewayError:
+    async def _refused(self, client_addr: str, *, looked_up: bool) -> GatewayError:
         """The answer to a refused key: 401, or 429 once the network is over its limits."""
-        wait = self._guard.invalid(client_addr, looked_up=looked_up)
+        wait = await self._guard.failed(client_addr, looked_up=looked_up)
         return _invalid() if wait is None else _too_many(wait)
 
     async def _find(

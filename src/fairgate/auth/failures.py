@@ -83,6 +83,7 @@ class FailureLimiter:
         self._clock = clock
         self._max = max_networks
         self._counts: OrderedDict[_Key, SlidingCount] = OrderedDict()
+        self._held: dict[_Key, float] = {}  # network → held over its limits until (monotonic)
 
     @property
     def enabled(self) -> bool:
@@ -98,17 +99,34 @@ class FailureLimiter:
         or None if they are now."""
         now = self._clock.monotonic()
         waits = []
-        for key, limit in self._levels(addr):
+        if self._held:
+            until = self._held.get(network_of(addr))
+            if until is not None:
+                if until > now:
+                    waits.append(until - now)
+                else:
+                    del self._held[network_of(addr)]
+        for key, limit in self.levels(addr):
             count = self._counts.get(key)
             wait = self._untracked_wait(now) if count is None else count.wait(limit, now)
             if wait is not None:
                 waits.append(wait)
         return max(waits) if waits else None
 
+    def hold(self, addr: str, seconds: float) -> None:
+        """Hold ``addr``'s network over its limits for ``seconds`` (the fleet's count said
+        so: ``SharedFailures``), whatever this process counted itself."""
+        now = self._clock.monotonic()
+        if len(self._held) >= self._max:
+            self._held = {k: v for k, v in self._held.items() if v > now}
+            if len(self._held) >= self._max:
+                return  # the shared count still refuses it at its next failure
+        self._held[network_of(addr)] = now + seconds
+
     def failed(self, addr: str) -> None:
         """Count one failed authentication from ``addr``'s network and its aggregates."""
         now = self._clock.monotonic()
-        for key, _ in self._levels(addr):
+        for key, _ in self.levels(addr):
             count = self._counts.get(key)
             if count is None:
                 self._purge(now)
@@ -119,7 +137,7 @@ class FailureLimiter:
                 self._counts.move_to_end(key)
             count.add(now)
 
-    def _levels(self, addr: str) -> list[tuple[_Key, int]]:
+    def levels(self, addr: str) -> list[tuple[_Key, int]]:
         """The counter keys of ``addr``'s network and aggregates, with their limits (> 0)."""
         network = network_of(addr)
         if isinstance(network, str):

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from fairgate.auth.ceiling import LookupCeiling, Slot
 from fairgate.auth.failures import FailureLimiter
+from fairgate.auth.shared_failures import SharedFailures
 
 __all__ = ["AuthGuard", "AuthObserver", "Refusal"]
 
@@ -72,8 +73,10 @@ class AuthGuard:
         failures: FailureLimiter,
         ceiling: LookupCeiling,
         observer: AuthObserver | None = None,
+        shared: SharedFailures | None = None,
     ) -> None:
         self._failures = failures
+        self._shared = shared
         self._ceiling = ceiling
         self._observer: AuthObserver = observer if observer is not None else _Unobserved()
 
@@ -121,6 +124,19 @@ class AuthGuard:
         wait = self._failures.blocked(addr)
         self._failures.failed(addr)
         return wait
+
+    async def failed(self, addr: str, *, looked_up: bool) -> float | None:
+        """``invalid``, and with a shared count (``SharedFailures``) the failure counted
+        across the fleet too: the seconds to wait when the fleet's count was already at a
+        limit (the network is then held over its limits here as well)."""
+        wait = self.invalid(addr, looked_up=looked_up)
+        if self._shared is None:
+            return wait
+        shared = await self._shared.failed(addr)
+        if shared is None:
+            return wait
+        self._failures.hold(addr, shared)
+        return max(wait or 0.0, shared)
 
     def refused(self, reason: str) -> None:
         """Count a refusal that needed no lookup and is no failure (``missing_credential``,
