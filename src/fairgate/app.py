@@ -79,6 +79,7 @@ from fairgate.observability.dispatch_metrics import DispatchMetrics
 from fairgate.observability.fairshare_metrics import FairShareMetrics
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
 from fairgate.observability.routing_metrics import RoutingMetrics
+from fairgate.observability.scim_metrics import ScimMetrics
 from fairgate.observability.secret_metrics import SecretMetrics
 from fairgate.proxy.admit import Admit
 from fairgate.proxy.asgi import ProxyApp
@@ -97,6 +98,7 @@ from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.tags import TagPolicy
 from fairgate.routing import Decision, strategy_for
+from fairgate.scim import build_scim
 from fairgate.state import (
     MemoryCounterStore,
     MemoryResponseOwners,
@@ -406,11 +408,24 @@ class Gateway:
             monitor=self.fairshare_monitor,
             admission=self.admission,
         )
+        admin_guard = _guard(config, clock, auth_metrics, "admin", self.state)
+        self.scim = (
+            build_scim(
+                config.scim,
+                store=self.store,
+                audit=self.tenancy.audit,
+                guard=admin_guard,
+                clock=clock,
+                metrics=ScimMetrics(self.metrics.registry),
+            )
+            if config.scim is not None
+            else None
+        )
         self.admin_app = build_admin_app(
             tenancy=self.tenancy,
             master_key_sha256=sha256(master.read()) if master is not None else None,
             master_key_changes=master.cell if master is not None and master.vault else None,
-            guard=_guard(config, clock, auth_metrics, "admin", self.state),
+            guard=admin_guard,
             registry=self.metrics.registry,
             models_ready=self.registry.ready,
             draining=lambda: self.draining,
@@ -430,6 +445,7 @@ class Gateway:
             dashboard=board,
             sessions=self.sessions,
             sso=SsoClient(config.sso, self.store, clock) if config.sso is not None else None,
+            scim=self.scim.asgi if self.scim is not None else None,
         )
         self.metrics.state_available.set_function(lambda: float(self.state_available))
         # Vault secrets were read before this; the refresher reads them again every cache_ttl.
@@ -495,6 +511,8 @@ class Gateway:
         revision = await upgrade(self.store)
         report = await self.tenancy.sync_orgs(self.config.orgs)
         log.info("store at schema %s; organisations %s", revision, report)
+        if self.scim is not None:
+            await self.scim.storage.reconcile()
         if self.snapshots is not None:
             restored = await self.snapshots.restore()
             log.info("rate counters: %d restored from the last snapshot", restored)

@@ -28,6 +28,7 @@ def test_exported_members() -> None:
         "new_ulid",
         "orgs",
         "projects",
+        "scim",
         "role_bindings",
         "sso_logins",
         "teams",

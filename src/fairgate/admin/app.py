@@ -49,6 +49,7 @@ from fairgate.admin.params import plain_text
 from fairgate.admin.sso.actors import SsoActors
 from fairgate.admin.sso.client import SsoClient
 from fairgate.admin.sso.endpoints import sso_router
+from fairgate.admin.scim_prefix import ScimPrefix
 from fairgate.auth import AuthGuard, sha256
 from fairgate.config.secrets import SecretCell
 from fairgate.core.cidr import NetworkSet
@@ -77,13 +78,16 @@ def build_admin_app(
     dashboard: Board | None = None,
     sessions: Sessions | None = None,
     sso: SsoClient | None = None,
+    scim: ASGIApp | None = None,
 ) -> ASGIApp:
     """The whole admin listener as one ASGI application (``GET /admin/fairshare`` only
     with a ``fairshare`` monitor: without fair share configured the route is absent;
     ``GET /admin/dashboard`` only with a ``dashboard``, and its sign-in form only
     with web ``sessions`` as well; ``/admin/login``, ``/admin/callback``, ``/admin/session``
-    and ``/admin/logout`` only with ``sso`` and ``sessions``). With ``sessions`` an admin
-    session's cookie is a credential of the admin API too (``fairgate.admin.endpoints.context``).
+    and ``/admin/logout`` only with ``sso`` and ``sessions``; ``/scim/v2`` only with a
+    ``scim`` application, ``fairgate.scim``'s, which app.py builds: the admin API never
+    imports it). With ``sessions`` an admin session's cookie is a credential of the admin
+    API too (``fairgate.admin.endpoints.context``).
 
     ``master_key_changes``, the cell of a master key held in a vault, makes the
     master key accepted follow each new value read there (``metrics_token_changes``
@@ -135,7 +139,7 @@ def build_admin_app(
     async def openapi(caller: Caller) -> JSONResponse:
         return JSONResponse(app.openapi())
 
-    limited = BodyLimit(app)
+    limited = BodyLimit(app if scim is None else ScimPrefix(app, scim))
     if clients is None and rules is None and metrics_token_sha256 is None:
         return limited
     door = AdminDoor(

@@ -15,6 +15,7 @@ from fairgate.config.catalog import Model, Org, Pool
 from fairgate.config.document import Loc
 from fairgate.config.fields import NonEmpty, PublicUrl, Section
 from fairgate.config.network import Cidr, Routes
+from fairgate.config.scim import Scim
 from fairgate.config.secrets import SecretRef
 from fairgate.config.settings import (
     Accounting,
@@ -81,6 +82,7 @@ class Config(Section):
     accounts: WebAccounts = Field(default_factory=WebAccounts)
     vault: VaultSettings | None = None
     sso: Sso | None = None
+    scim: Scim | None = None
     trusted_proxies: tuple[Cidr, ...] = ()
     routes: Routes = Field(default_factory=Routes)
     metrics_token_file: SecretRef | None = None

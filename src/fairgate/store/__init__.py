@@ -11,7 +11,7 @@
 One repository module per table (``orgs``, ``teams``, ``projects``, ``users``,
 ``keys``, ``role_bindings``, ``admin_tokens``, ``audit_events``, ``usage_records``,
 ``budgets``, ``access_changes``, ``allowlists``, ``claim_links``, ``accounts``,
-``web_sessions``, ``sso_logins``): functions that run inside
+``web_sessions``, ``sso_logins``, ``scim``): functions that run inside
 the caller's transaction and take the ``where`` clause the tenancy layer builds
 from who is acting, so a write outside the actor's scope matches no row. Nothing
 on the request path reads the store except a key cache miss
@@ -36,6 +36,7 @@ from fairgate.store import (
     orgs,
     projects,
     role_bindings,
+    scim,
     sso_logins,
     teams,
     usage_records,
@@ -74,6 +75,7 @@ __all__ = [
     "orgs",
     "projects",
     "role_bindings",
+    "scim",
     "sso_logins",
     "teams",
     "to_unix",

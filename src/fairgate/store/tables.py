@@ -14,6 +14,8 @@
     claim_links >── keys (a one-time link handing a key's secret over; the secret sealed)
     accounts ─< web_sessions (a person's web sign-in; once approved, bound to a user and a team)
     sso_logins (an administrator's single sign-on between the provider's redirect and callback)
+    scim_resources (SCIM users and groups as the identity provider pushed them)
+    users ─< scim_users, scim_grants (the users SCIM provisions, the roles it granted them)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
@@ -68,6 +70,9 @@ __all__ = [
     "orgs",
     "projects",
     "role_bindings",
+    "scim_grants",
+    "scim_resources",
+    "scim_users",
     "sso_logins",
     "teams",
     "usage_record_tags",
@@ -408,4 +413,40 @@ sso_logins = Table(
     Column("code_verifier", String(128), nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("expires_at", UtcDateTime, nullable=False, index=True),
+)
+
+scim_resources = Table(
+    "scim_resources",
+    metadata,
+    # A SCIM User or Group as the identity provider wrote it (the password attribute is never
+    # kept). ``name_key`` is the userName or displayName case-folded, unique per kind;
+    # ``version`` makes the ETag; a Group's members are in its ``body``.
+    Column("id", String(32), primary_key=True),
+    Column("kind", String(8), nullable=False),  # User | Group
+    Column("name", String(256), nullable=False),
+    Column("name_key", String(256), nullable=False),
+    Column("active", Boolean, nullable=False),  # a User's active; true for a Group
+    Column("body", JSON, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("modified_at", UtcDateTime, nullable=False),
+    UniqueConstraint("kind", "name_key"),
+)
+
+scim_users = Table(
+    "scim_users",
+    metadata,
+    # A gateway user SCIM provisions: enabled while an active SCIM User of its name exists.
+    Column("user_id", Integer, ForeignKey("users.id"), primary_key=True),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+scim_grants = Table(
+    "scim_grants",
+    metadata,
+    # A role binding SCIM granted (a group's mapping): the only ones it ever takes away.
+    Column("user_id", Integer, ForeignKey("users.id"), primary_key=True),
+    Column("role", String(32), primary_key=True),
+    Column("team_id", Integer, ForeignKey("teams.id"), primary_key=True),
+    Column("created_at", UtcDateTime, nullable=False),
 )

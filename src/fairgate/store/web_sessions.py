@@ -23,6 +23,7 @@ __all__ = [
     "SessionRow",
     "close",
     "close_all",
+    "close_user",
     "insert_session",
     "prune",
     "resolve",
@@ -151,6 +152,18 @@ async def prune(conn: AsyncConnection, *, now: datetime, idle_since: datetime) -
     result = await conn.execute(
         delete(web_sessions).where(
             or_(web_sessions.c.expires_at <= now, web_sessions.c.seen_at <= idle_since)
+        )
+    )
+    return result.rowcount
+
+
+async def close_user(conn: AsyncConnection, user_id: int) -> int:
+    """Delete every session of a user: their admin and single sign-on sessions and the
+    sessions of the web account bound to them; how many there were."""
+    bound = select(accounts.c.id).where(accounts.c.user_id == user_id).scalar_subquery()
+    result = await conn.execute(
+        delete(web_sessions).where(
+            or_(web_sessions.c.user_id == user_id, web_sessions.c.account_id.in_(bound))
         )
     )
     return result.rowcount

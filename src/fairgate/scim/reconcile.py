@@ -1,0 +1,236 @@
+"""The gateway's state derived from what SCIM holds, made true in one transaction.
+
+    users    each SCIM User is the gateway user of the same userName, provisioned by SCIM
+             (created if missing); enabled while the SCIM User exists and is active,
+             otherwise disabled: admin tokens revoked, every web, admin and single
+             sign-on session of theirs deleted
+    roles    an enabled provisioned user holds the (role, team) of every mapped group they
+             are in, nested groups expanded (``fairgate.scim.membership``); the bindings
+             SCIM granted are recorded in ``scim_grants`` and only those are ever removed,
+             so a role granted by hand stays, even when it is the same pair
+
+It runs after every SCIM write, in the write's transaction, and at start-up, so
+a change interrupted half-way, a mapping edited in the configuration or a binding
+removed by hand is repaired. It reads every provisioned resource each time (a
+directory of some thousands of users is a few milliseconds of it). A mapped team
+missing from the store is logged and counted, and granted once it exists.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairgate.config.scim import Scim
+from fairgate.observability.scim_metrics import ScimMetrics
+from fairgate.scim.membership import Group, holders
+from fairgate.store import audit_events, role_bindings, scim, teams, users, web_sessions
+from fairgate.store.scim import Grant, ResourceRow
+from fairgate.store.tables import role_bindings as bindings_table
+
+__all__ = ["ACTOR", "Reconciler", "Report"]
+
+log = logging.getLogger("fairgate.scim")
+
+ACTOR = "system:scim"
+"""Who the audit log and ``created_by`` name for what SCIM changed."""
+
+
+@dataclass
+class Report:
+    """What one reconciliation changed (counts)."""
+
+    created: int = 0
+    enabled: int = 0
+    disabled: int = 0
+    sessions_closed: int = 0
+    granted: int = 0
+    removed: int = 0
+    unknown_teams: set[str] = field(default_factory=set)
+
+
+class Reconciler:
+    """Applies :func:`fairgate.scim.membership.holders` and the users' ``active`` to the
+    store (see the module docstring); ``reconcile`` runs in the caller's transaction."""
+
+    def __init__(self, config: Scim, metrics: ScimMetrics | None = None) -> None:
+        self._mapping = {name.casefold(): (g.role, g.team) for name, g in config.groups.items()}
+        self._metrics = metrics
+
+    async def missing_teams(self, conn: AsyncConnection) -> list[tuple[str, str]]:
+        """``(group, team)`` of every mapping whose team is not in the store."""
+        missing = []
+        for group, (_, team) in sorted(self._mapping.items()):
+            if await teams.by_name(conn, team) is None:
+                missing.append((group, team))
+        return missing
+
+    async def reconcile(self, conn: AsyncConnection, now: datetime) -> Report:
+        report = Report()
+        rows = await scim.list_resources(conn, ("User", "Group"))
+        people = {r.id: r for r in rows if r.kind == "User"}
+        groups = {r.id: _group(r) for r in rows if r.kind == "Group"}
+        await self._provision(conn, people.values(), now, report)
+        active = {r.name for r in people.values() if r.active}
+        enabled = await self._switch(conn, active, now, report)
+        held = holders(groups, self._mapping)
+        wanted: dict[str, set[tuple[str, str]]] = {}
+        for resource_id, pairs in held.items():
+            person = people.get(resource_id)
+            if person is not None and person.name in enabled:
+                wanted.setdefault(person.name, set()).update(pairs)
+        await self._roles(conn, enabled, wanted, now, report)
+        self._count(report)
+        return report
+
+    async def _provision(
+        self, conn: AsyncConnection, people: Iterable[ResourceRow], now: datetime, report: Report
+    ) -> None:
+        """Every SCIM User's gateway user exists and is recorded as provisioned."""
+        managed = await scim.managed_users(conn)
+        names = {name for name, _ in managed.values()}
+        for person in people:
+            if person.name in names:
+                continue
+            user = await users.by_name(conn, person.name)
+            if user is None:
+                if not person.active:
+                    continue  # an inactive newcomer needs no gateway user yet
+                user = await users.insert_user(conn, name=person.name, org_id=None, now=now)
+                report.created += 1
+                await _audit(conn, "user.created", now, person.name, {"by": "scim"})
+            await scim.adopt(conn, user.id, now)
+
+    async def _switch(
+        self, conn: AsyncConnection, active: set[str], now: datetime, report: Report
+    ) -> dict[str, int]:
+        """Enable the provisioned users SCIM holds active, disable the others; their ids."""
+        enabled: dict[str, int] = {}
+        for user_id, (name, is_enabled) in (await scim.managed_users(conn)).items():
+            if name in active:
+                enabled[name] = user_id
+                if not is_enabled and await users.enable(conn, name) is not None:
+                    report.enabled += 1
+                    await _audit(conn, "user.enabled", now, name, {"by": "scim"})
+                continue
+            if await users.disable(conn, name, now) is not None:
+                report.disabled += 1
+                await _audit(conn, "user.disabled", now, name, {"by": "scim"})
+            closed = await web_sessions.close_user(conn, user_id)
+            report.sessions_closed += closed
+        return enabled
+
+    async def _roles(
+        self,
+        conn: AsyncConnection,
+        enabled: Mapping[str, int],
+        wanted: Mapping[str, set[tuple[str, str]]],
+        now: datetime,
+        report: Report,
+    ) -> None:
+        team_ids: dict[str, int | None] = {}
+        desired: set[Grant] = set()
+        for name, pairs in wanted.items():
+            for role, team in pairs:
+                if team not in team_ids:
+                    found = await teams.by_name(conn, team)
+                    team_ids[team] = None if found is None else found.id
+                team_id = team_ids[team]
+                if team_id is None:
+                    report.unknown_teams.add(team)
+                    continue
+                desired.add((enabled[name], role, team_id))
+        recorded = await scim.grants(conn)
+        for grant in sorted(recorded - desired):
+            if await _unbind(conn, grant):
+                report.removed += 1
+                await _audit_role(conn, "role.revoked", now, grant)
+            await scim.drop_grant(conn, grant)
+        for grant in sorted(desired):
+            if await _bound(conn, grant):
+                continue  # SCIM's, still there; or granted by hand, and never recorded as SCIM's
+            await _bind(conn, grant, now)
+            if grant not in recorded:
+                await scim.add_grant(conn, grant, now)
+            report.granted += 1
+            await _audit_role(conn, "role.granted", now, grant)
+
+    def _count(self, report: Report) -> None:
+        for team in sorted(report.unknown_teams):
+            log.warning("scim: a mapped group names team %r, which is not in the store", team)
+        if self._metrics is None:
+            return
+        self._metrics.changed("user_created", report.created)
+        self._metrics.changed("user_enabled", report.enabled)
+        self._metrics.changed("user_disabled", report.disabled)
+        self._metrics.changed("sessions_closed", report.sessions_closed)
+        self._metrics.changed("role_granted", report.granted)
+        self._metrics.changed("role_removed", report.removed)
+        for _ in report.unknown_teams:
+            self._metrics.unknown_team()
+
+
+def _group(row: ResourceRow) -> Group:
+    members = row.body.get("members") or ()
+    ids = tuple(str(m["value"]) for m in members if isinstance(m, dict) and m.get("value"))
+    return Group(row.name, ids)
+
+
+async def _bound(conn: AsyncConnection, grant: Grant) -> bool:
+    user_id, role, team_id = grant
+    query = select(bindings_table.c.id).where(
+        bindings_table.c.user_id == user_id,
+        bindings_table.c.role == role,
+        bindings_table.c.scope_kind == "team",
+        bindings_table.c.scope_id == team_id,
+    )
+    return (await conn.execute(query)).first() is not None
+
+
+async def _bind(conn: AsyncConnection, grant: Grant, now: datetime) -> None:
+    user_id, role, team_id = grant
+    await role_bindings.insert_binding(
+        conn,
+        user_id=user_id,
+        role=role,
+        scope_kind="team",
+        scope_id=team_id,
+        created_by=ACTOR,
+        now=now,
+    )
+
+
+async def _unbind(conn: AsyncConnection, grant: Grant) -> bool:
+    user_id, role, team_id = grant
+    return await role_bindings.delete_binding(
+        conn, user_id=user_id, role=role, scope_kind="team", scope_id=team_id
+    )
+
+
+async def _audit(
+    conn: AsyncConnection, action: str, now: datetime, name: str, detail: Mapping[str, str]
+) -> None:
+    await audit_events.insert_event(
+        conn, at=now, actor=ACTOR, action=action, target=f"user:{name}", detail=detail
+    )
+
+
+async def _audit_role(conn: AsyncConnection, action: str, now: datetime, grant: Grant) -> None:
+    user_id, role, team_id = grant
+    user = await users.by_id(conn, user_id)
+    team = await teams.by_id(conn, team_id)
+    await audit_events.insert_event(
+        conn,
+        at=now,
+        actor=ACTOR,
+        action=action,
+        target=f"user:{user.name if user else user_id}",
+        org_id=team.org_id if team else None,
+        team_id=team_id,
+        detail={"role": role, "scope": f"team {team.name if team else team_id}", "by": "scim"},
+    )

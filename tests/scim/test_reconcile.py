@@ -1,0 +1,114 @@
+"""Reconciliation over a real store (SQLite and PostgreSQL): what SCIM holds becomes users and
+roles; only SCIM's own grants are ever taken away; a renamed user is a new user, the old name
+disabled; a mapped team created late is granted at the next reconciliation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete
+
+from fairgate.config.scim import Scim, ScimGroup
+from fairgate.config.secrets import SecretRef
+from fairgate.scim.reconcile import Reconciler
+from fairgate.store import Store, from_unix, role_bindings, scim, users
+from fairgate.store.tables import role_bindings as bindings_table
+from fairgate.tenancy import Actor, Tenancy
+
+OP = Actor.operator("tests")
+CONFIG = Scim(
+    token_file=SecretRef(path="unused"),
+    groups={"Physics": ScimGroup(team="phys"), "Late": ScimGroup(team="late", role="viewer")},
+)
+
+
+async def _put(store: Store, rid: str, kind: str, name: str, **body: Any) -> None:
+    now = from_unix(0)
+    async with store.write() as conn:
+        old = await scim.get_resource(conn, kind, rid)
+        active = body.pop("active", True)
+        if old is None:
+            await scim.insert_resource(
+                conn, resource_id=rid, kind=kind, name=name, active=active, body=body, now=now
+            )
+        else:
+            await scim.update_resource(
+                conn,
+                resource_id=rid,
+                kind=kind,
+                name=name,
+                active=active,
+                body=body,
+                version=old.version,
+                now=now,
+            )
+
+
+async def _reconcile(store: Store) -> None:
+    async with store.write(exclusive=True) as conn:
+        await Reconciler(CONFIG).reconcile(conn, from_unix(1))
+
+
+async def _roles(store: Store, name: str) -> set[tuple[str, str | None]]:
+    async with store.read() as conn:
+        return {(b.role, b.scope) for b in await role_bindings.list_bindings(conn, user=name)}
+
+
+async def _enabled(store: Store, name: str) -> bool:
+    async with store.read() as conn:
+        user = await users.by_name(conn, name)
+    assert user is not None
+    return user.disabled_at is None
+
+
+async def test_only_scims_own_grants_are_taken_away(store: Store, tenancy: Tenancy) -> None:
+    await tenancy.orgs.create(OP, "o")
+    await tenancy.teams.create(OP, name="phys", org="o")
+    await _put(store, "u1", "User", "ann")
+    await _put(store, "g1", "Group", "physics", members=[{"value": "u1"}])
+    await _reconcile(store)
+    assert await _roles(store, "ann") == {("member", "phys")}
+    await tenancy.roles.grant(OP, user="ann", role="viewer", team="phys")
+
+    await _put(store, "g1", "Group", "physics", members=[])
+    await _reconcile(store)
+    assert await _roles(store, "ann") == {("viewer", "phys")}
+
+    # A binding of SCIM's removed by hand comes back at the next reconciliation.
+    await _put(store, "g1", "Group", "physics", members=[{"value": "u1"}])
+    await _reconcile(store)
+    async with store.write() as conn:
+        await conn.execute(delete(bindings_table).where(bindings_table.c.role == "member"))
+    await _reconcile(store)
+    assert await _roles(store, "ann") == {("viewer", "phys"), ("member", "phys")}
+
+
+async def test_a_renamed_user_is_a_new_user_and_the_old_name_is_disabled(
+    store: Store, tenancy: Tenancy
+) -> None:
+    await _put(store, "u1", "User", "old-name")
+    await _reconcile(store)
+    await _put(store, "u1", "User", "new-name")
+    await _reconcile(store)
+    assert not await _enabled(store, "old-name")
+    assert await _enabled(store, "new-name")
+
+
+async def test_a_mapped_team_made_late_is_granted_at_the_next_reconciliation(
+    store: Store, tenancy: Tenancy
+) -> None:
+    await _put(store, "u1", "User", "bea")
+    await _put(store, "g1", "Group", "Late", members=[{"value": "u1"}])
+    async with store.write(exclusive=True) as conn:
+        report = await Reconciler(CONFIG).reconcile(conn, from_unix(1))
+        assert await Reconciler(CONFIG).missing_teams(conn) == [
+            ("late", "late"),
+            ("physics", "phys"),
+        ]
+    assert report.unknown_teams == {"late"}
+    await tenancy.orgs.create(OP, "o")
+    await tenancy.teams.create(OP, name="late", org="o")
+    await _reconcile(store)
+    assert await _roles(store, "bea") == {("viewer", "late")}
+    async with store.read() as conn:
+        assert await Reconciler(CONFIG).missing_teams(conn) == [("physics", "phys")]
