@@ -5,7 +5,7 @@ Every path the gateway serves belongs to one class:
     inference   every route of the client listener (the OpenAI API, /me, …) but the pages
     web         the web pages of the client listener: /, /signup, /signin, /signout,
                 /account…, /claim/…, /static/… (``fairgate.web``)
-    admin       every other path of the admin listener: /admin/*, the OpenAPI document
+    admin       every other path of the admin listener: /admin/*, the OpenAPI document, /scim/v2
     metrics     /metrics on the admin listener
     health      /healthz and /readyz on the admin listener
 
