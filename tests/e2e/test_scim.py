@@ -86,7 +86,7 @@ def sim() -> Iterator[SimProcess]:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory, sim: SimProcess) -> Iterator[Gateway]:
     config = _config(tmp_path_factory.mktemp("scim"), sim, GROUPS)
-    with GatewayProcess(config) as process:
+    with GatewayProcess(config, startup_timeout=120) as process:
         yield Gateway(process, config)
 
 
@@ -320,7 +320,7 @@ def test_a_wrong_token_is_refused_and_counted_in_the_network_limiter(gateway: Ga
 
 def test_start_up_reconciles_and_refuses_an_unknown_team(tmp_path: Path, sim: SimProcess) -> None:
     config = _config(tmp_path, sim, GROUPS)
-    with GatewayProcess(config) as process:
+    with GatewayProcess(config, startup_timeout=120) as process:
         gw = Gateway(process, config)
         with scim_client(gw) as client:
             carol = new_user(client, "carol")
@@ -329,7 +329,7 @@ def test_start_up_reconciles_and_refuses_an_unknown_team(tmp_path: Path, sim: Si
     # While the gateway is down the binding goes (a half-done change, a hand edit).
     with sqlite3.connect(tmp_path / "fairgate.db") as db:
         db.execute("DELETE FROM role_bindings WHERE role = 'team_admin'")
-    with GatewayProcess(config) as process:
+    with GatewayProcess(config, startup_timeout=120) as process:
         assert ("team_admin", "t") in roles(Gateway(process, config), "carol")
 
     (tmp_path / "broken").mkdir()
@@ -338,7 +338,7 @@ def test_start_up_reconciles_and_refuses_an_unknown_team(tmp_path: Path, sim: Si
         [sys.executable, "-m", "fairgate", "serve", "-c", str(broken)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
     assert done.returncode != 0
