@@ -46,10 +46,10 @@ from fairgate.admin.health import health_routes
 from fairgate.admin.network import AdminDoor
 from fairgate.admin.openapi import ERROR_RESPONSES, install_openapi
 from fairgate.admin.params import plain_text
+from fairgate.admin.scim_prefix import ScimPrefix
 from fairgate.admin.sso.actors import SsoActors
 from fairgate.admin.sso.client import SsoClient
 from fairgate.admin.sso.endpoints import sso_router
-from fairgate.admin.scim_prefix import ScimPrefix
 from fairgate.auth import AuthGuard, sha256
 from fairgate.config.secrets import SecretCell
 from fairgate.core.cidr import NetworkSet
