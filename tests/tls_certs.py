@@ -129,9 +129,10 @@ class Authority:
         server: bool = False,
         days: float = 30,
         not_before: datetime | None = None,
+        dns_names: tuple[str, ...] = (),
     ) -> Issued:
         """A certificate for ``name``: a server one (SAN 127.0.0.1, ::1, localhost) or a
-        client one."""
+        client one (with ``dns_names`` as its DNS SANs, if any)."""
         key = _key()
         start = not_before or datetime.now(UTC) - timedelta(days=1)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
@@ -159,6 +160,11 @@ class Authority:
                         x509.DNSName("localhost"),
                     ]
                 ),
+                critical=False,
+            )
+        elif dns_names:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]),
                 critical=False,
             )
         return Issued(builder.sign(self.key, hashes.SHA256()), key)

@@ -1,0 +1,144 @@
+"""The control plane's side of the agents' streams: registration, heartbeats, state.
+
+`ControlPlaneService` accepts one stream per node over mutual TLS. The first message
+must be a `Register` whose node name is the identity of the client certificate; any
+other first message, or another node's name, ends the stream with PERMISSION_DENIED
+and a log line naming the certificate and the claim. A registered node's inventory,
+labels and running replicas are kept in `nodes`; it is sent the current desired state
+at once (on every connect, so a reconnecting agent reconciles to the whole of it) and
+every time it changes.
+
+Only the stream exists yet: placement, the store-backed node table and health states
+(unreachable, lost) come with the rest of the control plane (docs/fleet.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from fairgate.fleet.identity import names_of, refusal
+from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
+from fairgate.inventory.model import Inventory
+
+__all__ = ["ControlPlaneService", "NodeSeen", "server_credentials"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class NodeSeen:
+    name: str
+    inventory: Inventory
+    labels: dict[str, str]
+    running: list[fleet_pb2.ReplicaStatus]
+    last_seen: float
+    applied_version: int = 0
+    connected: bool = True
+    statuses: dict[str, fleet_pb2.ReplicaStatus] = field(default_factory=dict)
+
+
+def server_credentials(
+    cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes
+) -> grpc.ServerCredentials:
+    """Mutual TLS: the server's certificate, and client certificates required from the CA."""
+    return grpc.ssl_server_credentials(
+        [(key_pem, cert_pem)], root_certificates=client_ca_pem, require_client_auth=True
+    )
+
+
+class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
+    def __init__(self, *, heartbeat_interval: float = 5.0) -> None:
+        self.nodes: dict[str, NodeSeen] = {}
+        self.refusals = 0
+        self._heartbeat_interval = heartbeat_interval
+        self._desired: dict[str, fleet_pb2.DesiredState] = {}
+        self._changed: dict[str, asyncio.Event] = {}
+
+    def desired(self, node: str) -> fleet_pb2.DesiredState:
+        return self._desired.get(
+            node,
+            fleet_pb2.DesiredState(version=0, heartbeat_interval_seconds=self._heartbeat_interval),
+        )
+
+    def set_desired(self, node: str, replicas: list[fleet_pb2.ReplicaSpec]) -> int:
+        """Replace a node's desired replicas; the new version reaches it at once if connected."""
+        version = self.desired(node).version + 1
+        self._desired[node] = fleet_pb2.DesiredState(
+            version=version, replicas=replicas, heartbeat_interval_seconds=self._heartbeat_interval
+        )
+        self._changed.setdefault(node, asyncio.Event()).set()
+        return version
+
+    async def Connect(
+        self,
+        request_iterator: AsyncIterator[fleet_pb2.AgentMessage],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[fleet_pb2.ControlMessage]:
+        names = names_of(context.auth_context())
+        first = await anext(aiter(request_iterator), None)
+        claimed = (
+            first.register.node_name if first is not None and first.HasField("register") else ""
+        )
+        why = refusal(names, claimed)
+        if why is not None or first is None:
+            self.refusals += 1
+            log.warning("agent stream refused from %s: %s", context.peer(), why)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "node identity refused")
+            return
+        register = first.register
+        try:
+            inventory = Inventory.from_json(register.inventory_json or '{"source": "none"}')
+        except ValueError as exc:
+            log.warning("node %s sent an inventory that does not validate: %s", claimed, exc)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "inventory does not validate")
+            return
+        node = NodeSeen(
+            name=claimed,
+            inventory=inventory,
+            labels=dict(register.labels),
+            running=list(register.running),
+            last_seen=time.monotonic(),
+            applied_version=register.applied_version,
+        )
+        self.nodes[claimed] = node
+        log.info(
+            "node %s registered (%d GPUs, %d replicas running)",
+            claimed,
+            len(inventory.gpus),
+            len(node.running),
+        )
+        changed = self._changed.setdefault(claimed, asyncio.Event())
+        reader = asyncio.create_task(self._read(node, request_iterator))
+        try:
+            yield fleet_pb2.ControlMessage(desired=self.desired(claimed))
+            while not reader.done():
+                changed.clear()
+                waiter = asyncio.create_task(changed.wait())
+                done, _ = await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if waiter in done:
+                    yield fleet_pb2.ControlMessage(desired=self.desired(claimed))
+                else:
+                    waiter.cancel()
+        finally:
+            reader.cancel()
+            node.connected = False
+
+    async def _read(self, node: NodeSeen, messages: AsyncIterator[fleet_pb2.AgentMessage]) -> None:
+        async for message in messages:
+            node.last_seen = time.monotonic()
+            kind = message.WhichOneof("body")
+            if kind == "heartbeat" and message.heartbeat.inventory_json:
+                try:
+                    node.inventory = Inventory.from_json(message.heartbeat.inventory_json)
+                except ValueError as exc:
+                    log.warning("node %s: refreshed inventory refused: %s", node.name, exc)
+            elif kind == "status":
+                node.statuses[message.status.replica_id] = message.status
+            elif kind == "applied":
+                node.applied_version = message.applied.version

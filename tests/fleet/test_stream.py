@@ -1,0 +1,133 @@
+"""The agent's stream against the control plane's gRPC server over mutual TLS: a node
+registers and receives its desired state, changes reach it on the open stream, and a
+certificate for another node, from another CA, or none at all, is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from tests.inventory.test_inventory import smi_inventory
+from tests.tls_certs import Authority, Issued, Pki
+
+from fairgate.fleet.control import ControlPlaneService, server_credentials
+from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
+
+
+@pytest.fixture
+async def plane(tmp_path: Path) -> AsyncIterator[tuple[ControlPlaneService, int, Pki]]:
+    pki = Pki.make(tmp_path)
+    service = ControlPlaneService(heartbeat_interval=5)
+    server = grpc.aio.server()
+    fleet_pb2_grpc.add_ControlPlaneServicer_to_server(service, server)
+    port = server.add_secure_port(
+        "127.0.0.1:0",
+        server_credentials(
+            pki.server.cert_pem.encode(), pki.server.key_pem.encode(), pki.ca.pem.encode()
+        ),
+    )
+    await server.start()
+    try:
+        yield service, port, pki
+    finally:
+        await server.stop(grace=None)
+
+
+def channel(port: int, ca: Authority, client: Issued | None) -> grpc.aio.Channel:
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=ca.pem.encode(),
+        private_key=client.key_pem.encode() if client else None,
+        certificate_chain=client.cert_pem.encode() if client else None,
+    )
+    return grpc.aio.secure_channel(
+        f"127.0.0.1:{port}", credentials, options=[("grpc.ssl_target_name_override", "localhost")]
+    )
+
+
+def register(node: str) -> fleet_pb2.AgentMessage:
+    return fleet_pb2.AgentMessage(
+        register=fleet_pb2.Register(
+            node_name=node,
+            labels={"site": "paris"},
+            inventory_json=smi_inventory("hgx-h100").to_json(),
+        )
+    )
+
+
+async def test_a_node_registers_and_follows_its_desired_state(plane) -> None:  # type: ignore[no-untyped-def]
+    service, port, pki = plane
+    cert = pki.ca.issue("agent", dns_names=("gpu01",))
+    async with channel(port, pki.ca, cert) as ch:
+        queue: asyncio.Queue[fleet_pb2.AgentMessage | None] = asyncio.Queue()
+        queue.put_nowait(register("gpu01"))
+
+        async def up() -> AsyncIterator[fleet_pb2.AgentMessage]:
+            while (m := await queue.get()) is not None:
+                yield m
+
+        stream = fleet_pb2_grpc.ControlPlaneStub(ch).Connect(up())
+        first = await stream.read()
+        assert first.desired.version == 0 and first.desired.heartbeat_interval_seconds == 5
+        node = service.nodes["gpu01"]
+        assert len(node.inventory.gpus) == 8 and node.labels == {"site": "paris"}
+        spec = fleet_pb2.ReplicaSpec(replica_id="r1", engine="sim", model="sim", port=9001)
+        assert service.set_desired("gpu01", [spec]) == 1
+        second = await stream.read()
+        assert second.desired.version == 1
+        assert [r.replica_id for r in second.desired.replicas] == ["r1"]
+        queue.put_nowait(fleet_pb2.AgentMessage(applied=fleet_pb2.Applied(version=1)))
+        queue.put_nowait(None)
+        assert await stream.read() == grpc.aio.EOF
+    assert service.nodes["gpu01"].applied_version == 1
+    assert not service.nodes["gpu01"].connected
+
+
+async def test_a_common_name_is_the_identity_without_a_san(plane) -> None:  # type: ignore[no-untyped-def]
+    service, port, pki = plane
+    async with channel(port, pki.ca, pki.ca.issue("gpu03")) as ch:
+        stream = fleet_pb2_grpc.ControlPlaneStub(ch).Connect(iter([register("gpu03")]))
+        assert (await stream.read()).desired.version == 0
+    assert "gpu03" in service.nodes
+
+
+async def test_a_certificate_for_another_node_is_refused_and_logged(  # type: ignore[no-untyped-def]
+    plane, caplog: pytest.LogCaptureFixture
+) -> None:
+    service, port, pki = plane
+    cert = pki.ca.issue("agent", dns_names=("gpu01",))
+    caplog.set_level(logging.WARNING, logger="fairgate.fleet.control")
+    async with channel(port, pki.ca, cert) as ch:
+        stream = fleet_pb2_grpc.ControlPlaneStub(ch).Connect(iter([register("gpu02")]))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stream.read()
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "gpu02" not in service.nodes and service.refusals == 1
+    assert "a certificate for gpu01 claimed to be node 'gpu02'" in caplog.text
+
+
+async def test_a_stream_that_does_not_start_with_a_registration_is_refused(plane) -> None:  # type: ignore[no-untyped-def]
+    service, port, pki = plane
+    cert = pki.ca.issue("agent", dns_names=("gpu01",))
+    beat = fleet_pb2.AgentMessage(heartbeat=fleet_pb2.Heartbeat(sequence=1))
+    async with channel(port, pki.ca, cert) as ch:
+        stream = fleet_pb2_grpc.ControlPlaneStub(ch).Connect(iter([beat]))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stream.read()
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert service.nodes == {}
+
+
+@pytest.mark.parametrize("who", ["other CA", "no certificate"])
+async def test_no_stream_without_a_certificate_of_the_ca(plane, who: str) -> None:  # type: ignore[no-untyped-def]
+    service, port, pki = plane
+    client = pki.other.issue("agent", dns_names=("gpu01",)) if who == "other CA" else None
+    async with channel(port, pki.ca, client) as ch:
+        stream = fleet_pb2_grpc.ControlPlaneStub(ch).Connect(iter([register("gpu01")]))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stream.read()
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert service.nodes == {} and service.refusals == 0
