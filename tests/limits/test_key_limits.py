@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fairgate.core.errors import BadRequest
 from fairgate.limits import Limits
 
 
@@ -18,5 +19,5 @@ def test_a_key_inherits_what_it_does_not_set_and_never_exceeds_its_team() -> Non
 
 @pytest.mark.parametrize("field", ["rpm", "tpm", "rpd", "max_in_flight"])
 def test_a_limit_of_zero_or_less_is_refused(field: str) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(BadRequest, match=field):
         Limits(**{field: 0})
