@@ -1,25 +1,148 @@
 """``fairgate agent``: the node agent's commands.
 
-Today one: ``fairgate agent inventory`` prints what this node has — its GPUs, their
-measured memory and compute processes, driver and CUDA versions and the NVLink
-domains a tensor-parallel group must fit in — as a table or, with ``--json``, as the
-JSON a recorded inventory file holds. The agent that dials the control plane is not
-built yet (docs/fleet.md).
+``fairgate agent --control-plane HOST:PORT --cert F --key F --ca F --node-name N``
+dials the control plane over mutual TLS and runs the replicas its desired state
+names (docs/fleet.md); SIGTERM or SIGINT stops it at once, and stops its engines.
+``fairgate agent inventory`` prints what this node has — its GPUs, their measured
+memory and compute processes, driver and CUDA versions and the NVLink domains a
+tensor-parallel group must fit in — as a table or, with ``--json``, as the JSON a
+recorded inventory file (``--inventory``) holds.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 __all__ = ["HELP", "app"]
 
-HELP = "The node agent: what this GPU node has (the agent that joins the fleet is not built yet)."
+HELP = "The node agent: join the control plane and run its replicas, or print the inventory."
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(invoke_without_command=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+def _labels(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{item!r} is not k=v", param_hint="--labels")
+        out[key] = value
+    return out
+
+
+@app.callback()
+def agent(
+    ctx: typer.Context,
+    control_plane: Annotated[
+        str | None, typer.Option("--control-plane", help="The control plane, HOST:PORT.")
+    ] = None,
+    cert: Annotated[
+        Path | None, typer.Option("--cert", help="This node's certificate (PEM).")
+    ] = None,
+    key: Annotated[Path | None, typer.Option("--key", help="Its private key (PEM).")] = None,
+    ca: Annotated[
+        Path | None,
+        typer.Option("--ca", help="The CA that issued the control plane's certificate."),
+    ] = None,
+    node_name: Annotated[
+        str | None,
+        typer.Option("--node-name", help="This node's name: its certificate's DNS SAN (or CN)."),
+    ] = None,
+    labels: Annotated[str, typer.Option("--labels", help="Node labels, k=v,k=v.")] = "",
+    inventory_file: Annotated[
+        Path | None,
+        typer.Option("--inventory", help="A recorded inventory (JSON) instead of probing."),
+    ] = None,
+    server_name: Annotated[
+        str | None,
+        typer.Option(
+            "--server-name",
+            help="The name to check on the control plane's certificate (default: HOST).",
+        ),
+    ] = None,
+) -> None:
+    if ctx.invoked_subcommand is not None:
+        return
+    missing = [
+        flag
+        for flag, value in (
+            ("--control-plane", control_plane),
+            ("--cert", cert),
+            ("--key", key),
+            ("--ca", ca),
+            ("--node-name", node_name),
+        )
+        if not value
+    ]
+    if missing:
+        typer.echo(ctx.get_help())
+        typer.echo(f"fairgate: agent needs {', '.join(missing)}", err=True)
+        raise typer.Exit(2)
+    assert control_plane and cert and key and ca and node_name
+    _run_agent(
+        control_plane, cert, key, ca, node_name, _labels(labels), inventory_file, server_name
+    )
+
+
+def _run_agent(
+    target: str,
+    cert: Path,
+    key: Path,
+    ca: Path,
+    node_name: str,
+    labels: dict[str, str],
+    inventory_file: Path | None,
+    server_name: str | None,
+) -> None:
+    import asyncio
+    import signal
+
+    import grpc
+
+    from fairgate.fleet.agent import Agent
+    from fairgate.inventory import Inventory, probe
+
+    logging.basicConfig(level=logging.INFO, format="fairgate agent: %(levelname)s: %(message)s")
+    try:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=ca.read_bytes(),
+            private_key=key.read_bytes(),
+            certificate_chain=cert.read_bytes(),
+        )
+        recorded = Inventory.from_json(inventory_file.read_text()) if inventory_file else None
+    except (OSError, ValueError) as exc:
+        typer.echo(f"fairgate: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+    def current() -> Inventory:
+        return recorded if recorded is not None else probe()
+
+    options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    node = Agent(
+        target=target,
+        credentials=credentials,
+        node_name=node_name,
+        inventory=current,
+        labels=labels,
+        channel_options=options,
+    )
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        running = asyncio.create_task(node.run())
+        await stopping.wait()
+        await node.stop(stop_engines=True)
+        await running
+
+    asyncio.run(main())
 
 
 @app.command(

@@ -1,0 +1,190 @@
+"""The node agent against a real gRPC control plane (mutual TLS): it launches the
+simulated engine the desired state names and reports it ready, keeps it serving
+across a control-plane restart without relaunching it, backs off when refused, and
+stops at once while its stream is blocked reading."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import grpc
+import pytest
+from tests.tls_certs import Issued, Pki
+
+from fairgate.fleet.agent import Agent
+from fairgate.fleet.control import ControlPlaneService, server_credentials
+from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
+from fairgate.inventory import Inventory
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Plane:
+    """A control plane's gRPC server that can be stopped and started again on its port."""
+
+    def __init__(self, pki: Pki) -> None:
+        self.pki = pki
+        self.port = free_port()
+        self.service = ControlPlaneService(heartbeat_interval=0.2)
+        self.server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        self.server = grpc.aio.server()
+        fleet_pb2_grpc.add_ControlPlaneServicer_to_server(self.service, self.server)
+        self.server.add_secure_port(
+            f"127.0.0.1:{self.port}",
+            server_credentials(
+                self.pki.server.cert_pem.encode(),
+                self.pki.server.key_pem.encode(),
+                self.pki.ca.pem.encode(),
+            ),
+        )
+        await self.server.start()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop(grace=None)
+            self.server = None
+
+
+@pytest.fixture
+async def plane(tmp_path: Path) -> AsyncIterator[Plane]:
+    p = Plane(Pki.make(tmp_path))
+    await p.start()
+    try:
+        yield p
+    finally:
+        await p.stop()
+
+
+def agent_for(plane: Plane, node: str, cert: Issued) -> Agent:
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=plane.pki.ca.pem.encode(),
+        private_key=cert.key_pem.encode(),
+        certificate_chain=cert.cert_pem.encode(),
+    )
+    return Agent(
+        target=f"127.0.0.1:{plane.port}",
+        credentials=credentials,
+        node_name=node,
+        inventory=lambda: Inventory(source="none"),
+        channel_options=[("grpc.ssl_target_name_override", "localhost")],
+        backoff_base=0.05,
+        backoff_cap=0.4,
+        supervisor_options={"health_interval": 0.1, "backoff_base": 0.1},
+    )
+
+
+async def until(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+
+async def serving(port: int) -> bool:
+    async with aiohttp.ClientSession() as session:
+        try:
+            async with session.get(f"http://127.0.0.1:{port}/health") as answer:
+                return answer.status == 200
+        except aiohttp.ClientError:
+            return False
+
+
+async def test_launches_what_is_wanted_and_survives_a_control_plane_restart(plane: Plane) -> None:
+    agent = agent_for(plane, "cpu01", plane.pki.ca.issue("cpu01", dns_names=("cpu01",)))
+    running = asyncio.create_task(agent.run())
+    try:
+        await until(lambda: "cpu01" in plane.service.nodes)
+        engine_port = free_port()
+        spec = fleet_pb2.ReplicaSpec(
+            replica_id="sim-0",
+            engine="sim",
+            model="sim",
+            served_name="tiny",
+            port=engine_port,
+            args=["--speed", "0"],
+        )
+        version = plane.service.set_desired("cpu01", [spec])
+        node = plane.service.nodes["cpu01"]
+        await until(
+            lambda: (
+                node.statuses.get("sim-0") is not None and node.statuses["sim-0"].state == "ready"
+            )
+        )
+        assert node.applied_version == version
+        assert await serving(engine_port)
+        pid = node.statuses["sim-0"].pid
+        os.kill(pid, 0)
+
+        # The control plane goes away: the engine keeps serving, the agent dials again.
+        await plane.stop()
+        await until(lambda: agent.failures >= 2)
+        assert await serving(engine_port)
+        plane.service = ControlPlaneService(heartbeat_interval=0.2)  # restarted: no memory
+        plane.service.set_desired("cpu01", [spec])
+        await plane.start()
+        await until(
+            lambda: (
+                "cpu01" in plane.service.nodes and plane.service.nodes["cpu01"].applied_version >= 1
+            )
+        )
+        registered = plane.service.nodes["cpu01"]
+        assert [(r.replica_id, r.state, r.pid) for r in registered.running] == [
+            ("sim-0", "ready", pid)
+        ]
+        assert agent.replicas["sim-0"][1].pid == pid  # adopted, not relaunched
+
+        # Heartbeats keep the node seen.
+        seen = registered.last_seen
+        await until(lambda: registered.last_seen > seen, timeout=5)
+
+        # Not wanted any more: drained and stopped.
+        plane.service.set_desired("cpu01", [])
+        await until(lambda: "sim-0" not in agent.replicas)
+        assert not await serving(engine_port)
+    finally:
+        await agent.stop(stop_engines=True)
+        await running
+
+
+async def test_a_refused_agent_backs_off_and_says_why(
+    plane: Plane, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    agent = agent_for(plane, "gpu02", plane.pki.ca.issue("gpu01", dns_names=("gpu01",)))
+    running = asyncio.create_task(agent.run())
+    try:
+        await until(lambda: agent.failures >= 3)
+    finally:
+        await agent.stop()
+        await running
+    assert agent.connects == 0
+    assert "PERMISSION_DENIED" in agent.last_error
+    assert plane.service.refusals >= 3
+    assert "a certificate for gpu01 claimed to be node 'gpu02'" in caplog.text
+    delays = [agent.backoff(n) for n in (1, 2, 3, 4)]
+    assert delays[0] <= 0.05 < delays[3]  # it grows, it does not reset on a refusal
+
+
+async def test_stop_returns_while_the_stream_is_blocked_reading(plane: Plane) -> None:
+    agent = agent_for(plane, "cpu01", plane.pki.ca.issue("cpu01", dns_names=("cpu01",)))
+    running = asyncio.create_task(agent.run())
+    await until(lambda: agent.connects == 1)
+    # Nothing comes down the stream now; the agent is parked in its read.
+    await asyncio.sleep(0.3)
+    await agent.stop()
+    async with asyncio.timeout(5):
+        await running
+    assert running.done() and running.exception() is None
