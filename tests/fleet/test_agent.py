@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import grpc
 import pytest
+from tests.redis_server import free_port
 from tests.tls_certs import Issued, Pki
 
 from fairgate.fleet.agent import Agent
@@ -23,12 +23,6 @@ from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 from fairgate.inventory import Inventory
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Plane:

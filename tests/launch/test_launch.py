@@ -11,15 +11,10 @@ from pathlib import Path
 
 import pytest
 from tests.inventory.test_inventory import smi_inventory
+from tests.redis_server import free_port
 
 from fairgate.inventory import Inventory
 from fairgate.launch import Profile, ProfileError, check, command
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_vllm_command_keeps_the_key_off_the_command_line() -> None:

@@ -7,23 +7,17 @@ import asyncio
 import os
 import random
 import signal
-import socket
 import sys
 
 import aiohttp
 import pytest
+from tests.redis_server import free_port
 
 from fairgate.launch import Profile, command
 from fairgate.launch.command import Command
 from fairgate.launch.supervise import Report, Supervisor
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class States:
