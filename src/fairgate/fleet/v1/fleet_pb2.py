@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x66\x61irgate/fleet/v1/fleet.proto\x12\x11\x66\x61irgate.fleet.v1\"\xdd\x01\n\x0c\x41gentMessage\x12/\n\x08register\x18\x01 \x01(\x0b\x32\x1b.fairgate.fleet.v1.RegisterH\x00\x12\x31\n\theartbeat\x18\x02 \x01(\x0b\x32\x1c.fairgate.fleet.v1.HeartbeatH\x00\x12\x32\n\x06status\x18\x03 \x01(\x0b\x32 .fairgate.fleet.v1.ReplicaStatusH\x00\x12-\n\x07\x61pplied\x18\x04 \x01(\x0b\x32\x1a.fairgate.fleet.v1.AppliedH\x00\x42\x06\n\x04\x62ody\"\x9c\x02\n\x08Register\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x37\n\x06labels\x18\x02 \x03(\x0b\x32\'.fairgate.fleet.v1.Register.LabelsEntry\x12\x16\n\x0einventory_json\x18\x03 \x01(\t\x12\x31\n\x07running\x18\x04 \x03(\x0b\x32 .fairgate.fleet.v1.ReplicaStatus\x12\x17\n\x0f\x61pplied_version\x18\x05 \x01(\x04\x12\x15\n\ragent_version\x18\x06 \x01(\t\x12\x1a\n\x12\x61llocation_ends_at\x18\x07 \x01(\x03\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"5\n\tHeartbeat\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x16\n\x0einventory_json\x18\x02 \x01(\t\"\x9d\x01\n\rReplicaStatus\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0c\n\x04port\x18\x04 \x01(\x05\x12\x0c\n\x04gpus\x18\x05 \x03(\x05\x12\x0b\n\x03pid\x18\x06 \x01(\x05\x12\x11\n\texit_code\x18\x07 \x01(\x05\x12\x0c\n\x04tail\x18\x08 \x03(\t\x12\x10\n\x08restarts\x18\t \x01(\r\"\x1a\n\x07\x41pplied\x12\x0f\n\x07version\x18\x01 \x01(\x04\"L\n\x0e\x43ontrolMessage\x12\x32\n\x07\x64\x65sired\x18\x01 \x01(\x0b\x32\x1f.fairgate.fleet.v1.DesiredStateH\x00\x42\x06\n\x04\x62ody\"u\n\x0c\x44\x65siredState\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x30\n\x08replicas\x18\x02 \x03(\x0b\x32\x1e.fairgate.fleet.v1.ReplicaSpec\x12\"\n\x1aheartbeat_interval_seconds\x18\x03 \x01(\x01\"\xc1\x01\n\x0bReplicaSpec\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x13\n\x0bserved_name\x18\x04 \x01(\t\x12\x0c\n\x04port\x18\x05 \x01(\x05\x12\x0c\n\x04gpus\x18\x06 \x03(\x05\x12\x1c\n\x14tensor_parallel_size\x18\x07 \x01(\x05\x12\x0c\n\x04\x61rgs\x18\x08 \x03(\t\x12\x13\n\x0b\x61pi_key_ref\x18\t \x01(\t\x12\r\n\x05\x64rain\x18\n \x01(\x08\x32\x61\n\x0c\x43ontrolPlane\x12Q\n\x07\x43onnect\x12\x1f.fairgate.fleet.v1.AgentMessage\x1a!.fairgate.fleet.v1.ControlMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x66\x61irgate/fleet/v1/fleet.proto\x12\x11\x66\x61irgate.fleet.v1\"\xdd\x01\n\x0c\x41gentMessage\x12/\n\x08register\x18\x01 \x01(\x0b\x32\x1b.fairgate.fleet.v1.RegisterH\x00\x12\x31\n\theartbeat\x18\x02 \x01(\x0b\x32\x1c.fairgate.fleet.v1.HeartbeatH\x00\x12\x32\n\x06status\x18\x03 \x01(\x0b\x32 .fairgate.fleet.v1.ReplicaStatusH\x00\x12-\n\x07\x61pplied\x18\x04 \x01(\x0b\x32\x1a.fairgate.fleet.v1.AppliedH\x00\x42\x06\n\x04\x62ody\"\x9c\x02\n\x08Register\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x37\n\x06labels\x18\x02 \x03(\x0b\x32\'.fairgate.fleet.v1.Register.LabelsEntry\x12\x16\n\x0einventory_json\x18\x03 \x01(\t\x12\x31\n\x07running\x18\x04 \x03(\x0b\x32 .fairgate.fleet.v1.ReplicaStatus\x12\x17\n\x0f\x61pplied_version\x18\x05 \x01(\x04\x12\x15\n\ragent_version\x18\x06 \x01(\t\x12\x1a\n\x12\x61llocation_ends_at\x18\x07 \x01(\x03\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"Q\n\tHeartbeat\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x16\n\x0einventory_json\x18\x02 \x01(\t\x12\x1a\n\x12\x61llocation_ends_at\x18\x03 \x01(\x03\"\xc2\x01\n\rReplicaStatus\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0c\n\x04port\x18\x04 \x01(\x05\x12\x0c\n\x04gpus\x18\x05 \x03(\x05\x12\x0b\n\x03pid\x18\x06 \x01(\x05\x12\x11\n\texit_code\x18\x07 \x01(\x05\x12\x0c\n\x04tail\x18\x08 \x03(\t\x12\x10\n\x08restarts\x18\t \x01(\r\x12\x0f\n\x07\x61\x64opted\x18\n \x01(\x08\x12\x12\n\ngeneration\x18\x0b \x01(\x04\"\x1a\n\x07\x41pplied\x12\x0f\n\x07version\x18\x01 \x01(\x04\"L\n\x0e\x43ontrolMessage\x12\x32\n\x07\x64\x65sired\x18\x01 \x01(\x0b\x32\x1f.fairgate.fleet.v1.DesiredStateH\x00\x42\x06\n\x04\x62ody\"u\n\x0c\x44\x65siredState\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x30\n\x08replicas\x18\x02 \x03(\x0b\x32\x1e.fairgate.fleet.v1.ReplicaSpec\x12\"\n\x1aheartbeat_interval_seconds\x18\x03 \x01(\x01\"\xd5\x01\n\x0bReplicaSpec\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x13\n\x0bserved_name\x18\x04 \x01(\t\x12\x0c\n\x04port\x18\x05 \x01(\x05\x12\x0c\n\x04gpus\x18\x06 \x03(\x05\x12\x1c\n\x14tensor_parallel_size\x18\x07 \x01(\x05\x12\x0c\n\x04\x61rgs\x18\x08 \x03(\t\x12\x13\n\x0b\x61pi_key_ref\x18\t \x01(\t\x12\r\n\x05\x64rain\x18\n \x01(\x08\x12\x12\n\ngeneration\x18\x0b \x01(\x04\x32\x61\n\x0c\x43ontrolPlane\x12Q\n\x07\x43onnect\x12\x1f.fairgate.fleet.v1.AgentMessage\x1a!.fairgate.fleet.v1.ControlMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,17 +40,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGISTER_LABELSENTRY']._serialized_start=516
   _globals['_REGISTER_LABELSENTRY']._serialized_end=561
   _globals['_HEARTBEAT']._serialized_start=563
-  _globals['_HEARTBEAT']._serialized_end=616
-  _globals['_REPLICASTATUS']._serialized_start=619
-  _globals['_REPLICASTATUS']._serialized_end=776
-  _globals['_APPLIED']._serialized_start=778
-  _globals['_APPLIED']._serialized_end=804
-  _globals['_CONTROLMESSAGE']._serialized_start=806
-  _globals['_CONTROLMESSAGE']._serialized_end=882
-  _globals['_DESIREDSTATE']._serialized_start=884
-  _globals['_DESIREDSTATE']._serialized_end=1001
-  _globals['_REPLICASPEC']._serialized_start=1004
-  _globals['_REPLICASPEC']._serialized_end=1197
-  _globals['_CONTROLPLANE']._serialized_start=1199
-  _globals['_CONTROLPLANE']._serialized_end=1296
+  _globals['_HEARTBEAT']._serialized_end=644
+  _globals['_REPLICASTATUS']._serialized_start=647
+  _globals['_REPLICASTATUS']._serialized_end=841
+  _globals['_APPLIED']._serialized_start=843
+  _globals['_APPLIED']._serialized_end=869
+  _globals['_CONTROLMESSAGE']._serialized_start=871
+  _globals['_CONTROLMESSAGE']._serialized_end=947
+  _globals['_DESIREDSTATE']._serialized_start=949
+  _globals['_DESIREDSTATE']._serialized_end=1066
+  _globals['_REPLICASPEC']._serialized_start=1069
+  _globals['_REPLICASPEC']._serialized_end=1282
+  _globals['_CONTROLPLANE']._serialized_start=1284
+  _globals['_CONTROLPLANE']._serialized_end=1381
 # @@protoc_insertion_point(module_scope)

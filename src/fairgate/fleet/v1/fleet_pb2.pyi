@@ -44,15 +44,17 @@ class Register(_message.Message):
     def __init__(self, node_name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., inventory_json: _Optional[str] = ..., running: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., applied_version: _Optional[int] = ..., agent_version: _Optional[str] = ..., allocation_ends_at: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("sequence", "inventory_json")
+    __slots__ = ("sequence", "inventory_json", "allocation_ends_at")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_JSON_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_ENDS_AT_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     inventory_json: str
-    def __init__(self, sequence: _Optional[int] = ..., inventory_json: _Optional[str] = ...) -> None: ...
+    allocation_ends_at: int
+    def __init__(self, sequence: _Optional[int] = ..., inventory_json: _Optional[str] = ..., allocation_ends_at: _Optional[int] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
-    __slots__ = ("replica_id", "model", "state", "port", "gpus", "pid", "exit_code", "tail", "restarts")
+    __slots__ = ("replica_id", "model", "state", "port", "gpus", "pid", "exit_code", "tail", "restarts", "adopted", "generation")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +64,8 @@ class ReplicaStatus(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     TAIL_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    ADOPTED_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     model: str
     state: str
@@ -71,7 +75,9 @@ class ReplicaStatus(_message.Message):
     exit_code: int
     tail: _containers.RepeatedScalarFieldContainer[str]
     restarts: int
-    def __init__(self, replica_id: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[str] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., pid: _Optional[int] = ..., exit_code: _Optional[int] = ..., tail: _Optional[_Iterable[str]] = ..., restarts: _Optional[int] = ...) -> None: ...
+    adopted: bool
+    generation: int
+    def __init__(self, replica_id: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[str] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., pid: _Optional[int] = ..., exit_code: _Optional[int] = ..., tail: _Optional[_Iterable[str]] = ..., restarts: _Optional[int] = ..., adopted: _Optional[bool] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class Applied(_message.Message):
     __slots__ = ("version",)
@@ -96,7 +102,7 @@ class DesiredState(_message.Message):
     def __init__(self, version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaSpec, _Mapping]]] = ..., heartbeat_interval_seconds: _Optional[float] = ...) -> None: ...
 
 class ReplicaSpec(_message.Message):
-    __slots__ = ("replica_id", "engine", "model", "served_name", "port", "gpus", "tensor_parallel_size", "args", "api_key_ref", "drain")
+    __slots__ = ("replica_id", "engine", "model", "served_name", "port", "gpus", "tensor_parallel_size", "args", "api_key_ref", "drain", "generation")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +113,7 @@ class ReplicaSpec(_message.Message):
     ARGS_FIELD_NUMBER: _ClassVar[int]
     API_KEY_REF_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     engine: str
     model: str
@@ -117,4 +124,5 @@ class ReplicaSpec(_message.Message):
     args: _containers.RepeatedScalarFieldContainer[str]
     api_key_ref: str
     drain: bool
-    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., served_name: _Optional[str] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., tensor_parallel_size: _Optional[int] = ..., args: _Optional[_Iterable[str]] = ..., api_key_ref: _Optional[str] = ..., drain: _Optional[bool] = ...) -> None: ...
+    generation: int
+    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., served_name: _Optional[str] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., tensor_parallel_size: _Optional[int] = ..., args: _Optional[_Iterable[str]] = ..., api_key_ref: _Optional[str] = ..., drain: _Optional[bool] = ..., generation: _Optional[int] = ...) -> None: ...
