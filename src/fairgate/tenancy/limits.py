@@ -14,9 +14,6 @@ __all__ = ["DEFAULT_KEYS_PER_MEMBER", "MAX_KEYS_PER_MEMBER", "Limits", "check_ke
 DEFAULT_KEYS_PER_MEMBER = 10
 """Live keys one user may own in a team unless the team says otherwise."""
 
-KeyLimits = Limits
-"""The former name of ``Limits`` (the same type), kept for callers not yet renamed."""
-
 MAX_KEYS_PER_MEMBER = 1000
 """The largest ``max_keys_per_member`` a team may set."""
 
