@@ -135,12 +135,12 @@ def test_upstream_weight_is_bounded(problems: Problems) -> None:
     assert found == ["4:44: models[0].upstreams[0].weight: must be at least 1, got 0"]
 
 
-def test_a_model_needs_an_upstream(problems: Problems) -> None:
+def test_a_model_needs_an_upstream_or_a_deploy_profile(problems: Problems) -> None:
     assert problems("models:\n  - name: m\n    upstreams: []\n") == [
-        "3:16: models[0].upstreams: needs at least one entry"
+        "2:5: models[0]: give upstreams (at least one) or deploy"
     ]
     assert problems("models:\n  - name: m\n") == [
-        "2:5: missing required key 'upstreams' in 'models[0]'"
+        "2:5: models[0]: give upstreams (at least one) or deploy"
     ]
 
 

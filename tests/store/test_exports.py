@@ -22,6 +22,7 @@ def test_exported_members() -> None:
         "budgets",
         "claim_links",
         "current_revision",
+        "fleet",
         "from_unix",
         "head_revision",
         "keys",

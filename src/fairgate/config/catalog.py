@@ -22,12 +22,12 @@ from pydantic import (
 from fairgate.config.fields import (
     Count,
     Name,
-    NonEmpty,
     NonNegativeDuration,
     Section,
     describe,
     normalise_upstream_url,
 )
+from fairgate.config.fleet import Deploy
 from fairgate.config.request_policy import RequestPolicySettings
 from fairgate.config.secrets import SecretRef
 from fairgate.routing import strategy_for
@@ -188,6 +188,8 @@ class Model(Section):
     is the largest output cap a request to this model may ask for (with
     ``limits.max_tokens``, the smaller counts). ``request_policy`` changes the
     engine kind's default request policy (``config.request_policy``).
+    A model has either ``upstreams`` (static replicas) or ``deploy`` (replicas the
+    control plane places on the fleet's nodes, ``fairgate.config.fleet.Deploy``).
     """
 
     name: Name
@@ -201,7 +203,16 @@ class Model(Section):
     max_tokens: Count | None = None
     routing: str | dict[str, Any] = "chat"
     request_policy: RequestPolicySettings = Field(default_factory=RequestPolicySettings)
-    upstreams: Annotated[tuple[Upstream, ...], NonEmpty]
+    upstreams: tuple[Upstream, ...] = ()
+    deploy: Deploy | None = None
+
+    @model_validator(mode="after")
+    def _upstreams_or_deploy(self) -> Model:
+        if self.deploy is not None and self.upstreams:
+            raise ValueError("give either upstreams or deploy, not both")
+        if self.deploy is None and not self.upstreams:
+            raise ValueError("give upstreams (at least one) or deploy")
+        return self
 
     @field_validator("routing", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_validator
 from fairgate.config.catalog import Model, Org, Pool
 from fairgate.config.document import Loc
 from fairgate.config.fields import NonEmpty, PublicUrl, Section
+from fairgate.config.fleet import ControlPlane
 from fairgate.config.network import Cidr, Routes
 from fairgate.config.scim import Scim
 from fairgate.config.secrets import SecretRef
@@ -83,6 +84,7 @@ class Config(Section):
     vault: VaultSettings | None = None
     sso: Sso | None = None
     scim: Scim | None = None
+    control_plane: ControlPlane | None = None
     trusted_proxies: tuple[Cidr, ...] = ()
     routes: Routes = Field(default_factory=Routes)
     metrics_token_file: SecretRef | None = None

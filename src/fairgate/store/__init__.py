@@ -11,7 +11,7 @@
 One repository module per table (``orgs``, ``teams``, ``projects``, ``users``,
 ``keys``, ``role_bindings``, ``admin_tokens``, ``audit_events``, ``usage_records``,
 ``budgets``, ``access_changes``, ``allowlists``, ``claim_links``, ``accounts``,
-``web_sessions``, ``sso_logins``, ``scim``): functions that run inside
+``web_sessions``, ``sso_logins``, ``scim``, ``fleet``): functions that run inside
 the caller's transaction and take the ``where`` clause the tenancy layer builds
 from who is acting, so a write outside the actor's scope matches no row. Nothing
 on the request path reads the store except a key cache miss
@@ -32,6 +32,7 @@ from fairgate.store import (
     audit_events,
     budgets,
     claim_links,
+    fleet,
     keys,
     orgs,
     projects,
@@ -68,6 +69,7 @@ __all__ = [
     "budgets",
     "claim_links",
     "current_revision",
+    "fleet",
     "from_unix",
     "head_revision",
     "keys",

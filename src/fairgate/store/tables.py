@@ -16,6 +16,7 @@
     sso_logins (an administrator's single sign-on between the provider's redirect and callback)
     scim_resources (SCIM users and groups as the identity provider pushed them)
     users ─< scim_users, scim_grants (the users SCIM provisions, the roles it granted them)
+    fleet_nodes ─< fleet_replicas (the control plane's nodes and the replicas placed on them)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
@@ -65,6 +66,8 @@ __all__ = [
     "budgets",
     "claim_links",
     "counter_snapshots",
+    "fleet_nodes",
+    "fleet_replicas",
     "keys",
     "metadata",
     "orgs",
@@ -449,4 +452,43 @@ scim_grants = Table(
     Column("role", String(32), primary_key=True),
     Column("team_id", Integer, ForeignKey("teams.id"), primary_key=True),
     Column("created_at", UtcDateTime, nullable=False),
+)
+
+fleet_nodes = Table(
+    "fleet_nodes",
+    metadata,
+    # A node whose agent registered with the control plane: its last inventory (JSON text,
+    # as the agent sent it), its health state (healthy, unreachable, lost) and the
+    # operator's persisted flags. ``desired_version`` is the last desired state sent to it.
+    Column("name", String(NAME_LENGTH), primary_key=True),
+    Column("labels", JSON, nullable=False),
+    Column("inventory", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("cordoned", Boolean, nullable=False),
+    Column("draining", Boolean, nullable=False),
+    Column("address", String(256), nullable=False),
+    Column("desired_version", BigInteger, nullable=False),
+    Column("allocation_ends_at", UtcDateTime, nullable=True),
+    Column("registered_at", UtcDateTime, nullable=False),
+    Column("last_heartbeat_at", UtcDateTime, nullable=False),
+)
+
+fleet_replicas = Table(
+    "fleet_replicas",
+    metadata,
+    # A replica of a ``deploy:`` model placed on a node: its GPUs and port there, the state
+    # its agent last reported (placed until then), restarts and pid as reported.
+    Column("id", String(NAME_LENGTH), primary_key=True),
+    Column("model", String(NAME_LENGTH), nullable=False, index=True),
+    Column("node", String(NAME_LENGTH), ForeignKey("fleet_nodes.name"), nullable=False),
+    Column("gpus", JSON, nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("restarts", Integer, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("desired_version", BigInteger, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    UniqueConstraint("node", "port"),
 )

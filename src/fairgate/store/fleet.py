@@ -1,0 +1,215 @@
+"""The control plane's durable state: nodes and the replicas placed on them.
+
+Functions run in the caller's transaction. The control plane writes a node when its
+agent registers and on every state change (heartbeats update ``last_heartbeat_at``
+at most every few seconds); the operator's flags (``cordoned``, ``draining``) are
+written by the admin API and the CLI and read back by the control plane, so they
+survive restarts and reach it from either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairgate.store.tables import fleet_nodes, fleet_replicas
+
+__all__ = [
+    "NodeRow",
+    "ReplicaRow",
+    "add_replica",
+    "delete_replica",
+    "list_nodes",
+    "list_replicas",
+    "save_node",
+    "set_flags",
+    "update_node",
+    "update_replica",
+]
+
+_N = fleet_nodes.c
+_R = fleet_replicas.c
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    name: str
+    labels: Mapping[str, str]
+    inventory: str
+    state: str
+    cordoned: bool
+    draining: bool
+    address: str
+    desired_version: int
+    allocation_ends_at: datetime | None
+    registered_at: datetime
+    last_heartbeat_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRow:
+    id: str
+    model: str
+    node: str
+    gpus: tuple[int, ...]
+    port: int
+    state: str
+    restarts: int
+    pid: int
+    detail: str
+    desired_version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+def _node(row: Any) -> NodeRow:
+    return NodeRow(
+        name=row.name,
+        labels=dict(row.labels),
+        inventory=row.inventory,
+        state=row.state,
+        cordoned=row.cordoned,
+        draining=row.draining,
+        address=row.address,
+        desired_version=row.desired_version,
+        allocation_ends_at=row.allocation_ends_at,
+        registered_at=row.registered_at,
+        last_heartbeat_at=row.last_heartbeat_at,
+    )
+
+
+def _replica(row: Any) -> ReplicaRow:
+    return ReplicaRow(
+        id=row.id,
+        model=row.model,
+        node=row.node,
+        gpus=tuple(row.gpus),
+        port=row.port,
+        state=row.state,
+        restarts=row.restarts,
+        pid=row.pid,
+        detail=row.detail,
+        desired_version=row.desired_version,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+async def list_nodes(conn: AsyncConnection) -> list[NodeRow]:
+    rows = await conn.execute(select(fleet_nodes).order_by(_N.name))
+    return [_node(row) for row in rows]
+
+
+async def save_node(
+    conn: AsyncConnection,
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    inventory: str,
+    address: str,
+    state: str,
+    now: datetime,
+    allocation_ends_at: datetime | None = None,
+) -> NodeRow:
+    """Record a registration: a new node, or a known one's inventory, labels and address
+    (its flags and desired version are kept)."""
+    values = {
+        "labels": dict(labels),
+        "inventory": inventory,
+        "address": address,
+        "state": state,
+        "allocation_ends_at": allocation_ends_at,
+        "last_heartbeat_at": now,
+    }
+    changed = await conn.execute(update(fleet_nodes).where(_N.name == name).values(**values))
+    if changed.rowcount == 0:
+        await conn.execute(
+            insert(fleet_nodes).values(
+                name=name,
+                cordoned=False,
+                draining=False,
+                desired_version=0,
+                registered_at=now,
+                **values,
+            )
+        )
+    row = (await conn.execute(select(fleet_nodes).where(_N.name == name))).one()
+    return _node(row)
+
+
+async def update_node(conn: AsyncConnection, name: str, **values: Any) -> bool:
+    """Set columns of one node (state, last_heartbeat_at, desired_version, …)."""
+    result = await conn.execute(update(fleet_nodes).where(_N.name == name).values(**values))
+    return result.rowcount == 1
+
+
+async def set_flags(
+    conn: AsyncConnection,
+    name: str,
+    *,
+    cordoned: bool | None = None,
+    draining: bool | None = None,
+) -> NodeRow | None:
+    """The operator's flags of a node; None when no node has that name."""
+    values: dict[str, bool] = {}
+    if cordoned is not None:
+        values["cordoned"] = cordoned
+    if draining is not None:
+        values["draining"] = draining
+    if values:
+        await conn.execute(update(fleet_nodes).where(_N.name == name).values(**values))
+    row = (await conn.execute(select(fleet_nodes).where(_N.name == name))).first()
+    return None if row is None else _node(row)
+
+
+async def list_replicas(conn: AsyncConnection, *, model: str | None = None) -> list[ReplicaRow]:
+    query = select(fleet_replicas).order_by(_R.model, _R.node, _R.id)
+    if model is not None:
+        query = query.where(_R.model == model)
+    return [_replica(row) for row in await conn.execute(query)]
+
+
+async def add_replica(
+    conn: AsyncConnection,
+    *,
+    id: str,
+    model: str,
+    node: str,
+    gpus: Sequence[int],
+    port: int,
+    desired_version: int,
+    now: datetime,
+) -> None:
+    await conn.execute(
+        insert(fleet_replicas).values(
+            id=id,
+            model=model,
+            node=node,
+            gpus=list(gpus),
+            port=port,
+            state="placed",
+            restarts=0,
+            pid=0,
+            detail="",
+            desired_version=desired_version,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+
+
+async def update_replica(conn: AsyncConnection, id: str, *, now: datetime, **values: Any) -> bool:
+    result = await conn.execute(
+        update(fleet_replicas).where(_R.id == id).values(updated_at=now, **values)
+    )
+    return result.rowcount == 1
+
+
+async def delete_replica(conn: AsyncConnection, id: str) -> bool:
+    result = await conn.execute(delete(fleet_replicas).where(_R.id == id))
+    return result.rowcount == 1
