@@ -186,6 +186,25 @@ async def test_an_org_admin_signs_in_and_sees_only_their_organisation(sso: Sso) 
     assert ">A<" in page.text and ">B<" not in page.text
 
 
+async def test_whoami_reports_the_roles_the_session_acts_with_not_proxy_admin(sso: Sso) -> None:
+    # no store user: the actor has no user id, yet holds only its claims' org_admin
+    cookie = await sso.session_of(ADA)
+    me = (await sso.get("/admin/whoami", cookie)).json()
+    assert me == {"name": "sso:ada", "roles": [{"role": "org_admin", "scope": "org:A"}]}
+    # a store user of the same name: their store roles and the claims' both
+    tenancy = sso.gateway.tenancy
+    await tenancy.users.create(OPERATOR, "bob")
+    await tenancy.roles.grant(OPERATOR, user="bob", role="viewer", team="tb")
+    bob = await sso.session_of(
+        {"sub": "s-bob", "preferred_username": "bob", "groups": ADA["groups"]}
+    )
+    me = (await sso.get("/admin/whoami", bob)).json()
+    assert me["name"] == "user:bob"
+    assert sorted(me["roles"], key=str) == sorted(
+        [{"role": "viewer", "scope": "team:tb"}, {"role": "org_admin", "scope": "org:A"}], key=str
+    )
+
+
 async def test_the_flow_sends_pkce_s256_state_and_nonce_and_the_secret(sso: Sso) -> None:
     await sso.session_of(ADA)
     seen = await sso.seen()

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response
 
 from fairgate.admin.bodies import GrantBody, TokenBody, UserBody, seconds
 from fairgate.admin.endpoints.context import Caller, listing
-from fairgate.tenancy import Tenancy, public
+from fairgate.tenancy import Actor, Tenancy, public
 
 __all__ = ["people_router"]
 
@@ -19,16 +19,7 @@ def people_router(t: Tenancy) -> APIRouter:
 
     @router.get("/whoami", summary="The caller and the roles it holds")
     async def whoami(actor: Caller) -> dict[str, Any]:
-        bindings = await t.roles.list(actor, user=actor.name.removeprefix("user:"))
-        roles = (
-            [{"role": "proxy_admin", "scope": None}]
-            if actor.user_id is None
-            else [
-                {"role": b.role, "scope": None if b.scope is None else f"{b.scope_kind}:{b.scope}"}
-                for b in bindings
-            ]
-        )
-        return {"name": actor.name, "roles": roles}
+        return {"name": actor.name, "roles": await _held(t, actor)}
 
     @router.get("/users", summary="Users the caller may see")
     async def list_users(actor: Caller) -> dict[str, Any]:
@@ -88,3 +79,24 @@ def people_router(t: Tenancy) -> APIRouter:
         return Response(status_code=204)
 
     return router
+
+
+async def _held(t: Tenancy, actor: Actor) -> list[dict[str, Any]]:
+    """The roles this request acts with, each with its scope as ``org:NAME`` or
+    ``team:NAME`` (None for the root): the actor's own holdings, so an SSO session
+    shows its claims' roles with its store ones and the master key its root role."""
+    kinds = {h.scope_kind for h in actor.holds}
+    names: dict[tuple[str, int], str] = {}
+    if "org" in kinds:
+        names.update((("org", o.id), o.name) for o in await t.orgs.list(actor))
+    if "team" in kinds:
+        names.update((("team", team.id), team.name) for team in await t.teams.list(actor))
+    return [
+        {
+            "role": str(h.role),
+            "scope": None
+            if h.scope_kind == "root"
+            else f"{h.scope_kind}:{names.get((h.scope_kind, h.scope_id), h.scope_id)}",
+        }
+        for h in actor.holds
+    ]
