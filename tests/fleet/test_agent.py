@@ -10,6 +10,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import grpc
@@ -19,10 +20,35 @@ from tests.tls_certs import Issued, Pki
 
 from fairgate.fleet.agent import Agent
 from fairgate.fleet.control import ControlPlaneService, server_credentials
+from fairgate.fleet.state import StateDir, StateDirBusy
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 from fairgate.inventory import Inventory
 
 pytestmark = pytest.mark.slow
+
+
+class Recording(ControlPlaneService):
+    """The control plane, keeping every message the nodes sent."""
+
+    def __init__(self) -> None:
+        super().__init__(heartbeat_interval=0.2)
+        self.received: list[fleet_pb2.AgentMessage] = []
+
+    def statuses(self) -> list[fleet_pb2.ReplicaStatus]:
+        return [m.status for m in self.received if m.HasField("status")]
+
+    async def Connect(  # type: ignore[override]
+        self,
+        request_iterator: AsyncIterator[fleet_pb2.AgentMessage],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[fleet_pb2.ControlMessage]:
+        async def kept() -> AsyncIterator[fleet_pb2.AgentMessage]:
+            async for message in request_iterator:
+                self.received.append(message)
+                yield message
+
+        async for out in super().Connect(kept(), context):
+            yield out
 
 
 class Plane:
@@ -31,7 +57,7 @@ class Plane:
     def __init__(self, pki: Pki) -> None:
         self.pki = pki
         self.port = free_port()
-        self.service = ControlPlaneService(heartbeat_interval=0.2)
+        self.service: ControlPlaneService = Recording()
         self.server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
@@ -63,7 +89,7 @@ async def plane(tmp_path: Path) -> AsyncIterator[Plane]:
         await p.stop()
 
 
-def agent_for(plane: Plane, node: str, cert: Issued) -> Agent:
+def agent_for(plane: Plane, node: str, cert: Issued, **options: Any) -> Agent:
     credentials = grpc.ssl_channel_credentials(
         root_certificates=plane.pki.ca.pem.encode(),
         private_key=cert.key_pem.encode(),
@@ -77,7 +103,7 @@ def agent_for(plane: Plane, node: str, cert: Issued) -> Agent:
         channel_options=[("grpc.ssl_target_name_override", "localhost")],
         backoff_base=0.05,
         backoff_cap=0.4,
-        supervisor_options={"health_interval": 0.1, "backoff_base": 0.1},
+        **{"supervisor_options": {"health_interval": 0.1, "backoff_base": 0.1}, **options},
     )
 
 
@@ -182,3 +208,83 @@ async def test_stop_returns_while_the_stream_is_blocked_reading(plane: Plane) ->
     async with asyncio.timeout(5):
         await running
     assert running.done() and running.exception() is None
+
+
+async def test_a_crash_looping_engine_stops_retrying_says_why_and_waits_for_an_operator(
+    plane: Plane, tmp_path: Path
+) -> None:
+    """A real engine that exits at once (the simulator given an option it does not have):
+    restarts back off into crash_loop with the exit code and output, reported to the
+    control plane; no more launches, even across an agent restart; a higher generation
+    launches it again."""
+    state = StateDir(tmp_path / "state")
+    state.lock()
+    options = {"health_interval": 0.1, "backoff_base": 0.05, "backoff_cap": 0.2, "max_restarts": 2}
+
+    def new_agent() -> Agent:
+        cert = plane.pki.ca.issue("cpu01", dns_names=("cpu01",))
+        return agent_for(plane, "cpu01", cert, state_dir=state, supervisor_options=options)
+
+    spec = fleet_pb2.ReplicaSpec(
+        replica_id="bad-0",
+        engine="sim",
+        model="sim",
+        served_name="bad",
+        port=free_port(),
+        args=["--no-such-option"],
+    )
+    plane.service.set_desired("cpu01", [spec])
+    recording = plane.service
+    assert isinstance(recording, Recording)
+    seen = recording.statuses
+    agent = new_agent()
+    running = asyncio.create_task(agent.run())
+    try:
+        await until(lambda: any(s.state == "crash_loop" for s in seen()), timeout=60)
+        loop = next(s for s in seen() if s.state == "crash_loop")
+        assert loop.exit_code == 2 and loop.restarts == 2
+        assert any("No such option: --no-such-option" in line for line in loop.tail)
+        assert [s.state for s in seen()].count("starting") == 3
+        assert [s.state for s in seen()].count("failed") == 2
+        await asyncio.sleep(1.0)
+        assert [s.state for s in seen()].count("starting") == 3  # it gave up
+    finally:
+        await agent.stop()
+        await running
+
+    # A restarted agent keeps it in crash_loop and launches nothing.
+    recording.received.clear()
+    agent = new_agent()
+    running = asyncio.create_task(agent.run())
+    try:
+        await until(lambda: plane.service.nodes["cpu01"].connected and agent.connects == 1)
+        registered = plane.service.nodes["cpu01"].running
+        assert [(r.replica_id, r.state, r.exit_code) for r in registered] == [
+            ("bad-0", "crash_loop", 2)
+        ]
+        await until(lambda: plane.service.nodes["cpu01"].applied_version == 1)
+        await asyncio.sleep(0.5)
+        assert "starting" not in [s.state for s in seen()]
+
+        # The operator acts: a higher generation launches it afresh.
+        fixed = fleet_pb2.ReplicaSpec()
+        fixed.CopyFrom(spec)
+        fixed.generation = 1
+        plane.service.set_desired("cpu01", [fixed])
+        await until(lambda: any(s.state == "starting" and s.generation == 1 for s in seen()))
+    finally:
+        await agent.stop(stop_engines=True)
+        await running
+        state.unlock()
+
+
+def test_one_agent_per_state_directory(tmp_path: Path) -> None:
+    first, second = StateDir(tmp_path / "s"), StateDir(tmp_path / "s")
+    first.lock()
+    try:
+        with pytest.raises(StateDirBusy, match="another agent"):
+            second.lock()
+    finally:
+        first.unlock()
+    second.lock()
+    second.unlock()

@@ -35,7 +35,11 @@ def test_vllm_command_keeps_the_key_off_the_command_line() -> None:
         "--served-model-name", "llama-3.3-70b",
         "--max-model-len", "32768",
     )  # fmt: skip
-    assert launch.env == {"CUDA_VISIBLE_DEVICES": "4,5,6,7", "VLLM_API_KEY": "sk-engine-secret"}
+    assert launch.env == {
+        "CUDA_VISIBLE_DEVICES": "4,5,6,7",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "VLLM_API_KEY": "sk-engine-secret",
+    }
     assert not any("sk-engine-secret" in arg for arg in launch.argv)
 
 
@@ -55,7 +59,7 @@ def test_llama_server_command() -> None:
         "--host", "127.0.0.1", "--port", "8002", "--alias", "qwen-7b",
         "--api-key-file", "/run/secrets/engine.key", "-c", "8192",
     )  # fmt: skip
-    assert launch.env == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert launch.env == {"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,10 @@
 
 ``fairgate agent --control-plane HOST:PORT --cert F --key F --ca F --node-name N``
 dials the control plane over mutual TLS and runs the replicas its desired state
-names (docs/fleet.md); SIGTERM or SIGINT stops it at once, and stops its engines.
+names (docs/fleet.md); SIGTERM or SIGINT stops it at once and leaves its engines
+serving (``--stop-engines`` drains and stops them too); a restarted agent with the
+same ``--state-dir`` adopts them. ``--slurm`` takes the node's GPUs and the
+allocation's end time from the Slurm job's environment.
 ``fairgate agent inventory`` prints what this node has — its GPUs, their measured
 memory and compute processes, driver and CUDA versions and the NVLink domains a
 tensor-parallel group must fit in — as a table or, with ``--json``, as the JSON a
@@ -65,6 +68,31 @@ def agent(
             help="The name to check on the control plane's certificate (default: HOST).",
         ),
     ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="Where the agent records the engines it launched, to adopt them after a "
+            "restart (default: /var/lib/fairgate/agent/NODE as root, else "
+            "$XDG_STATE_HOME/fairgate/agent/NODE).",
+        ),
+    ] = None,
+    stop_engines: Annotated[
+        bool,
+        typer.Option(
+            "--stop-engines",
+            help="On SIGTERM/SIGINT, drain and stop the engines too (default: they keep "
+            "serving, for the next agent to adopt).",
+        ),
+    ] = False,
+    slurm: Annotated[
+        bool,
+        typer.Option(
+            "--slurm",
+            help="Run inside a Slurm allocation: only its GPUs (CUDA_VISIBLE_DEVICES, "
+            "SLURM_JOB_GPUS), its end time reported (SLURM_JOB_END_TIME).",
+        ),
+    ] = False,
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -85,7 +113,17 @@ def agent(
         raise typer.Exit(2)
     assert control_plane and cert and key and ca and node_name
     _run_agent(
-        control_plane, cert, key, ca, node_name, _labels(labels), inventory_file, server_name
+        control_plane,
+        cert,
+        key,
+        ca,
+        node_name,
+        _labels(labels),
+        inventory_file,
+        server_name,
+        state_dir=state_dir,
+        stop_engines=stop_engines,
+        slurm=slurm,
     )
 
 
@@ -98,16 +136,43 @@ def _run_agent(
     labels: dict[str, str],
     inventory_file: Path | None,
     server_name: str | None,
+    *,
+    state_dir: Path | None,
+    stop_engines: bool,
+    slurm: bool,
 ) -> None:
     import asyncio
+    import os
     import signal
 
     import grpc
 
     from fairgate.fleet.agent import Agent
+    from fairgate.fleet.slurm import Allocation, SlurmError
+    from fairgate.fleet.state import StateDir, StateDirBusy, default_state_dir
     from fairgate.inventory import Inventory, probe
 
     logging.basicConfig(level=logging.INFO, format="fairgate agent: %(levelname)s: %(message)s")
+    allocation = None
+    if slurm:
+        try:
+            allocation = Allocation.from_env(os.environ)
+        except SlurmError as exc:
+            typer.echo(f"fairgate: {exc}", err=True)
+            raise typer.Exit(2) from None
+        labels = {"slurm_job": allocation.job_id, **labels}
+        if not allocation.ends_at:
+            logging.getLogger("fairgate.fleet").warning(
+                "Slurm job %s: no end time in the environment (SLURM_JOB_END_TIME, or "
+                "SLURM_JOB_START_TIME with SBATCH_TIMELIMIT); reporting none",
+                allocation.job_id,
+            )
+    state = StateDir(state_dir or default_state_dir(node_name))
+    try:
+        state.lock()
+    except (StateDirBusy, OSError) as exc:
+        typer.echo(f"fairgate: {exc}", err=True)
+        raise typer.Exit(1) from None
     try:
         credentials = grpc.ssl_channel_credentials(
             root_certificates=ca.read_bytes(),
@@ -120,7 +185,8 @@ def _run_agent(
         raise typer.Exit(1) from None
 
     def current() -> Inventory:
-        return recorded if recorded is not None else probe()
+        found = recorded if recorded is not None else probe()
+        return allocation.restrict(found) if allocation is not None else found
 
     options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
     node = Agent(
@@ -130,6 +196,9 @@ def _run_agent(
         inventory=current,
         labels=labels,
         channel_options=options,
+        state_dir=state,
+        allocation_ends_at=allocation.ends_at if allocation is not None else 0,
+        device_ids=allocation.devices if allocation is not None else None,
     )
 
     async def main() -> None:
@@ -139,7 +208,7 @@ def _run_agent(
             loop.add_signal_handler(sig, stopping.set)
         running = asyncio.create_task(node.run())
         await stopping.wait()
-        await node.stop(stop_engines=True)
+        await node.stop(stop_engines=stop_engines)
         await running
 
     asyncio.run(main())

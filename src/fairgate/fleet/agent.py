@@ -13,6 +13,15 @@ jittered, growing backoff and dials again, forever. (Treating a refused stream a
 clean close would reset the backoff and hammer the control plane at the base rate
 with nothing in the log.) `stop()` cancels the open call, which unblocks the stream's
 read at once: stopping never waits on a stream that is only reading.
+
+Engines outlive the agent. With a state directory (`fleet.state`) the agent records
+each engine it launches; a restarted agent adopts those still running as launched
+(same process, same argument list) before it registers, so its registration lists
+them and the control plane relaunches nothing. `stop()` leaves the engines running
+unless asked to stop them.
+
+A replica whose spec carries a higher `generation` than the one it runs under is
+relaunched: that is how an operator takes a replica out of `crash_loop`.
 """
 
 from __future__ import annotations
@@ -26,9 +35,10 @@ from pathlib import Path
 
 import grpc
 
+from fairgate.fleet.state import Record, StateDir, matching_process
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 from fairgate.inventory.model import Inventory
-from fairgate.launch import Profile, check, command
+from fairgate.launch import Command, Profile, check, command
 from fairgate.launch.supervise import Report, Supervisor
 
 __all__ = ["Agent"]
@@ -66,6 +76,9 @@ class Agent:
         backoff_cap: float = 30.0,
         rng: random.Random | None = None,
         supervisor_options: dict[str, float] | None = None,
+        state_dir: StateDir | None = None,
+        allocation_ends_at: int = 0,
+        device_ids: Callable[[Inventory, tuple[int, ...]], tuple[str, ...] | None] | None = None,
     ) -> None:
         self._target = target
         self._credentials = credentials
@@ -77,6 +90,10 @@ class Agent:
         self._cap = backoff_cap
         self._rng = rng or random.Random()
         self._supervisor_options = supervisor_options or {}
+        self._state = state_dir
+        self.allocation_ends_at = allocation_ends_at
+        self._device_ids = device_ids
+        self._adopted = False
         self._stopping = asyncio.Event()
         self._call: grpc.aio.StreamStreamCall | None = None
         self._outbox: asyncio.Queue[fleet_pb2.AgentMessage] = asyncio.Queue()
@@ -94,7 +111,11 @@ class Agent:
         return self._rng.uniform(ceiling / 2, ceiling)
 
     async def run(self) -> None:
-        """Connect, and reconnect after every failure, until stop()."""
+        """Adopt what an earlier agent left running, then connect, and reconnect after
+        every failure, until stop()."""
+        if not self._adopted:
+            self._adopted = True
+            await self.adopt()
         while not self._stopping.is_set():
             try:
                 await self._session()
@@ -134,7 +155,7 @@ class Agent:
         if self._call is not None:
             self._call.cancel()
         if stop_engines:
-            await asyncio.gather(*(sup.stop() for _, sup in self.replicas.values()))
+            await self.stop_engines()
 
     async def _session(self) -> None:
         async with grpc.aio.secure_channel(
@@ -171,6 +192,7 @@ class Agent:
                 inventory_json=self._inventory().to_json(),
                 running=[self._status(rid) for rid in self.replicas],
                 applied_version=self.applied_version,
+                allocation_ends_at=self.allocation_ends_at,
             )
         )
 
@@ -180,7 +202,11 @@ class Agent:
             await asyncio.sleep(self.heartbeat_interval)
             sequence += 1
             self._outbox.put_nowait(
-                fleet_pb2.AgentMessage(heartbeat=fleet_pb2.Heartbeat(sequence=sequence))
+                fleet_pb2.AgentMessage(
+                    heartbeat=fleet_pb2.Heartbeat(
+                        sequence=sequence, allocation_ends_at=self.allocation_ends_at
+                    )
+                )
             )
 
     # --- the replicas ---------------------------------------------------------------
@@ -198,44 +224,158 @@ class Agent:
             exit_code=report.exit_code or 0,
             tail=list(report.tail),
             restarts=report.restarts,
+            adopted=report.adopted,
+            generation=spec.generation,
         )
 
     def _on_state(self, replica_id: str) -> Callable[[Report], None]:
-        def report(_: Report) -> None:
+        def report(state: Report) -> None:
             if replica_id in self.replicas:
+                self._save(replica_id)
                 self._outbox.put_nowait(fleet_pb2.AgentMessage(status=self._status(replica_id)))
 
         return report
+
+    def _save(self, replica_id: str) -> None:
+        if self._state is None:
+            return
+        spec, sup = self.replicas[replica_id]
+        report = sup.report
+        self._state.save(
+            Record(
+                replica_id=replica_id,
+                spec=Record.spec_dict(spec),
+                argv=list(sup.command.argv),
+                pid=sup.pid or 0,
+                started_at=sup.started_at or 0.0,
+                state=report.state,
+                exit_code=report.exit_code,
+                tail=list(report.tail),
+                restarts=report.restarts,
+            )
+        )
+
+    def _supervisor(self, replica_id: str, spec: fleet_pb2.ReplicaSpec, cmd: Command) -> Supervisor:
+        return Supervisor(
+            cmd,
+            f"http://127.0.0.1:{spec.port}/health",
+            on_state=self._on_state(replica_id),
+            log_path=self._state.log_path(replica_id) if self._state is not None else None,
+            **self._supervisor_options,  # type: ignore[arg-type]
+        )
+
+    async def adopt(self) -> None:
+        """Take over the engines an earlier agent with this state directory launched.
+
+        Those still running as launched are supervised again, unrestarted; a replica
+        that was in crash_loop stays there (with its exit code and output); records of
+        engines that are gone are dropped (the desired state relaunches them if still
+        wanted)."""
+        if self._state is None:
+            return
+        self.applied_version = self._state.applied_version()
+        for record in self._state.records():
+            try:
+                spec = record.replica_spec()
+                profile = self._profile(spec)
+                cmd = self._command(profile, self._inventory())
+            except (ValueError, OSError) as exc:
+                log.warning("replica %s: its record cannot be used: %s", record.replica_id, exc)
+                self._state.forget(record.replica_id)
+                continue
+            process = matching_process(record)
+            if process is not None:
+                sup = self._supervisor(record.replica_id, spec, cmd)
+                self.replicas[record.replica_id] = (spec, sup)
+                sup.adopt(process, restarts=record.restarts, healthy=await sup.healthy())
+                log.info(
+                    "replica %s: adopted the running engine (pid %d, port %d)",
+                    record.replica_id,
+                    process.pid,
+                    spec.port,
+                )
+            elif record.state == "crash_loop":
+                sup = self._supervisor(record.replica_id, spec, cmd)
+                sup.hold_crash_loop(
+                    Report(
+                        "crash_loop",
+                        record.restarts,
+                        record.exit_code,
+                        tuple(record.tail),
+                    )
+                )
+                self.replicas[record.replica_id] = (spec, sup)
+                log.info("replica %s: still in crash_loop", record.replica_id)
+            else:
+                log.info(
+                    "replica %s: its engine (pid %d) no longer runs as launched",
+                    record.replica_id,
+                    record.pid,
+                )
+                self._state.forget(record.replica_id)
+
+    def _profile(self, spec: fleet_pb2.ReplicaSpec) -> Profile:
+        return Profile(
+            engine=spec.engine,  # type: ignore[arg-type]
+            model=spec.model,
+            served_name=spec.served_name,
+            port=spec.port,
+            gpus=tuple(spec.gpus),
+            tensor_parallel_size=spec.tensor_parallel_size or 1,
+            args=tuple(spec.args),
+            api_key_file=Path(spec.api_key_ref) if spec.api_key_ref else None,
+        )
+
+    def _command(self, profile: Profile, inventory: Inventory) -> Command:
+        api_key = None
+        if profile.api_key_file is not None and profile.engine == "vllm":
+            api_key = profile.api_key_file.read_text().strip()
+        devices = self._device_ids(inventory, profile.gpus) if self._device_ids else None
+        return command(profile, api_key=api_key, devices=devices)
+
+    async def _remove(self, replica_id: str) -> None:
+        _, sup = self.replicas[replica_id]
+        await sup.stop()
+        self._outbox.put_nowait(fleet_pb2.AgentMessage(status=self._status(replica_id)))
+        del self.replicas[replica_id]
+        if self._state is not None:
+            self._state.forget(replica_id)
+
+    async def stop_engines(self) -> None:
+        """Drain and stop every replica (and forget them)."""
+        await asyncio.gather(*(self._remove(rid) for rid in list(self.replicas)))
 
     async def _reconcile(self, desired: fleet_pb2.DesiredState) -> None:
         if desired.heartbeat_interval_seconds > 0:
             self.heartbeat_interval = desired.heartbeat_interval_seconds
         wanted = {spec.replica_id: spec for spec in desired.replicas if not spec.drain}
         for replica_id in [r for r in self.replicas if r not in wanted]:
-            _, sup = self.replicas[replica_id]
-            await sup.stop()
-            self._outbox.put_nowait(fleet_pb2.AgentMessage(status=self._status(replica_id)))
-            del self.replicas[replica_id]
+            await self._remove(replica_id)
+        for replica_id, spec in wanted.items():
+            running = self.replicas.get(replica_id)
+            if running is not None and spec.generation > running[0].generation:
+                log.info(
+                    "replica %s: generation %d asked (it runs %d): relaunching",
+                    replica_id,
+                    spec.generation,
+                    running[0].generation,
+                )
+                await self._remove(replica_id)
         inventory = self._inventory()
         for replica_id, spec in wanted.items():
             if replica_id in self.replicas:
-                continue  # already runs: adopted, never relaunched
-            profile = Profile(
-                engine=spec.engine,
-                model=spec.model,
-                served_name=spec.served_name,
-                port=spec.port,
-                gpus=tuple(spec.gpus),
-                tensor_parallel_size=spec.tensor_parallel_size or 1,
-                args=tuple(spec.args),
-                api_key_file=Path(spec.api_key_ref) if spec.api_key_ref else None,
-            )
-            claimed = {g for s, _ in self.replicas.values() for g in s.gpus}
-            problems = (
-                [f"unknown engine {spec.engine!r}"]
-                if spec.engine not in ("vllm", "llama-server", "sim")
-                else check(profile, inventory, claimed=claimed)
-            )
+                continue  # already runs (or was adopted): never relaunched
+            if spec.engine not in ("vllm", "llama-server", "sim"):
+                problems = [f"unknown engine {spec.engine!r}"]
+            else:
+                profile = self._profile(spec)
+                claimed = {g for s, _ in self.replicas.values() for g in s.gpus}
+                problems = check(profile, inventory, claimed=claimed)
+            if not problems:
+                try:
+                    cmd = self._command(profile, inventory)
+                except (OSError, ValueError) as exc:
+                    problems = [f"the engine's key cannot be read: {exc}"]
             if problems:
                 log.warning("replica %s refused before launch: %s", replica_id, "; ".join(problems))
                 self._outbox.put_nowait(
@@ -246,22 +386,17 @@ class Agent:
                             state="failed",
                             port=spec.port,
                             tail=problems,
+                            generation=spec.generation,
                         )
                     )
                 )
                 continue
-            api_key = None
-            if profile.api_key_file is not None and profile.engine == "vllm":
-                api_key = profile.api_key_file.read_text().strip()
-            sup = Supervisor(
-                command(profile, api_key=api_key),
-                f"http://{profile.host}:{profile.port}/health",
-                on_state=self._on_state(replica_id),
-                **self._supervisor_options,  # type: ignore[arg-type]
-            )
+            sup = self._supervisor(replica_id, spec, cmd)
             self.replicas[replica_id] = (spec, sup)
             sup.start()
         self.applied_version = desired.version
+        if self._state is not None:
+            self._state.save_applied_version(desired.version)
         self._outbox.put_nowait(
             fleet_pb2.AgentMessage(applied=fleet_pb2.Applied(version=desired.version))
         )

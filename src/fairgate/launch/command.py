@@ -8,7 +8,10 @@
 - sim: `python -m fairgate sim --host H --port P --model NAME --api-key-file FILE …`.
 
 `CUDA_VISIBLE_DEVICES` is the replica's GPUs (empty for a replica without any, so an
-engine cannot wander onto GPUs it was not given). Extra arguments may not set an
+engine cannot wander onto GPUs it was not given), with `CUDA_DEVICE_ORDER=PCI_BUS_ID`:
+the indices are NVML's, which count in PCI bus order, while CUDA by default counts the
+fastest GPU first. Where the agent's own GPUs are named otherwise (inside a Slurm
+allocation), `devices` gives the names to hand over instead. Extra arguments may not set an
 option the agent sets: a profile cannot move an engine off loopback, change its port
 or priority scheduling, or put a key in the argument list.
 """
@@ -16,6 +19,7 @@ or priority scheduling, or put a key in the argument list.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fairgate.launch.profile import Profile
@@ -65,10 +69,14 @@ def check_args(profile: Profile) -> None:
             )
 
 
-def command(profile: Profile, *, api_key: str | None = None) -> Command:
-    """The launch of `profile`; `api_key` is the content of its api_key_file, if any."""
+def command(
+    profile: Profile, *, api_key: str | None = None, devices: Sequence[str] | None = None
+) -> Command:
+    """The launch of `profile`; `api_key` is the content of its api_key_file, if any;
+    `devices` are the CUDA_VISIBLE_DEVICES entries of its GPUs (default: their indices)."""
     check_args(profile)
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in profile.gpus)}
+    visible = devices if devices is not None else [str(g) for g in profile.gpus]
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(visible), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if profile.engine == "vllm":
         argv = [
             "vllm",
