@@ -119,9 +119,10 @@ def shots(request: pytest.FixtureRequest) -> Screenshots:
 def start_front_door(
     start_sim: StartSim, start_gateway: StartGateway, tmp_path: Path
 ) -> StartFrontDoor:
-    """Start a simulator (``sim_args``) and a gateway with the web pages on localhost."""
+    """Start a simulator (``sim_args``) and a gateway with the web pages on localhost;
+    ``pool`` puts the model in that pool (declare it under ``pools``)."""
 
-    def start(*sim_args: str, **sections: Any) -> FrontDoor:
+    def start(*sim_args: str, pool: str | None = None, **sections: Any) -> FrontDoor:
         sim = start_sim("--model", MODEL, *sim_args)
         port = free_port()
         url = f"http://localhost:{port}"
@@ -131,7 +132,7 @@ def start_front_door(
         sections.setdefault("master_key_file", str(tmp_path / "master.key"))
         for key, value in front_door_sections(url).items():
             sections.setdefault(key, value)
-        models = [model(MODEL, sim, cost=COST)]
+        models = [model(MODEL, sim, cost=COST, **({"pool": pool} if pool else {}))]
         gw = off_loop(lambda: start_gateway(models, stderr=log, **sections))
         return FrontDoor(url=url, gateway=gw, sim=sim, config=gw.config, log=log)
 

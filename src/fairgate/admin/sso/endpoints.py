@@ -97,7 +97,7 @@ def sso_router(client: SsoClient, actors: SsoActors, access: Access, pages: Page
                 log.info(
                     "sso: %s from %s holds no role (claims nor store): refused", person, remote
                 )
-                return _refused(pages, Forbidden("no administrator role", code="no_role"))
+                return _refused(pages, _no_role())
             opened = await sessions.open_sso(
                 f"sso:{person}",
                 actor.user_id,
@@ -179,6 +179,14 @@ def _refused(pages: Pages, exc: Unauthorized | Forbidden | ServiceUnavailable) -
 
 def _forget_login(answer: Response) -> None:
     answer.delete_cookie(LOGIN_COOKIE, path="/", secure=True, httponly=True, samesite="lax")
+
+
+def _no_role() -> Forbidden:
+    return Forbidden(
+        "You signed in at your identity provider, but this gateway gives that account "
+        "no administrator role. Ask the gateway's operator to grant one.",
+        code="no_role",
+    )
 
 
 def _provider_down() -> ServiceUnavailable:
