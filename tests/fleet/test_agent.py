@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
+from tests.inventory.test_inventory import smi_inventory
 from tests.redis_server import free_port
 from tests.tls_certs import Issued, Pki
 
@@ -23,6 +24,7 @@ from fairgate.fleet.control import ControlPlaneService, server_credentials
 from fairgate.fleet.state import StateDir, StateDirBusy
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 from fairgate.inventory import Inventory
+from fairgate.inventory.probe import ProbeError
 
 pytestmark = pytest.mark.slow
 
@@ -99,11 +101,14 @@ def agent_for(plane: Plane, node: str, cert: Issued, **options: Any) -> Agent:
         target=f"127.0.0.1:{plane.port}",
         credentials=credentials,
         node_name=node,
-        inventory=lambda: Inventory(source="none"),
         channel_options=[("grpc.ssl_target_name_override", "localhost")],
         backoff_base=0.05,
         backoff_cap=0.4,
-        **{"supervisor_options": {"health_interval": 0.1, "backoff_base": 0.1}, **options},
+        **{
+            "inventory": lambda: Inventory(source="none"),
+            "supervisor_options": {"health_interval": 0.1, "backoff_base": 0.1},
+            **options,
+        },
     )
 
 
@@ -288,3 +293,44 @@ def test_one_agent_per_state_directory(tmp_path: Path) -> None:
         first.unlock()
     second.lock()
     second.unlock()
+
+
+async def test_heartbeats_carry_the_inventory_when_it_changes_and_a_failed_probe_is_survived(
+    plane: Plane, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="fairgate.fleet.agent")
+    answers: list[Inventory | Exception] = [ProbeError("nvidia-smi exited 9")]
+
+    def inventory() -> Inventory:
+        answer = answers[-1]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    cert = plane.pki.ca.issue("gpu01", dns_names=("gpu01",))
+    agent = agent_for(plane, "gpu01", cert, inventory=inventory, inventory_interval=0)
+    running = asyncio.create_task(agent.run())
+    try:
+        # The first probe fails: the node registers all the same, with no GPUs to place on.
+        await until(lambda: "gpu01" in plane.service.nodes)
+        node = plane.service.nodes["gpu01"]
+        assert node.inventory.gpus == ()
+        assert "inventory probe failed" in caplog.text and "exited 9" in caplog.text
+        # Another job starts on GPU 5: the next heartbeat says so.
+        answers.append(smi_inventory("hgx-h100"))
+        await until(lambda: len(node.inventory.gpus) == 8, timeout=10)
+        assert node.inventory.gpus[5].processes == 1
+        recording = plane.service
+        assert isinstance(recording, Recording)
+
+        def refreshes() -> tuple[int, int]:
+            beats = [m.heartbeat for m in recording.received if m.HasField("heartbeat")]
+            return len(beats), sum(bool(b.inventory_json) for b in beats)
+
+        count, sent = refreshes()
+        assert sent == 1
+        await until(lambda: refreshes()[0] > count + 2, timeout=10)
+        assert refreshes()[1] == 1  # unchanged since: not sent again
+    finally:
+        await agent.stop()
+        await running

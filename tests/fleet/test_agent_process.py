@@ -2,7 +2,8 @@
 (fleet.control.ControlPlaneService on a gRPC server in the test, mutual TLS with
 certificates the suite makes).
 
-It registers with a recorded inventory and labels, and SIGTERM ends it promptly while
+It registers with a recorded inventory (what `fairgate agent inventory --json` printed)
+and labels, and SIGTERM ends it promptly while
 its stream is open; a certificate for another node is refused and the control plane's
 log names both; engines outlive the agent (SIGKILL or SIGTERM) and the next agent with
 the same state directory adopts them (same pid, reported ready in its registration),
@@ -24,12 +25,14 @@ from pathlib import Path
 
 import pytest
 from tests.fleet.test_agent import Plane, serving, until
+from tests.inventory.test_agent_inventory_cli import fake_smi, needs_no_nvml, run_inventory
 from tests.inventory.test_inventory import smi_inventory
 from tests.redis_server import free_port
 from tests.tls_certs import Pki
 
 from fairgate.fleet.control import ControlPlaneService
 from fairgate.fleet.v1 import fleet_pb2
+from fairgate.inventory import Inventory
 
 pytestmark = pytest.mark.slow
 
@@ -263,3 +266,30 @@ async def test_engines_outlive_the_agent_and_the_next_agent_adopts_them(
             await started.kill()
         for leftover in engine_pids(state):
             kill_group(leftover)
+
+
+@needs_no_nvml
+async def test_what_agent_inventory_json_prints_is_what_the_agent_registers(
+    plane: Plane, tmp_path: Path
+) -> None:
+    printed = run_inventory(fake_smi(tmp_path, "pcie-a6000-pairs"), "--json")
+    assert printed.returncode == 0, printed.stderr
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(printed.stdout)
+    agent = await start_agent(
+        plane,
+        tmp_path,
+        "ws01",
+        "ws01",
+        "--inventory",
+        str(recorded),
+        "--state-dir",
+        str(tmp_path / "state"),
+    )
+    try:
+        await until(lambda: "ws01" in plane.service.nodes, timeout=60)
+        assert plane.service.nodes["ws01"].inventory == Inventory.from_json(printed.stdout)
+        assert [g.nvlink_domain for g in plane.service.nodes["ws01"].inventory.gpus] == [0, 0, 1, 1]
+        await agent.terminate()
+    finally:
+        await agent.kill()

@@ -6,7 +6,8 @@ plane answers with the whole desired state, which the agent reconciles to — st
 what is missing after `launch.check`, draining and stopping what is no longer wanted,
 keeping what already runs (so a reconnect, or a restarted control plane, relaunches
 nothing) — and acknowledges with `Applied`. Heartbeats go at the interval the desired
-state names; every replica state change goes up as it happens.
+state names, with the inventory when it changed (probed every `inventory_interval`);
+every replica state change goes up as it happens.
 
 A stream that ends for any reason other than `stop()` is an error: the agent waits a
 jittered, growing backoff and dials again, forever. (Treating a refused stream as a
@@ -30,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,6 +40,7 @@ import grpc
 from fairgate.fleet.state import Record, StateDir, matching_process
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 from fairgate.inventory.model import Inventory
+from fairgate.inventory.probe import ProbeError
 from fairgate.launch import Command, Profile, check, command
 from fairgate.launch.supervise import Report, Supervisor
 
@@ -78,6 +81,7 @@ class Agent:
         supervisor_options: dict[str, float] | None = None,
         state_dir: StateDir | None = None,
         allocation_ends_at: int = 0,
+        inventory_interval: float = 30.0,
         device_ids: Callable[[Inventory, tuple[int, ...]], tuple[str, ...] | None] | None = None,
     ) -> None:
         self._target = target
@@ -94,6 +98,9 @@ class Agent:
         self.allocation_ends_at = allocation_ends_at
         self._device_ids = device_ids
         self._adopted = False
+        self.inventory_interval = inventory_interval
+        self._last_inventory = Inventory(source="none")
+        self._sent_inventory = ""
         self._stopping = asyncio.Event()
         self._call: grpc.aio.StreamStreamCall | None = None
         self._outbox: asyncio.Queue[fleet_pb2.AgentMessage] = asyncio.Queue()
@@ -185,26 +192,47 @@ class Agent:
                 self._call = None
 
     def _register(self) -> fleet_pb2.AgentMessage:
+        self._sent_inventory = self._probe().to_json()
         return fleet_pb2.AgentMessage(
             register=fleet_pb2.Register(
                 node_name=self.node_name,
                 labels=self._labels,
-                inventory_json=self._inventory().to_json(),
+                inventory_json=self._sent_inventory,
                 running=[self._status(rid) for rid in self.replicas],
                 applied_version=self.applied_version,
                 allocation_ends_at=self.allocation_ends_at,
             )
         )
 
+    def _probe(self) -> Inventory:
+        """The inventory now; on a failed probe, the last one (or none), with a warning:
+        a node whose nvidia-smi fails once is not a node without GPUs to keep."""
+        try:
+            self._last_inventory = self._inventory()
+        except (ProbeError, OSError, ValueError) as exc:
+            log.warning("inventory probe failed, reporting the last one: %s", exc)
+        return self._last_inventory
+
     async def _heartbeats(self) -> None:
+        """A heartbeat every interval; with it, every `inventory_interval`, the inventory
+        when it changed (measured memory and compute processes move under other jobs)."""
         sequence = 0
+        probed = time.monotonic()
         while True:
             await asyncio.sleep(self.heartbeat_interval)
             sequence += 1
+            refreshed = ""
+            if time.monotonic() - probed >= self.inventory_interval:
+                probed = time.monotonic()
+                fresh = (await asyncio.to_thread(self._probe)).to_json()
+                if fresh != self._sent_inventory:
+                    refreshed = self._sent_inventory = fresh
             self._outbox.put_nowait(
                 fleet_pb2.AgentMessage(
                     heartbeat=fleet_pb2.Heartbeat(
-                        sequence=sequence, allocation_ends_at=self.allocation_ends_at
+                        sequence=sequence,
+                        inventory_json=refreshed,
+                        allocation_ends_at=self.allocation_ends_at,
                     )
                 )
             )
@@ -278,7 +306,7 @@ class Agent:
             try:
                 spec = record.replica_spec()
                 profile = self._profile(spec)
-                cmd = self._command(profile, self._inventory())
+                cmd = self._command(profile, self._probe())
             except (ValueError, OSError) as exc:
                 log.warning("replica %s: its record cannot be used: %s", record.replica_id, exc)
                 self._state.forget(record.replica_id)
@@ -361,7 +389,7 @@ class Agent:
                     running[0].generation,
                 )
                 await self._remove(replica_id)
-        inventory = self._inventory()
+        inventory = self._probe()
         for replica_id, spec in wanted.items():
             if replica_id in self.replicas:
                 continue  # already runs (or was adopted): never relaunched
