@@ -56,7 +56,7 @@ from fairgate.auth import (
     sha256,
 )
 from fairgate.auth.shared_failures import SharedFailures
-from fairgate.config import Config, Model
+from fairgate.config import Config, ConfigError, Diagnostic, Mark, Model
 from fairgate.core.cidr import NetworkSet, parse_network
 from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.clock import Clock, SystemClock
@@ -506,7 +506,10 @@ class Gateway:
 
     async def start(self) -> None:
         """Open the store (upgrading its schema, syncing the declared organisations),
-        then start the background tasks (health checks, metric scrapes)."""
+        then start the background tasks (health checks, metric scrapes). Raises
+        ``ConfigError`` before opening anything when the usage-record journal's directory
+        cannot be created or written."""
+        self._open_journal()
         await self.store.connect()
         revision = await upgrade(self.store)
         report = await self.tenancy.sync_orgs(self.config.orgs)
@@ -551,6 +554,19 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self.secrets.run()))
         if self.pruner is not None:
             self._tasks.append(asyncio.create_task(self.pruner.run(every=3600.0)))
+
+    def _open_journal(self) -> None:
+        try:
+            self.recorder.open_journal()
+        except OSError as exc:
+            path = self.config.accounting.journal_path
+            reason = exc.strerror or type(exc).__name__
+            message = (
+                f"accounting.journal_path: the journal directory {path} cannot be created or "
+                f"written ({reason}); give the gateway a writable directory (a Kubernetes "
+                "emptyDir, a systemd StateDirectory) or set it to null to run without a journal"
+            )
+            raise ConfigError([Diagnostic.at(Mark(str(self.config.path), 0, 0), message)]) from None
 
     async def stop(self) -> None:
         """Stop background tasks and close upstream connections."""

@@ -19,7 +19,7 @@ import socket
 from collections.abc import Sequence
 
 from fairgate.app import Gateway
-from fairgate.config import Config
+from fairgate.config import Config, ConfigError
 from fairgate.config import Limits as LimitSettings
 from fairgate.server.connections import ConnectionCaps
 from fairgate.server.runner import Listener, bind, serve
@@ -85,6 +85,10 @@ def run(config: Config, *, workers: int = 1) -> int:
                 _run_loop(_serve(config, own, admin, tls, None))
             except ConfigConflict as conflict:
                 log.error("the configuration cannot be synced into the store: %s", conflict)
+                status = 1
+            except ConfigError as error:
+                for diagnostic in error.diagnostics:
+                    log.error("%s", diagnostic)
                 status = 1
             except BaseException:
                 log.exception("worker failed")

@@ -127,6 +127,7 @@ class Recorder:
         self._on_spilled = on_spilled or _ignore
         self._journal = journal
         self._opened = False
+        self._replayed_journal = False
         self._segment_of: dict[int, int] = {}  # id(record) → journal segment, while queued
         self._hand: list[int | None] = []  # the segments of the batch being written
         self._spilled = self._replayed = 0
@@ -175,10 +176,10 @@ class Recorder:
         serving (so that restored budgets see it); returns how many records were read back.
         A store that fails leaves them to the writing task. Raises ``OSError`` when the
         journal's directory cannot be used."""
-        if self._journal is None or self._opened:
+        if self._journal is None or self._replayed_journal:
             return 0
-        self._journal.open()
-        self._opened = True
+        self.open_journal()
+        self._replayed_journal = True
         replayed = 0
         while (segment := self._journal.next_spilled()) is not None:
             count = await self._replay(segment)
@@ -187,12 +188,19 @@ class Recorder:
             replayed += count
         return replayed
 
-    def start(self) -> None:
-        """Start the writing task on the running event loop (idempotent); opens the journal
-        when :meth:`open` did not."""
+    def open_journal(self) -> None:
+        """Open the journal (create its directory, take its first segment), once; nothing
+        without one. Raises ``OSError`` when the directory cannot be created or written,
+        before anything else is opened, so that the gateway can refuse to start."""
         if self._journal is not None and not self._opened:
             self._journal.open()
             self._opened = True
+
+    def start(self) -> None:
+        """Start the writing task on the running event loop (idempotent); opens the journal
+        when :meth:`open` did not (the writing task then reads back what it adopted)."""
+        self.open_journal()
+        self._replayed_journal = True
         if self._task is None and not self._closing:
             self._wake = asyncio.Event()
             self._task = asyncio.create_task(self._run(), name="fairgate-accounting")
