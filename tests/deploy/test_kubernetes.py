@@ -157,3 +157,17 @@ def test_engines_are_reachable_only_from_the_gateways() -> None:
         assert set(source) == {"podSelector"}  # no namespace, no address block: gateways only
         assert matches(source["podSelector"]["matchLabels"], labels)
         assert {p["port"] for p in rule["ports"]} == engine_ports
+
+
+def test_the_journal_is_on_a_writable_volume_of_the_pod() -> None:
+    """The read-only root file system and ConfigMap mount leave only the emptyDir volumes
+    writable: the usage-record journal must be on one, or the gateway does not start."""
+    spec, container = gateway_pod()
+    config = yaml.safe_load(one("ConfigMap")["data"]["gateway.yaml"])
+    journal = Path(config["accounting"]["journal_path"])
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    holding = [m for m in container["volumeMounts"] if journal.is_relative_to(Path(m["mountPath"]))]
+    assert holding, f"{journal} is on the read-only root file system"
+    deepest = max(holding, key=lambda m: len(m["mountPath"]))
+    assert not deepest.get("readOnly", False)
+    assert "emptyDir" in volumes[deepest["name"]]

@@ -8,6 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
+
+from fairgate.config import load_config
 
 UNITS = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
 
@@ -63,3 +66,38 @@ def test_systemd_finds_nothing_wrong_but_the_absent_binary(name: str, tmp_path: 
         if line.strip() and "/opt/fairgate/bin/fairgate is not executable" not in line
     ]
     assert problems == []
+
+
+def test_the_example_configuration_journals_into_the_state_directory(tmp_path: Path) -> None:
+    """gateway.yaml beside the units: its journal is in the unit's StateDirectory (the only
+    writable place under ProtectSystem=strict), its secrets are the unit's credentials, and
+    it loads once those files exist."""
+    service = unit("fairgate.service")
+    assert service["ProtectSystem"] == ["strict"]
+    (state,) = service["StateDirectory"]
+    text = (UNITS / "gateway.yaml").read_text()
+    document = yaml.safe_load(text)
+    journal = Path(document["accounting"]["journal_path"])
+    assert journal.is_relative_to(Path("/var/lib") / state)
+    credentials = Path("/run/credentials/fairgate.service")
+    names = {c.split(":", 1)[0] for c in service["LoadCredential"]}
+    # laid out under tmp_path, as the service sees its files
+    relocated = text.replace(str(credentials), str(tmp_path / "credentials"))
+    relocated = relocated.replace(str(journal), str(tmp_path / "journal"))
+    (tmp_path / "credentials").mkdir()
+    for name in names:
+        (tmp_path / "credentials" / name).write_text("x" * 40 + "\n")
+    (tmp_path / "credentials" / "pg.url").write_text("postgresql://gw@db.example.org/fairgate\n")
+    (tmp_path / "credentials" / "redis.url").write_text("redis://redis.example.org:6379/0\n")
+    (tmp_path / "gateway.yaml").write_text(relocated)
+    config = load_config(tmp_path / "gateway.yaml")
+    assert config.accounting.journal_path == tmp_path / "journal"
+    named = {
+        config.master_key_file,
+        config.metrics_token_file,
+        config.store.url_file,
+        config.state.url_file,
+        *(u.key_file for m in config.models for u in m.upstreams),
+    }
+    used = {ref.path.name for ref in named if ref is not None and ref.path is not None}
+    assert used <= names
