@@ -334,3 +334,56 @@ async def test_heartbeats_carry_the_inventory_when_it_changes_and_a_failed_probe
     finally:
         await agent.stop()
         await running
+
+
+async def test_a_replica_no_longer_wanted_drains_its_requests_before_it_stops(
+    plane: Plane,
+) -> None:
+    """The engine is stopped only once its /metrics shows nothing running or waiting: a
+    request streaming when the control plane drops the replica finishes whole, and the
+    engine still answers while it does."""
+    cert = plane.pki.ca.issue("cpu01", dns_names=("cpu01",))
+    agent = agent_for(plane, "cpu01", cert, drain_seconds=60)
+    running = asyncio.create_task(agent.run())
+    port = free_port()
+    spec = fleet_pb2.ReplicaSpec(
+        replica_id="sim-0",
+        engine="sim",
+        model="sim",
+        served_name="tiny",
+        port=port,
+        args=["--speed", "10"],
+    )
+    recording = plane.service
+    assert isinstance(recording, Recording)
+    try:
+        await until(lambda: "cpu01" in plane.service.nodes)
+        plane.service.set_desired("cpu01", [spec])
+        await until(lambda: any(s.state == "ready" for s in recording.statuses()), timeout=60)
+        chunks: list[str] = []
+        async with aiohttp.ClientSession() as session:
+            body = {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 30,
+                "stream": True,
+            }
+            async with session.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions", json=body
+            ) as answer:
+                assert answer.status == 200
+                async for line in answer.content:
+                    chunks.append(line.decode())
+                    if len(chunks) == 4:  # streaming: now the replica is dropped
+                        plane.service.set_desired("cpu01", [])
+                        await until(
+                            lambda: any(s.state == "draining" for s in recording.statuses())
+                        )
+                        assert await serving(port)  # not signalled while a request runs
+        assert any(c.strip() == "data: [DONE]" for c in chunks)  # the stream finished whole
+        await until(lambda: "sim-0" not in agent.replicas, timeout=30)
+        assert not await serving(port)
+        assert [s.state for s in recording.statuses()][-1] == "stopped"
+    finally:
+        await agent.stop(stop_engines=True)
+        await running

@@ -35,8 +35,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
 import grpc
 
+from fairgate.engines.metrics import LLAMA_SERVER_METRICS, VLLM_METRICS, parse_engine_metrics
 from fairgate.fleet.state import Record, StateDir, matching_process
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 from fairgate.inventory.model import Inventory
@@ -82,6 +84,7 @@ class Agent:
         state_dir: StateDir | None = None,
         allocation_ends_at: int = 0,
         inventory_interval: float = 30.0,
+        drain_seconds: float = 30.0,
         device_ids: Callable[[Inventory, tuple[int, ...]], tuple[str, ...] | None] | None = None,
     ) -> None:
         self._target = target
@@ -99,6 +102,7 @@ class Agent:
         self._device_ids = device_ids
         self._adopted = False
         self.inventory_interval = inventory_interval
+        self.drain_seconds = drain_seconds
         self._last_inventory = Inventory(source="none")
         self._sent_inventory = ""
         self._stopping = asyncio.Event()
@@ -168,6 +172,9 @@ class Agent:
         async with grpc.aio.secure_channel(
             self._target, self._credentials, options=self._options
         ) as channel:
+            self._sent_inventory = (await asyncio.to_thread(self._probe)).to_json()
+            # No await from here to the registration: it must be the stream's first
+            # message, and what changed before it is in its snapshot.
             self._outbox = asyncio.Queue()
             self._outbox.put_nowait(self._register())
             stub = fleet_pb2_grpc.ControlPlaneStub(channel)  # type: ignore[no-untyped-call]
@@ -192,7 +199,6 @@ class Agent:
                 self._call = None
 
     def _register(self) -> fleet_pb2.AgentMessage:
-        self._sent_inventory = self._probe().to_json()
         return fleet_pb2.AgentMessage(
             register=fleet_pb2.Register(
                 node_name=self.node_name,
@@ -302,11 +308,12 @@ class Agent:
         if self._state is None:
             return
         self.applied_version = self._state.applied_version()
+        inventory = await asyncio.to_thread(self._probe)
         for record in self._state.records():
             try:
                 spec = record.replica_spec()
                 profile = self._profile(spec)
-                cmd = self._command(profile, self._probe())
+                cmd = self._command(profile, inventory)
             except (ValueError, OSError) as exc:
                 log.warning("replica %s: its record cannot be used: %s", record.replica_id, exc)
                 self._state.forget(record.replica_id)
@@ -361,9 +368,40 @@ class Agent:
         devices = self._device_ids(inventory, profile.gpus) if self._device_ids else None
         return command(profile, api_key=api_key, devices=devices)
 
+    @staticmethod
+    def _key_headers(spec: fleet_pb2.ReplicaSpec) -> dict[str, str]:
+        if spec.api_key_ref:
+            with contextlib.suppress(OSError):
+                return {"Authorization": f"Bearer {Path(spec.api_key_ref).read_text().strip()}"}
+        return {}
+
+    async def _in_flight(self, spec: fleet_pb2.ReplicaSpec, headers: dict[str, str]) -> int:
+        """Requests the engine runs or queues, from its /metrics (vLLM's or llama.cpp's
+        names); 0 when it does not answer or export them, so a drain never waits on an
+        engine that cannot say."""
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session,
+                session.get(f"http://127.0.0.1:{spec.port}/metrics", headers=headers) as answer,
+            ):
+                if answer.status != 200:
+                    return 0
+                text = await answer.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return 0
+        for names in (VLLM_METRICS, LLAMA_SERVER_METRICS):
+            try:
+                load = parse_engine_metrics(text, names)
+            except ValueError:
+                continue
+            if load.running is not None or load.waiting is not None:
+                return int((load.running or 0) + (load.waiting or 0))
+        return 0
+
     async def _remove(self, replica_id: str) -> None:
-        _, sup = self.replicas[replica_id]
-        await sup.stop()
+        spec, sup = self.replicas[replica_id]
+        headers = self._key_headers(spec)
+        await sup.stop(drain=self.drain_seconds, in_flight=lambda: self._in_flight(spec, headers))
         self._outbox.put_nowait(fleet_pb2.AgentMessage(status=self._status(replica_id)))
         del self.replicas[replica_id]
         if self._state is not None:
@@ -389,7 +427,7 @@ class Agent:
                     running[0].generation,
                 )
                 await self._remove(replica_id)
-        inventory = self._probe()
+        inventory = await asyncio.to_thread(self._probe)
         for replica_id, spec in wanted.items():
             if replica_id in self.replicas:
                 continue  # already runs (or was adopted): never relaunched

@@ -258,7 +258,12 @@ class Supervisor:
                             return
                 await asyncio.sleep(self._health_interval)
 
-    async def stop(self, *, drain: float = 30.0, in_flight: Callable[[], int] = lambda: 0) -> None:
+    async def stop(
+        self,
+        *,
+        drain: float = 30.0,
+        in_flight: Callable[[], int | Awaitable[int]] = lambda: 0,
+    ) -> None:
         """Drain, then stop: wait while `in_flight()` is above 0 for up to `drain` seconds,
         SIGTERM the process group, SIGKILL it after 10 s more. Returns when it is gone."""
         self._stopping.set()
@@ -266,7 +271,14 @@ class Supervisor:
         if process is not None and _alive(process):
             await self._set("draining")
             deadline = time.monotonic() + drain
-            while in_flight() > 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - a count to poll, no event
+
+            async def busy() -> bool:
+                count = in_flight()
+                if not isinstance(count, int):
+                    count = await count
+                return count > 0
+
+            while time.monotonic() < deadline and _alive(process) and await busy():  # noqa: ASYNC110 - a count to poll, no event
                 await asyncio.sleep(0.1)
             _signal_group(process.pid, signal.SIGTERM)
             if not await self._gone(process, 10):
