@@ -310,15 +310,30 @@ class Agent:
         self.applied_version = self._state.applied_version()
         inventory = await asyncio.to_thread(self._probe)
         for record in self._state.records():
+            process = matching_process(record)
             try:
                 spec = record.replica_spec()
-                profile = self._profile(spec)
-                cmd = self._command(profile, inventory)
-            except (ValueError, OSError) as exc:
-                log.warning("replica %s: its record cannot be used: %s", record.replica_id, exc)
+            except ValueError as exc:
+                log.error(
+                    "replica %s: its record cannot be used (%s)%s",
+                    record.replica_id,
+                    exc,
+                    f"; its engine, pid {process.pid}, runs on unsupervised" if process else "",
+                )
                 self._state.forget(record.replica_id)
                 continue
-            process = matching_process(record)
+            try:
+                cmd = self._command(self._profile(spec), inventory)
+            except (ValueError, OSError) as exc:
+                # Never relaunch it without its key or GPU list; the record stays for an
+                # agent started once the key is readable (its GPUs show busy meanwhile).
+                log.error(
+                    "replica %s: its command cannot be rebuilt (%s)%s",
+                    record.replica_id,
+                    exc,
+                    f"; its engine, pid {process.pid}, runs on unsupervised" if process else "",
+                )
+                continue
             if process is not None:
                 sup = self._supervisor(record.replica_id, spec, cmd)
                 self.replicas[record.replica_id] = (spec, sup)
