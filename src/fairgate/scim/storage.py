@@ -6,9 +6,17 @@ errors); this class only keeps resources. A resource is a row of
 authenticates nobody with it), ``meta.version`` the row's counter as a weak
 ETag. A write runs in one exclusive store transaction with the reconciliation
 (``fairgate.scim.reconcile``), so what the provider was told succeeded is also
-what the gateway enforces, and two writes never interleave. A search reads
-every resource of its types and lets scim2-server's in-memory storage filter,
-sort and page them: simple and exact, at a cost linear in the directory.
+what the gateway enforces, and two writes never interleave.
+
+A search is answered by scim2-server's in-memory storage over the rows it may
+match, so its filter, sort and paging semantics are the library's exactly. Two
+shapes are narrowed in SQL first: a filter that is one ``eq`` on ``userName``
+(Users) or ``displayName`` (Groups), what provisioning clients send before each
+create, reads at most one row by the unique name index; a list with neither
+filter nor sort nor cursor reads only its page (``startIndex``/``count`` as
+OFFSET/LIMIT in id order, the order the library uses unsorted) and a COUNT.
+Any other filter, a sort or a cursor reads every resource of its types: exact,
+at a cost linear in the directory.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from scim2_models import (
     UniquenessException,
     User,
 )
+from scim2_models.path import CompareOperator, Comparison
 from scim2_server.memory import InMemoryStorage
 from scim2_server.storage import AsyncScimStorage, SearchPage
 
@@ -81,8 +90,17 @@ class StoreScimStorage(AsyncScimStorage):
         *,
         position: Any = None,
     ) -> SearchPage:
+        kinds = list(dict.fromkeys(_kind(rt) for rt in resource_types))
+        if _unordered_page(search_request, position):
+            start = search_request.start_index_0 or 0
+            async with self._store.read() as conn:
+                total = await scim.count_resources(conn, kinds)
+                rows = await scim.list_resources(
+                    conn, kinds, offset=start, limit=search_request.count
+                )
+            return SearchPage(total, [self._resource(row) for row in rows])
         async with self._store.read() as conn:
-            rows = await scim.list_resources(conn, [_kind(rt) for rt in resource_types])
+            rows = await scim.list_resources(conn, kinds, name_key=_name_key(kinds, search_request))
         found = InMemoryStorage()
         found.resources = [self._resource(row) for row in rows]
         return found.search(resource_types, search_request, position=position)
@@ -186,6 +204,50 @@ class StoreScimStorage(AsyncScimStorage):
         resource = self._models[row.kind].model_validate({**row.body, "id": row.id})
         resource.meta = meta
         return resource
+
+
+_NAMES = {
+    "User": ("username", "urn:ietf:params:scim:schemas:core:2.0:User"),
+    "Group": ("displayname", "urn:ietf:params:scim:schemas:core:2.0:Group"),
+}
+"""The attribute each kind's ``name_key`` column holds (case-folded), and its schema."""
+
+
+def _name_key(kinds: list[str], search_request: SearchRequest[Any]) -> str | None:
+    """The ``name_key`` every resource the filter can match has, when the filter is one
+    ``eq`` of a string on the name attribute of the one kind searched; else None.
+
+    The attribute is not case-exact (RFC 7643 §4.1.1, §4.2), so the in-memory filter
+    matches case-insensitively; rows are stored under the case-folded (Groups: trimmed)
+    name, a key every such match shares. The library's filter still decides."""
+    scim_filter = search_request.filter
+    if scim_filter is None or len(kinds) != 1:
+        return None
+    node = scim_filter.ast
+    if (
+        not isinstance(node, Comparison)
+        or node.op != CompareOperator.eq
+        or not isinstance(node.value, str)
+    ):
+        return None
+    path = node.attr_path
+    attribute, schema = _NAMES[kinds[0]]
+    if path.sub_attr is not None or path.attr.casefold() != attribute:
+        return None
+    if path.uri is not None and path.uri.casefold() != schema.casefold():
+        return None
+    value = node.value.strip() if kinds[0] == "Group" else node.value
+    return value.casefold()
+
+
+def _unordered_page(search_request: SearchRequest[Any], position: Any) -> bool:
+    """Whether the search is a plain page of the whole list: no filter, sort or cursor."""
+    return (
+        search_request.filter is None
+        and search_request.sort_by is None
+        and search_request.cursor is None
+        and position is None
+    )
 
 
 def _kind(resource_type: ResourceType) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy import and_, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store.tables import scim_grants, scim_resources, scim_users, users
@@ -23,6 +23,7 @@ __all__ = [
     "ResourceRow",
     "add_grant",
     "adopt",
+    "count_resources",
     "delete_resource",
     "drop_grant",
     "get_resource",
@@ -75,9 +76,31 @@ async def get_resource(conn: AsyncConnection, kind: str, resource_id: str) -> Re
     return None if row is None else _row(row)
 
 
-async def list_resources(conn: AsyncConnection, kinds: Collection[str]) -> list[ResourceRow]:
+async def list_resources(
+    conn: AsyncConnection,
+    kinds: Collection[str],
+    *,
+    name_key: str | None = None,
+    offset: int = 0,
+    limit: int | None = None,
+) -> list[ResourceRow]:
+    """Resources of ``kinds`` by id; only the one whose ``name_key`` is given (the unique
+    index), and the ``offset``/``limit`` slice of that order, when asked."""
     query = select(*_COLUMNS).where(scim_resources.c.kind.in_(list(kinds)))
-    return [_row(row) for row in await conn.execute(query.order_by(scim_resources.c.id))]
+    if name_key is not None:
+        query = query.where(scim_resources.c.name_key == name_key)
+    query = query.order_by(scim_resources.c.id)
+    if offset:
+        query = query.offset(offset)
+    if limit is not None:
+        query = query.limit(limit)
+    return [_row(row) for row in await conn.execute(query)]
+
+
+async def count_resources(conn: AsyncConnection, kinds: Collection[str]) -> int:
+    query = select(func.count()).where(scim_resources.c.kind.in_(list(kinds)))
+    count: int = (await conn.execute(query)).scalar_one()
+    return count
 
 
 async def insert_resource(
