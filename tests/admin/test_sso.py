@@ -378,3 +378,14 @@ async def test_a_provider_that_does_not_answer_is_a_503_page(
     assert "identity provider" in answer.text
     await asyncio.to_thread(oidc_provider.faults, discovery=0)
     assert (await sso.admin.get("/admin/login")).status_code == 303
+
+
+async def test_a_discovery_document_naming_another_issuer_is_not_used(
+    tmp_path: Path, sim: SimProcess, oidc_provider: OidcProvider
+) -> None:
+    # configured with a trailing slash: the same document is fetched, but its issuer is
+    # not the configured one, whole, so no login starts (OIDC Discovery §4.3)
+    async for sso in _gateway(tmp_path, sim, oidc_provider, issuer=oidc_provider.issuer + "/"):
+        answer = await sso.admin.get("/admin/login")
+        assert answer.status_code == 503 and "identity provider" in answer.text
+        assert (await sso.seen())["authorize"] == []
