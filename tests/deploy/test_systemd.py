@@ -19,7 +19,8 @@ def unit(name: str) -> dict[str, list[str]]:
     """Each [Service] key with every value it is given (systemd keys repeat)."""
     values: dict[str, list[str]] = {}
     section = None
-    for line in (UNITS / name).read_text().splitlines():
+    text = (UNITS / name).read_text().replace("\\\n", " ")  # continued lines joined
+    for line in text.splitlines():
         line = line.strip()
         if line.startswith("["):
             section = line
@@ -101,3 +102,39 @@ def test_the_example_configuration_journals_into_the_state_directory(tmp_path: P
     }
     used = {ref.path.name for ref in named if ref is not None and ref.path is not None}
     assert used <= names
+
+
+def test_the_agent_unit_leaves_the_engines_to_the_next_agent() -> None:
+    """Stopping or restarting the agent's unit must not kill its engines (KillMode
+    `process`: only the agent is signalled), and the agent's state directory is the
+    unit's, so the next agent adopts them; its key is a credential."""
+    service = unit("fairgate-agent.service")
+    assert service["KillMode"] == ["process"]
+    assert service["User"] == ["fairgate"] and service["NoNewPrivileges"] == ["yes"]
+    start = " ".join(service["ExecStart"])
+    (state,) = service["StateDirectory"]
+    assert f"--state-dir /var/lib/{state}" in start
+    credentials = {c.split(":", 1)[0] for c in service["LoadCredential"]}
+    assert credentials == {"node.crt", "node.key", "ca.crt"}
+    for flag, name in (("--cert", "node.crt"), ("--key", "node.key"), ("--ca", "ca.crt")):
+        assert f"{flag} %d/{name}" in start  # %d: the credentials directory
+    assert "Environment" not in service and "EnvironmentFile" not in service
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+def test_systemd_finds_nothing_wrong_with_the_agent_unit(tmp_path: Path) -> None:
+    name = "fairgate-agent.service"
+    (tmp_path / name).write_text((UNITS / name).read_text())
+    done = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(tmp_path / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    problems = [
+        line
+        for line in (done.stdout + done.stderr).splitlines()
+        if line.strip() and "/opt/fairgate/bin/fairgate is not executable" not in line
+    ]
+    assert problems == []
