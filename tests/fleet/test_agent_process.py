@@ -294,3 +294,21 @@ async def test_what_agent_inventory_json_prints_is_what_the_agent_registers(
         await agent.terminate()
     finally:
         await agent.kill()
+
+
+async def test_a_second_agent_on_the_same_state_directory_exits_1(
+    plane: Plane, tmp_path: Path
+) -> None:
+    state = str(tmp_path / "state")
+    first = await start_agent(plane, tmp_path, "cpu01", "cpu01", "--state-dir", state)
+    try:
+        await until(lambda: "cpu01" in plane.service.nodes, timeout=60)
+        second = await start_agent(
+            plane, tmp_path, "cpu01", "cpu01", "--state-dir", state, tag="second"
+        )
+        assert await asyncio.wait_for(second.proc.wait(), 60) == 1
+        assert "another agent is running with the state directory" in second.output()
+        assert first.proc.returncode is None  # the first runs on
+        await first.terminate()
+    finally:
+        await first.kill()
