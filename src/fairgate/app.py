@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from zoneinfo import ZoneInfo
 
@@ -55,12 +55,23 @@ from fairgate.auth import (
     Waker,
     sha256,
 )
+from fairgate.auth.jwt import (
+    ExchangeIssuer,
+    Exchanger,
+    KeySource,
+    ProviderUnavailable,
+    TokenAuthenticator,
+    TokenVerifier,
+)
 from fairgate.auth.shared_failures import SharedFailures
 from fairgate.config import Config, ConfigError, Diagnostic, Mark, Model
+from fairgate.config.jwt import Jwt
 from fairgate.core.cidr import NetworkSet, parse_network
 from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.clock import Clock, SystemClock
 from fairgate.core.errors import StoreUnavailable
+from fairgate.core.limits import Limits
+from fairgate.core.principal import Principal
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.core.route_classes import RouteClass, RouteRules
 from fairgate.engines import EngineAdapter, adapter_for
@@ -77,6 +88,7 @@ from fairgate.limits import (
 from fairgate.observability.auth_metrics import AuthMetrics
 from fairgate.observability.dispatch_metrics import DispatchMetrics
 from fairgate.observability.fairshare_metrics import FairShareMetrics
+from fairgate.observability.jwt_metrics import JwtMetrics
 from fairgate.observability.metrics import GatewayMetrics, ReplicaGauge
 from fairgate.observability.routing_metrics import RoutingMetrics
 from fairgate.observability.scim_metrics import ScimMetrics
@@ -112,6 +124,7 @@ from fairgate.store import (
     Store,
     StoreChangeFeed,
     StoreKeyDirectory,
+    access_changes,
     upgrade,
 )
 from fairgate.tenancy import (
@@ -316,6 +329,8 @@ class Gateway:
             on_applied=auth_metrics.changes_applied,
             on_failed=auth_metrics.change_read_failed,
         )
+        # a change committed by this process (admin API) is read at once, not at the next poll
+        self.store.on_commit(access_changes.TOPIC, _wake(self.change_watcher))
         self.authenticator = Authenticator(
             StoreKeyDirectory(self.store),
             self.key_cache,
@@ -324,6 +339,13 @@ class Gateway:
             clock,
             hasher,
         )
+        # Access tokens (jwt:): a JWS-shaped bearer is verified, anything else is a key.
+        self.key_sources: list[KeySource] = []
+        authenticate: Callable[[bytes | None, str], Awaitable[Principal]]
+        authenticate = self.authenticator.authenticate
+        self.exchanger: Exchanger | None = None
+        if config.jwt is not None:
+            authenticate, self.exchanger = self._tokens(config.jwt, clock)
         self.clients = ClientAddresses(NetworkSet(map(parse_network, config.trusted_proxies)))
         rules = _route_rules(config)
         accounted = self.metrics.accounting
@@ -371,7 +393,8 @@ class Gateway:
             settler=settler,
             request_ids=_request_ids(),
             stopping=lambda: self.draining,
-            authenticate=self.authenticator.authenticate,
+            authenticate=authenticate,
+            exchange=self.exchanger.exchange if self.exchanger is not None else None,
             limit=self.limit,
             admit=self.admit,
             tags=TagPolicy(
@@ -520,6 +543,8 @@ class Gateway:
             restored = await self.snapshots.restore()
             log.info("rate counters: %d restored from the last snapshot", restored)
         await self.change_watcher.start()
+        self._token_retries: list[asyncio.Task[None]] = []
+        await self._start_tokens()
         replayed = await self.recorder.open()  # before budgets restore spend from the records
         if replayed:
             log.info("accounting: %d records of an earlier process replayed", replayed)
@@ -538,6 +563,7 @@ class Gateway:
             asyncio.create_task(self.front_door.prune_sessions(every=3600.0)),
             *(asyncio.create_task(c.run()) for c in self.admission.values()),
         ]
+        self._tasks.extend(self._token_retries)
         if self.dispatcher is not None:
             self._tasks.append(asyncio.create_task(self.dispatcher.run()))
         if self.fairshare is not None:
@@ -567,6 +593,88 @@ class Gateway:
                 "emptyDir, a systemd StateDirectory) or set it to null to run without a journal"
             )
             raise ConfigError([Diagnostic.at(Mark(str(self.config.path), 0, 0), message)]) from None
+
+    def _tokens(
+        self, block: Jwt, clock: SystemClock
+    ) -> tuple[Callable[[bytes | None, str], Awaitable[Principal]], Exchanger | None]:
+        """The token-aware authenticate and the exchanger of a ``jwt:`` block."""
+        metrics = JwtMetrics(self.metrics.registry)
+        limits = Limits(rpm=block.rpm, tpm=block.tpm, max_in_flight=block.max_inflight)
+
+        def source(issuer: str, jwks_url: str | None) -> KeySource:
+            made = KeySource(
+                issuer,
+                jwks_url=jwks_url,
+                min_refresh=block.min_refresh,
+                clock=clock,
+                on_fetch=metrics.fetched,
+            )
+            self.key_sources.append(made)
+            return made
+
+        verifier = TokenVerifier(
+            source(block.issuer, block.jwks_url),
+            audience=block.audience,
+            skew=block.clock_skew,
+            clock=clock,
+            typ=block.type,
+        )
+        tokens = TokenAuthenticator(
+            self.authenticator,
+            verifier,
+            block.map,
+            self.tenancy.people,
+            self.key_cache,
+            clock,
+            limits=limits,
+            on_refused=metrics.refused,
+        )
+        exchanger = None
+        if block.exchange:
+            issuers = [
+                ExchangeIssuer(
+                    TokenVerifier(
+                        source(e.issuer, e.jwks_url),
+                        audience=e.audience,
+                        skew=block.clock_skew,
+                        clock=clock,
+                        typ=e.type,
+                    ),
+                    e.map,
+                    e.key_ttl,
+                )
+                for e in block.exchange
+            ]
+            people = self.tenancy.people
+            exchanger = Exchanger(
+                issuers,
+                self.authenticator,
+                people,
+                lambda key_id, ttl: people.exchange_key(key_id, ttl=ttl),
+                limits=limits,
+                on_refused=metrics.refused,
+            )
+        return tokens.authenticate, exchanger
+
+    async def _start_tokens(self) -> None:
+        """Discovery and the first key set of every access-token issuer: one that does not
+        answer stops the start-up (``ProviderUnavailable``), or with ``optional_at_start``
+        is retried in the background while its tokens are refused."""
+        block = self.config.jwt
+        for source in self.key_sources:
+            try:
+                await source.start()
+            except ProviderUnavailable as exc:
+                if block is None or not block.optional_at_start:
+                    raise ProviderUnavailable(f"issuer {source.issuer}: {exc}") from None
+                log.warning(
+                    "jwt: issuer %s does not answer (%s); its tokens are refused until it does",
+                    source.issuer,
+                    exc,
+                )
+                self._token_retries.append(asyncio.create_task(_retry_source(source)))
+            else:
+                log.info("jwt: the keys of issuer %s are read", source.issuer)
 
     async def stop(self) -> None:
         """Stop background tasks and close upstream connections."""
@@ -674,6 +782,27 @@ class Gateway:
                 order_by_priority=not takes_priority,
             )
         return controllers
+
+
+def _wake(watcher: ChangeWatcher) -> Callable[[], Awaitable[None]]:
+    async def wake() -> None:
+        watcher.wake()
+
+    return wake
+
+
+async def _retry_source(source: KeySource) -> None:
+    """Ask an issuer that did not answer at start-up again, backing off up to a minute."""
+    wait = 1.0
+    while not source.ready:
+        await asyncio.sleep(wait)
+        try:
+            await source.start()
+        except ProviderUnavailable as exc:
+            log.warning("jwt: issuer %s still does not answer: %s", source.issuer, exc)
+            wait = min(wait * 2, 60.0)
+        else:
+            log.info("jwt: issuer %s answers now; its tokens are verified", source.issuer)
 
 
 def _snapshots(replicas: list[Replica]) -> Callable[[], list[ReplicaSnapshot]]:

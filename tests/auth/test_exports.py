@@ -27,6 +27,7 @@ def test_auth_exports() -> None:
         "allowed_models",
         "allows",
         "constant_time_equal",
+        "invalid_credential",
         "looks_like_key",
         "new_admin_token",
         "new_key",

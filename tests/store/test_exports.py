@@ -28,6 +28,7 @@ def test_exported_members() -> None:
         "keys",
         "new_ulid",
         "orgs",
+        "people",
         "projects",
         "scim",
         "role_bindings",

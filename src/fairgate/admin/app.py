@@ -36,6 +36,7 @@ from fairgate.admin.endpoints.allowlists import allowlists_router
 from fairgate.admin.endpoints.audit import audit_router
 from fairgate.admin.endpoints.budgets import budgets_router
 from fairgate.admin.endpoints.context import Caller
+from fairgate.admin.endpoints.identities import identities_router
 from fairgate.admin.endpoints.keys import keys_router
 from fairgate.admin.endpoints.people import people_router
 from fairgate.admin.endpoints.spend import spend_router
@@ -114,6 +115,7 @@ def build_admin_app(
     app.include_router(tree_router(tenancy))
     app.include_router(keys_router(tenancy))
     app.include_router(people_router(tenancy))
+    app.include_router(identities_router(tenancy))
     app.include_router(audit_router(tenancy))
     app.include_router(spend_router(tenancy.store))
     app.include_router(budgets_router(tenancy))

@@ -40,7 +40,7 @@ docs/auth.md describes the flow, the cache and the revocation delay.
 """
 
 from fairgate.auth.allowlist import ModelResolver, allowed_models, allows
-from fairgate.auth.authenticator import Authenticator
+from fairgate.auth.authenticator import Authenticator, invalid_credential
 from fairgate.auth.cache import Grant, KeyCache
 from fairgate.auth.ceiling import LookupCeiling, Slot
 from fairgate.auth.changes import Change, ChangeFeed, ChangeWatcher, Waker
@@ -78,6 +78,7 @@ __all__ = [
     "allowed_models",
     "allows",
     "constant_time_equal",
+    "invalid_credential",
     "looks_like_key",
     "new_admin_token",
     "new_key",

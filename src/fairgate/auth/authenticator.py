@@ -48,7 +48,7 @@ from fairgate.core.errors import (
 )
 from fairgate.core.principal import KeyRecord, Principal
 
-__all__ = ["Authenticator"]
+__all__ = ["Authenticator", "invalid_credential"]
 
 log = logging.getLogger("fairgate.auth")
 
@@ -127,6 +127,20 @@ class Authenticator:
             log.debug("authentication refused from %s: %s", client_addr, slot.reason)
             raise _too_many(slot.retry_after)
         return self._placed(await self._look_up(digest, secret, client_addr, slot), client_addr)
+
+    def placed(self, principal: Principal, client_addr: str) -> Principal:
+        """``principal`` if ``client_addr`` lies within its IP allowlists, else 403 (for
+        another way in to a key's principal, such as an access token)."""
+        return self._placed(principal, client_addr)
+
+    def principal_of(self, record: KeyRecord) -> Principal:
+        """The principal a valid ``record`` stands for (allowlists, models, limits)."""
+        return self._principal(record)
+
+    async def refusal(self, client_addr: str) -> GatewayError:
+        """The answer to a refused credential of another kind: the same 401 as a bad key
+        (429 once the network is over its limits), the failure counted."""
+        return await self._refused(client_addr, looked_up=True)
 
     def _placed(self, principal: Principal, client_addr: str) -> Principal:
         """``principal``, if ``client_addr`` lies within every IP allowlist of its key."""
@@ -299,6 +313,11 @@ def _refusal(record: KeyRecord, digest: bytes, now: float) -> str | None:
 
 def _invalid() -> Unauthorized:
     return Unauthorized(_INVALID, code="invalid_api_key")
+
+
+def invalid_credential() -> Unauthorized:
+    """The one 401 every refused credential gets, byte for byte (a bad key's)."""
+    return _invalid()
 
 
 def _too_many(wait: float) -> RateLimited:

@@ -55,6 +55,9 @@ def _register() -> None:
     from fairgate.cli import allowlists as _allowlists
 
     app.add_typer(_allowlists.app, name="allowlists", help=_allowlists.HELP)
+    from fairgate.cli import people as _people
+
+    app.add_typer(_people.app, name="people", help=_people.HELP)
     from fairgate.cli import export as _export
 
     app.command("export", help=_export.HELP)(_export.export)

@@ -40,6 +40,7 @@ def serve(
         "docs/operations.md.",
     ),
 ) -> None:
+    from fairgate.auth.jwt import ProviderUnavailable
     from fairgate.config import ConfigError
     from fairgate.observability.logging import configure_logging
     from fairgate.run import WorkersRefused, run
@@ -60,6 +61,9 @@ def serve(
         typer.echo(
             f"fairgate serve: the configuration conflicts with the store: {conflict}", err=True
         )
+        status = 1
+    except ProviderUnavailable as down:
+        typer.echo(f"fairgate serve: jwt: {down} (or set jwt.optional_at_start)", err=True)
         status = 1
     # Everything was closed (or never opened): the interpreter's last garbage collections
     # over the whole heap would only delay the exit, by seconds on a loaded host.

@@ -15,6 +15,7 @@ from fairgate.config.catalog import Model, Org, Pool
 from fairgate.config.document import Loc
 from fairgate.config.fields import NonEmpty, PublicUrl, Section
 from fairgate.config.fleet import ControlPlane
+from fairgate.config.jwt import Jwt
 from fairgate.config.network import Cidr, Routes
 from fairgate.config.scim import Scim
 from fairgate.config.secrets import SecretRef
@@ -82,6 +83,7 @@ class Config(Section):
     public_url: PublicUrl | None = None
     accounts: WebAccounts = Field(default_factory=WebAccounts)
     vault: VaultSettings | None = None
+    jwt: Jwt | None = None
     sso: Sso | None = None
     scim: Scim | None = None
     control_plane: ControlPlane | None = None

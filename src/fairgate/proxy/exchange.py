@@ -55,6 +55,7 @@ class Exchange:
     accept: bytes | None = None
     accept_encoding: bytes | None = None  # the client's, passed on for plain answers
     session: bytes | None = None  # the session header's value, for routing affinity
+    credentials: int = 0  # Authorization, x-api-key and api-key headers seen: more than one, 401
     tags: tuple[str, ...] | None = None  # the key's tags and the request's (None: the key's)
     priority: int | None = None  # the fair-share priority sent to the engine
     cache_salt: str | None = None  # the tenant's prefix-cache salt (vLLM), set by the gateway

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+from fairgate.auth import invalid_credential
 from fairgate.core.asgi import Receive, Scope, Send
 from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.errors import BadRequest, GatewayError, NotFound, ServiceUnavailable
@@ -72,6 +73,8 @@ class Pipeline:
         responses: ResponseScope | None = None,
         clients: ClientAddresses | None = None,
         rules: RouteRules | None = None,
+        exchange: Callable[[bytes | None, str], Awaitable[bytes]] | None = None,
+        exchange_path: str = "/v1/auth/exchange",
     ) -> None:
         self._endpoints = endpoints
         self._caps = caps
@@ -91,6 +94,8 @@ class Pipeline:
         self._clients = clients
         # decided once: without a rule for inference, no request pays for a check
         self._rules = rules if rules is not None and rules.restricts("inference") else None
+        self._exchange = exchange
+        self._exchange_path = exchange_path
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         client = scope.get("client")
@@ -105,6 +110,9 @@ class Pipeline:
         ticket = Ticket()
         try:
             authorization, length, tags = self._scan_headers(scope, ex)
+            if self._exchange is not None and scope["path"] == self._exchange_path:
+                await self._exchanged(scope, ex, authorization, send)
+                return
             principal = await self._identify(ex, authorization)
             route = self._endpoints.resolve_path(scope.get("raw_path") or scope["path"].encode())
             ex.endpoint = route.name
@@ -166,8 +174,39 @@ class Pipeline:
         if self._rules is not None and not self._rules.allows("inference", ex.client):
             log.info("refused %s from %s: not in routes.inference.allow", ex.request_id, ex.client)
             raise refusal()
+        if ex.credentials > 1:
+            # a key and a token, or two of either: never a silent choice between them
+            log.info("refused %s from %s: %d credentials", ex.request_id, ex.client, ex.credentials)
+            raise invalid_credential()
         ex.principal = principal = await self._authenticate(authorization, ex.client)
         return principal
+
+    async def _exchanged(
+        self, scope: Scope, ex: Exchange, authorization: bytes | None, send: Send
+    ) -> None:
+        """``POST /v1/auth/exchange``: a workload token for a short-lived key (auth.jwt)."""
+        ex.endpoint = "auth_exchange"
+        if self._rules is not None and not self._rules.allows("inference", ex.client):
+            log.info("refused %s from %s: not in routes.inference.allow", ex.request_id, ex.client)
+            raise refusal()
+        if ex.credentials > 1:
+            raise invalid_credential()
+        if scope["method"] != "POST":
+            raise NotFound(f"unknown route {scope['method']} {scope['path']}", code="unknown_route")
+        assert self._exchange is not None
+        body = await self._exchange(authorization, ex.client)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"cache-control", b"no-store"),
+            (b"x-request-id", ex.request_id.encode()),
+        ]
+        if ex.body_unread:
+            headers.append((b"connection", b"close"))
+        ex.status = 200
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        ex.first_byte_at = time.monotonic()
+        await send({"type": "http.response.body", "body": body})
 
     def _scan_headers(
         self, scope: Scope, ex: Exchange
@@ -179,7 +218,9 @@ class Pipeline:
         session, tags_name = self._session_header, self._tags_header
         for name, value in scope["headers"]:
             if name == b"authorization":
-                # the first, as the admin API and the metrics door read it
+                # the first, as the admin API and the metrics door read it; a second
+                # one is a second credential, refused by the identify stage
+                ex.credentials += 1
                 if authorization is None:
                     authorization = value
             elif name == b"content-type":
@@ -197,6 +238,8 @@ class Pipeline:
                 ex.session = value
             elif name == tags_name:
                 tags = value
+            elif name == b"x-api-key" or name == b"api-key":
+                ex.credentials += 1
         return authorization, length, tags
 
     async def _read(

@@ -12,6 +12,7 @@ that applies to it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import or_, select, update
@@ -19,7 +20,7 @@ from sqlalchemy import or_, select, update
 from fairgate.core.limits import Limits
 from fairgate.core.principal import KeyRecord
 from fairgate.store.database import Store
-from fairgate.store.tables import allowlists, keys, orgs, projects, teams
+from fairgate.store.tables import allowlists, keys, orgs, person_keys, projects, teams
 from fairgate.store.timestamp import from_unix, to_unix
 
 __all__ = ["StoreKeyDirectory"]
@@ -99,6 +100,14 @@ class StoreKeyDirectory:
         )
         async with self._store.read() as conn:
             row = (await conn.execute(query)).first()
+            if row is not None:
+                return _record(row)
+            return await _exchanged(conn, digests)
+
+    async def find_person(self, key_id: str) -> KeyRecord | None:
+        """The record of key ``key_id`` (a person's synthetic key), or None."""
+        async with self._store.read() as conn:
+            row = (await conn.execute(_QUERY.where(keys.c.id == key_id))).first()
         return None if row is None else _record(row)
 
     async def rehash(self, key_id: str, old: bytes, new: bytes) -> None:
@@ -114,6 +123,29 @@ class StoreKeyDirectory:
         query = select(keys.c.id).where(keys.c.changed_at > from_unix(since))
         async with self._store.read() as conn:
             return list((await conn.execute(query)).scalars())
+
+
+async def _exchanged(conn: Any, digests: list[bytes]) -> KeyRecord | None:
+    """The person's key an exchanged secret stands for, valid until the secret's expiry
+    (``person_keys``; one key row, so one spend line, for every secret given)."""
+    query = select(person_keys.c.secret_sha256, person_keys.c.key_id, person_keys.c.expires_at)
+    found = (await conn.execute(query.where(person_keys.c.secret_sha256.in_(digests)))).first()
+    if found is None:
+        return None
+    row = (await conn.execute(_QUERY.where(keys.c.id == found.key_id))).first()
+    if row is None:
+        return None
+    record = _record(row)
+    until = to_unix(found.expires_at)
+    assert until is not None
+    expiry = until if record.expires_at is None else min(until, record.expires_at)
+    return replace(
+        record,
+        secret_sha256=bytes(found.secret_sha256),
+        previous_sha256=None,
+        previous_until=None,
+        expires_at=expiry,
+    )
 
 
 def _record(row: Any) -> KeyRecord:

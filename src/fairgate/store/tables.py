@@ -492,3 +492,28 @@ fleet_replicas = Table(
     Column("updated_at", UtcDateTime, nullable=False),
     UniqueConstraint("node", "port"),
 )
+
+people = Table(
+    "people",
+    metadata,
+    # A caller known by an access token: (issuer, subject), its synthetic key ``keys.id``
+    # (``jwt-`` + a hash of the two), and whether it is revoked. A row exists from the
+    # first token verified, or from a revocation of somebody not seen yet.
+    Column("key_id", String(26), primary_key=True),
+    Column("issuer", String(1000), nullable=False),
+    Column("subject", String(1024), nullable=False),
+    Column("first_seen", UtcDateTime, nullable=True),
+    Column("revoked_at", UtcDateTime, nullable=True),
+    Column("revoked_by", String(200), nullable=True),
+)
+
+person_keys = Table(
+    "person_keys",
+    metadata,
+    # A short-lived secret /v1/auth/exchange gave for a person's key: many at once, one
+    # key id (and so one spend line) for all of them.
+    Column("secret_sha256", LargeBinary(32), primary_key=True),
+    Column("key_id", String(26), ForeignKey("keys.id"), nullable=False, index=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False, index=True),
+)

@@ -14,6 +14,7 @@ from fairgate.tenancy.budgets import Budgets
 from fairgate.tenancy.claims import Claims
 from fairgate.tenancy.keys import Keys
 from fairgate.tenancy.orgs import DeclaredOrg, Orgs, SyncReport
+from fairgate.tenancy.people import People
 from fairgate.tenancy.projects import Projects
 from fairgate.tenancy.roles import Roles
 from fairgate.tenancy.teams import Teams
@@ -24,10 +25,10 @@ __all__ = ["Tenancy"]
 
 class Tenancy:
     """The tenancy services: ``orgs``, ``teams``, ``projects``, ``keys``, ``users``, ``roles``,
-    ``admin_tokens``, ``audit``, ``budgets``, ``allowlists``, ``claims``. Every method takes
-    the acting :class:`Actor` first (except the start-up sync, token authentication and a
-    claim link's peek and redeem, where the token is the credential) and enforces its scope
-    in SQL.
+    ``admin_tokens``, ``audit``, ``budgets``, ``allowlists``, ``claims``, ``people``. Every
+    method takes the acting :class:`Actor` first (except the start-up sync, token
+    authentication, a claim link's peek and redeem and a person's lookup, where the token is
+    the credential) and enforces its scope in SQL.
 
     ``models``: every model name the gateway serves (canonical names and aliases);
     allowlists naming anything else are refused. None accepts any name. A mapping
@@ -64,6 +65,7 @@ class Tenancy:
         self.audit = Audit(store, clock, models=models)
         self.budgets = Budgets(store, clock, models=models)
         self.allowlists = Allowlists(store, clock, models=models)
+        self.people = People(store, clock, models=models, hasher=self.hasher)
         self.claims = Claims(
             store, clock, keys=self.keys, hasher=self.hasher, public_url=public_url
         )

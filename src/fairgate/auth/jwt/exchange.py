@@ -1,0 +1,126 @@
+"""``POST /v1/auth/exchange``: a workload token in, a short-lived virtual key out.
+
+    Authorization: Bearer <a token of an issuer under jwt.exchange>
+    → 200 {"api_key": "fg-…", "key_id": "jwt-…", "expires_at": 1767225600, "expires_in": 3600,
+           "team": "physics", "project": null}
+
+The token is verified as an access token of that issuer (same rules: asymmetric
+algorithms only, ``iss`` whole, ``aud``, ``exp``, the issuer's own ``map:``),
+then the person it names (issuer, ``sub``) is found or created like a caller's,
+and a new secret is stored for that person's key, valid ``key_ttl`` seconds. So
+a batch job holds no long-lived secret, and every exchange of the same workload
+identity lands on one key id: one spend line, one set of limits, whatever the
+number of tokens. The issuer is told by the unverified ``iss``; the verification
+that follows is that issuer's. Every refusal is the bad-key 401.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from fairgate.auth.authenticator import Authenticator
+from fairgate.auth.jwt.authenticator import PersonDirectory, resolve_person
+from fairgate.auth.jwt.mapping import Rule
+from fairgate.auth.jwt.verifier import TokenRefused, TokenVerifier, looks_like_jws
+from fairgate.auth.secrets import bearer_credential
+from fairgate.core.errors import ServiceUnavailable, StoreUnavailable
+from fairgate.core.limits import Limits
+
+__all__ = ["EXCHANGE_PATH", "ExchangeIssuer", "Exchanger"]
+
+log = logging.getLogger("fairgate.auth.jwt")
+
+EXCHANGE_PATH = "/v1/auth/exchange"
+
+MintKey = Callable[[str, float], Awaitable[tuple[str, float]]]
+"""(key id, ttl seconds) → (secret, expires_at): ``fairgate.tenancy.People.exchange_key``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeIssuer:
+    verifier: TokenVerifier
+    rules: Sequence[Rule]
+    key_ttl: float
+
+
+class Exchanger:
+    """Turns a workload token into a short-lived key (see the module docstring)."""
+
+    def __init__(
+        self,
+        issuers: Sequence[ExchangeIssuer],
+        keys: Authenticator,
+        people: PersonDirectory,
+        mint: MintKey,
+        *,
+        limits: Limits,
+        on_refused: Callable[[str], None] = lambda _reason: None,
+    ) -> None:
+        self._issuers = {i.verifier.issuer: i for i in issuers}
+        self._keys = keys
+        self._people = people
+        self._mint = mint
+        self._limits = limits
+        self._on_refused = on_refused
+
+    @property
+    def verifiers(self) -> list[TokenVerifier]:
+        return [i.verifier for i in self._issuers.values()]
+
+    async def exchange(self, authorization: bytes | None, client_addr: str) -> bytes:
+        """The JSON answer for a valid workload token; raises the bad-key 401 otherwise."""
+        token = bearer_credential(authorization)
+        subject = "-"
+        try:
+            if token is None or not looks_like_jws(token):
+                raise TokenRefused("not_a_token")
+            issuer = self._issuer_of(token)
+            claims = await issuer.verifier.verify(token)
+            subject = claims.subject
+            record = await resolve_person(self._people, claims, issuer.rules, self._limits)
+            secret, expires_at = await self._mint(record.key_id, issuer.key_ttl)
+        except TokenRefused as refused:
+            self._on_refused(refused.reason)
+            log.info(
+                "token exchange refused from %s: %s (subject %r)",
+                client_addr,
+                refused.reason,
+                subject[:128],
+            )
+            raise await self._keys.refusal(client_addr) from None
+        except StoreUnavailable as exc:
+            log.warning("token exchange failed: the store did not answer: %s", exc)
+            raise ServiceUnavailable(
+                "authentication is temporarily unavailable", code="auth_unavailable"
+            ) from None
+        log.info(
+            "token exchange from %s: key %s for %r of %s, %.0fs",
+            client_addr,
+            record.key_id,
+            subject[:128],
+            claims.issuer,
+            issuer.key_ttl,
+        )
+        return orjson.dumps(
+            {
+                "object": "fairgate.exchanged_key",
+                "api_key": secret,
+                "key_id": record.key_id,
+                "expires_at": int(expires_at),
+                "expires_in": int(issuer.key_ttl),
+                "team": record.team,
+                "project": record.project,
+            }
+        )
+
+    def _issuer_of(self, token: str) -> ExchangeIssuer:
+        any_verifier = next(iter(self._issuers.values())).verifier
+        _header, iss = any_verifier.header_and_issuer(token)
+        issuer = self._issuers.get(iss) if isinstance(iss, str) else None
+        if issuer is None:
+            raise TokenRefused("wrong_issuer")
+        return issuer
