@@ -443,3 +443,39 @@ def test_an_issuer_that_does_not_answer_stops_the_start_up_with_one_line(
     ours = [line for line in ran.stderr.splitlines() if line.startswith("fairgate serve:")]
     assert len(ours) == 1 and down in ours[0], ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+def test_with_optional_at_start_the_gateway_starts_and_takes_tokens_once_the_issuer_answers(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    issuer = f"http://127.0.0.1:{port}"
+    with SimProcess("--model", "m", "--speed", "0") as sim:
+        config = write_config(
+            tmp_path,
+            [model("m", sim)],
+            jwt={
+                "issuer": issuer,
+                "audience": "fairgate",
+                "optional_at_start": True,
+                "map": [{"value": "lab-t", "team": "t"}],
+            },
+        )
+        with GatewayProcess(config, startup_timeout=120) as gateway:
+            assert chat_at(gateway, TEST_KEY).status_code == 200  # keys work meanwhile
+            with OidcProvider("--port", str(port)) as provider:
+                assert provider.issuer == issuer
+                token = provider.mint(sub="late", groups=["lab-t"])
+                deadline = time.monotonic() + 60
+                while chat_at(gateway, token).status_code != 200:
+                    assert time.monotonic() < deadline, "the issuer was never asked again"
+                    time.sleep(0.5)
+
+
+def chat_at(gateway: GatewayProcess, bearer: str) -> httpx.Response:
+    return httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json=CHAT,
+        headers={"authorization": f"Bearer {bearer}"},
+        timeout=30,
+    )
