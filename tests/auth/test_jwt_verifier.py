@@ -279,3 +279,8 @@ def test_a_person_key_id_is_stable_and_separates_issuer_from_subject() -> None:
     assert a == person_key_id("https://a", "b:c") and a.startswith("jwt-") and len(a) == 26
     assert a != person_key_id("https://a:b", "c")
     assert a != person_key_id("https://b", "b:c")
+
+
+async def test_a_subject_no_store_can_hold_is_refused(s: Setup) -> None:
+    assert await refused(s, s.provider.sign(claims(sub="a\x00b"))) == "no_subject"
+    assert await refused(s, s.provider.sign(claims(sub="x" * 1025))) == "no_subject"

@@ -173,4 +173,6 @@ class People(Service):
             subject.encode("utf-8")
         except UnicodeEncodeError:
             raise BadRequest("the issuer and subject must be text", code="invalid_person") from None
+        if "\x00" in issuer or "\x00" in subject:
+            raise BadRequest("the issuer and subject must be text", code="invalid_person")
         return person_key_id(issuer, subject)

@@ -88,13 +88,13 @@ def _json_segment(segment: str) -> dict[str, Any]:
     return decoded
 
 
-def _utf8(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (no lone surrogate, which no store can hold)."""
+def _storable(text: str) -> bool:
+    """Whether a store can hold ``text``: UTF-8 (no lone surrogate) without NUL."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         return False
-    return True
+    return "\x00" not in text
 
 
 def _number(value: object) -> float | None:
@@ -201,6 +201,6 @@ class TokenVerifier:
                 if moment > now + self._skew:
                     raise TokenRefused("not_yet_valid")
         sub = claims.get("sub")
-        if not isinstance(sub, str) or not sub or len(sub) > 1024 or not _utf8(sub):
+        if not isinstance(sub, str) or not sub or len(sub) > 1024 or not _storable(sub):
             raise TokenRefused("no_subject")
         return Claims(self.issuer, sub, exp + self._skew, claims)
