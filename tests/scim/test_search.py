@@ -130,3 +130,15 @@ async def test_a_plain_page_reads_its_rows_and_a_count(store: Store, clock: Fake
     assert total == USERS and [u.id for u in found] == ids[28:]
     total, found = await _search(storage, "User", count=0)
     assert total == USERS and found == []
+
+
+async def test_a_page_past_any_row_is_empty_not_an_error(store: Store, clock: FakeClock) -> None:
+    """A provider (or an attacker holding its token) asking for ``startIndex`` beyond what
+    a SQL OFFSET can hold gets an empty page with the total, not a 500."""
+    storage = _storage(store, clock)
+    await _directory(storage)
+    for start in (2**63, 10**20):
+        total, found = await _search(storage, "User", start_index=start, count=5)
+        assert total == USERS and found == []
+        total, found = await _search(storage, "User", start_index=start)
+        assert total == USERS and found == []

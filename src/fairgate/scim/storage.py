@@ -14,7 +14,8 @@ shapes are narrowed in SQL first: a filter that is one ``eq`` on ``userName``
 (Users) or ``displayName`` (Groups), what provisioning clients send before each
 create, reads at most one row by the unique name index; a list with neither
 filter nor sort nor cursor reads only its page (``startIndex``/``count`` as
-OFFSET/LIMIT in id order, the order the library uses unsorted) and a COUNT.
+OFFSET/LIMIT in id order, the order the library uses unsorted) and a COUNT (a
+``startIndex`` past the count reads no row: an empty page, whatever its size).
 Any other filter, a sort or a cursor reads every resource of its types: exact,
 at a cost linear in the directory.
 """
@@ -95,6 +96,8 @@ class StoreScimStorage(AsyncScimStorage):
             start = search_request.start_index_0 or 0
             async with self._store.read() as conn:
                 total = await scim.count_resources(conn, kinds)
+                if start >= total:  # also an index no SQL OFFSET can hold: nothing to read
+                    return SearchPage(total, [])
                 rows = await scim.list_resources(
                     conn, kinds, offset=start, limit=search_request.count
                 )
