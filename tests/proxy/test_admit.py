@@ -143,3 +143,54 @@ async def test_me_answers_503_while_the_fair_share_state_is_down() -> None:
         assert (await stages(down).standing(A))["fairshare"] == []
     finally:
         await down.aclose()
+
+
+class _Clock:
+    """Time that moves only when the test says so (wall and monotonic alike)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def wall(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def test_every_gateway_re_reads_the_usage_at_the_same_instants(store: Any) -> None:
+    """Two gateways on one back end read the pool's usage half a second apart; a charge
+    lands after both readings. In the next second of the wall clock both rank with it: a
+    borrower of the organisation that spent goes behind, whichever gateway it reaches
+    (were each reading good for a second from its own instant, the second gateway would
+    still rank on the old usage, and the two would send one organisation's borrowers at
+    two priorities)."""
+    clock = _Clock(1_000.0)
+    policy = FairShare({"p": 4}, {"p": {"a": 0.5, "b": 0.5}})
+
+    def gateway() -> Stages:
+        return Stages(
+            limiter=Limiter(store),
+            budgets=lambda: BudgetBook(()),
+            prices=PRICES,
+            pools={"m": "p"},
+            classes={"m": "interactive"},
+            clock=clock,
+            fairshare=policy,
+            fairshare_state=store,
+        )
+
+    one, two = gateway(), gateway()
+    held = [await one.enter(exchange(A)) for _ in range(2)]  # a's reservation, full
+    clock.now = 1_000.2
+    spender = await one.enter(exchange(A))  # gateway one reads the usage: nobody spent
+    clock.now = 1_000.7
+    early = await two.enter(exchange(A))  # gateway two reads it too
+    assert spender.priority == early.priority == 10  # rank 0: no usage anywhere
+    clock.now = 1_000.8
+    await one.leave(spender, served(exchange(A), 1_000_000, 0))  # a spends
+    clock.now = 1_001.1
+    late = [await g.enter(exchange(A)) for g in (one, two)]
+    assert [t.priority for t in late] == [20, 20]  # b (no usage) ranks first on both
+    for t in [*held, early, *late]:
+        await one.leave(t, exchange(A))

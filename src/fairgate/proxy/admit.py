@@ -62,7 +62,11 @@ _LOST = StateUnavailable("the way-out call (slot release, usage charge) failed")
 
 USAGE_TTL = 1.0
 """Seconds a pool's decayed usage is reused between reads (a ranking a second old is as
-good as a fresh one at a half-life of days, and it saves a round trip per request)."""
+good as a fresh one at a half-life of days, and it saves a round trip per request). A
+reading is good until the end of its ``USAGE_TTL`` slot of the wall clock (whole seconds),
+not for ``USAGE_TTL`` from when it was taken: every gateway of a fleet then re-reads at the
+same instants and ranks borrowers alike (staggered readings would leave them disagreeing
+about which organisation ranks first for part of every second)."""
 
 
 class _PoolUsage(Generic[T]):
@@ -487,9 +491,10 @@ class Admit:
 
 
 async def _cached(entry: _PoolUsage[T], now: float, read: Callable[[], Awaitable[T]]) -> T:
-    """``entry``'s value, re-read with ``read`` when older than ``USAGE_TTL``; one read at
-    a time (the others take the last value, or wait for the first one)."""
-    if now - entry.at < USAGE_TTL:
+    """``entry``'s value, re-read with ``read`` once the ``USAGE_TTL`` slot of the wall clock
+    it was read in has passed; one read at a time (the others take the last value, or wait
+    for the first one)."""
+    if entry.at >= 0 and _slot(now) == _slot(entry.at):
         return entry.value
     if entry.reading is not None:
         if entry.at >= 0:
@@ -502,6 +507,11 @@ async def _cached(entry: _PoolUsage[T], now: float, read: Callable[[], Awaitable
     finally:
         entry.reading = None
     return entry.value
+
+
+def _slot(at: float) -> int:
+    """The ``USAGE_TTL`` slot of the wall clock ``at`` falls in."""
+    return math.floor(at / USAGE_TTL)
 
 
 def _split(policy: FairShare, pool: str, org: str, team: str | None) -> Split | None:
