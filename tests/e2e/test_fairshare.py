@@ -70,6 +70,8 @@ class Run:
     org_of: dict[str, str] = field(default_factory=dict)
     served: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0})
     failures: list[str] = field(default_factory=list)
+    # (time.monotonic() at the answer, organisation, completion tokens) of every 200
+    answers: list[tuple[float, str, int]] = field(default_factory=list)
     alone: tuple[float, float] = (0.0, 0.0)
     measured: tuple[float, float] = (0.0, 0.0)
     stats_b_joined: dict[str, Any] = field(default_factory=dict)
@@ -89,6 +91,15 @@ class Run:
                     mine += owner == org
         assert known, "no running request was traced to an organisation"
         return mine / known
+
+    def served_fraction(self, org: str, span: tuple[float, float]) -> float:
+        """The organisation's part of the completion tokens answered within ``span``: what
+        its decayed usage is charged with (the running fraction also counts prefill and the
+        work of preempted sequences, which is done again)."""
+        tokens = [(o, n) for at, o, n in self.answers if span[0] <= at < span[1]]
+        total = sum(n for _, n in tokens)
+        assert total, "no answer within the span"
+        return sum(n for o, n in tokens if o == org) / total
 
     def traced(self, span: tuple[float, float]) -> float:
         """The fraction of running sequences whose organisation is known."""
@@ -169,6 +180,9 @@ async def _run(
                         continue
                     run.org_of[answer.headers["x-request-id"]] = org
                     run.served[org] += 1
+                    usage = (await answer.json()).get("usage") or {}
+                    tokens = int(usage.get("completion_tokens", 0))
+                    run.answers.append((time.monotonic(), org, tokens))
 
         async def sampler() -> None:
             while True:
