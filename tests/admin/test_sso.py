@@ -267,6 +267,20 @@ async def test_a_disabled_user_loses_the_session_whatever_the_claims_say(sso: Ss
     assert again.status_code == 403 and not _sets_session(again)
 
 
+async def test_a_disabled_user_named_in_another_case_ends_the_session_too(sso: Sso) -> None:
+    # SCIM's userName is not case-exact: a provider provisions "Ada" and its ID tokens say
+    # "ada"; deactivating "Ada" must end the session that "ada"'s claims alone opened
+    tenancy = sso.gateway.tenancy
+    await tenancy.users.create(OPERATOR, "Ada")
+    cookie = await sso.session_of(ADA)
+    assert (await sso.get("/admin/orgs", cookie)).status_code == 200
+    await tenancy.users.disable(OPERATOR, "Ada")
+    assert (await sso.get("/admin/session", cookie)).status_code == 401
+    assert (await sso.get("/admin/orgs", cookie)).status_code == 401
+    again = await sso.sign_in(ADA)
+    assert again.status_code == 403 and not _sets_session(again)
+
+
 async def test_a_callback_without_the_browsers_login_or_with_another_state_is_refused(
     sso: Sso,
 ) -> None:

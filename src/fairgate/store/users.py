@@ -9,12 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, insert, select, true, update
+from sqlalchemy import ColumnElement, func, insert, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store.tables import admin_tokens, orgs, users
 
-__all__ = ["User", "by_id", "by_name", "disable", "enable", "insert_user", "list_users"]
+__all__ = [
+    "User",
+    "by_id",
+    "by_name",
+    "disable",
+    "disabled_namesake",
+    "enable",
+    "insert_user",
+    "list_users",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,15 @@ async def by_name(
     query = _QUERY.where(users.c.name == name, where if where is not None else true())
     row = (await conn.execute(query)).one_or_none()
     return None if row is None else User(**row._mapping)
+
+
+async def disabled_namesake(conn: AsyncConnection, name: str) -> bool:
+    """Whether a disabled user's name equals ``name`` without regard to case (names are
+    ASCII, so SQL ``lower`` is exact on every backend)."""
+    query = select(users.c.id).where(
+        func.lower(users.c.name) == name.lower(), users.c.disabled_at.is_not(None)
+    )
+    return (await conn.execute(query.limit(1))).first() is not None
 
 
 async def by_id(conn: AsyncConnection, user_id: int) -> User | None:

@@ -6,9 +6,13 @@ The roles are the bindings the person's claims gave at sign-in (kept in the
 session, by scope name) plus the role bindings of the store user of the same
 name, read now: a role revoked in the store, or that user disabled, applies on
 the very next request (a disabled user opens nothing, whatever the claims
-said). A claim binding on an organisation or team that does not exist, or is
-disabled, gives nothing. With a store user the actor is ``user:NAME`` (their
-user id set, as their admin tokens' actor is); without one, ``sso:NAME``.
+said). A disabled user whose name differs only in case disables the person too:
+SCIM's ``userName`` is not case-exact (RFC 7643 §4.1.1), so a provider that
+provisions "Ada" and signs in "ada" deactivates both at once; the store's roles
+join only from the user of exactly that name. A claim binding on an organisation
+or team that does not exist, or is disabled, gives nothing. With a store user the
+actor is ``user:NAME`` (their user id set, as their admin tokens' actor is);
+without one, ``sso:NAME``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class SsoActors:
             user = await users.by_name(conn, person)
             if user is not None and user.disabled_at is not None:
                 return None
+            if await users.disabled_namesake(conn, person):
+                return None  # SCIM's userName is not case-exact: "Ada" disabled is "ada" too
             holds: list[Holding] = []
             if user is not None:
                 for b in await role_bindings.bindings_of(conn, user.id):
