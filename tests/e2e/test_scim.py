@@ -279,6 +279,22 @@ def test_filters_paging_etags_and_errors(
     )
     assert with_password.status_code == 201
     assert b"never-kept-secret" not in Path(gateway.config.parent / "fairgate.db").read_bytes()
+    # a body over the admin listener's 64 KiB: refused before SCIM reads it, in SCIM's shape
+    too_large = http.post(
+        "/Users",
+        json={
+            "schemas": ["urn:ietf:params:scim:schemas:core:2.0:User"],
+            "userName": "fat",
+            "displayName": "x" * 70_000,
+        },
+    )
+    assert too_large.status_code == 413
+    assert too_large.headers["content-type"] == "application/scim+json"
+    assert too_large.json()["schemas"] == [error] and too_large.json()["status"] == "413"
+    # a page past anything SQL's OFFSET holds: empty, not a 500
+    far = http.get("/Users", params={"startIndex": str(10**20)})
+    assert far.status_code == 200, far.text
+    assert far.json()["totalResults"] >= 1 and far.json().get("Resources", []) == []
 
     discovery = http.get("/ServiceProviderConfig").json()
     assert discovery["patch"]["supported"] and discovery["etag"]["supported"]
