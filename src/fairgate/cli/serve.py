@@ -23,7 +23,9 @@ HELP = (
     "\n\n"
     "Exits with status 1, changing nothing, when the configuration declares a team the"
     " store holds under another organisation and the team was not created by the"
-    ' configuration (see docs/tenancy.md, "Declared team names").'
+    ' configuration (see docs/tenancy.md, "Declared team names"), and, before opening'
+    " anything, when the usage-record journal's directory (accounting.journal_path) cannot"
+    " be created or written."
 )
 
 
