@@ -373,6 +373,36 @@ async def test_logout_needs_the_token_ends_the_session_and_answers_the_end_sessi
     assert (await sso.get("/admin/orgs", cookie)).status_code == 401
 
 
+async def test_a_session_opened_on_one_replica_is_ended_on_another_by_logout(sso: Sso) -> None:
+    # two gateways on one store: the provider sends the browser back to either
+    second = Gateway(sso.gateway.config)
+    await second.start()
+    other = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=second.admin_app, client=("10.9.8.7", 40001)),
+        base_url="http://localhost",
+    )
+    try:
+        await sso.login_as(ADA)
+        url, login_cookie = await sso.start()  # the login begins on the first replica
+        query = await sso.at_provider(url)
+        done = await other.get(  # and ends on the second
+            "/admin/callback", params=query, headers={"cookie": f"{LOGIN_COOKIE}={login_cookie}"}
+        )
+        assert done.status_code == 303, done.text
+        cookie = _cookie(done, COOKIE)
+        on_second = {"cookie": f"{COOKIE}={cookie}"}
+        assert (await sso.get("/admin/orgs", cookie)).status_code == 200
+        token = (await other.get("/admin/session", headers=on_second)).json()["csrf_token"]
+        out = await other.post("/admin/logout", headers={**on_second, "x-csrf-token": token})
+        assert out.status_code == 200
+        # the first replica refuses the cookie at once: no replica keeps it in memory
+        assert (await sso.get("/admin/session", cookie)).status_code == 401
+        assert (await sso.get("/admin/orgs", cookie)).status_code == 401
+    finally:
+        await other.aclose()
+        await second.stop()
+
+
 async def test_a_public_client_signs_in_with_pkce_alone(
     tmp_path: Path, sim: SimProcess, oidc_provider: OidcProvider
 ) -> None:
