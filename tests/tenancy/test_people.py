@@ -12,7 +12,7 @@ from fairgate.auth.jwt import Placement, person_key_id
 from fairgate.core.limits import Limits
 from fairgate.store import Store, StoreKeyDirectory
 from fairgate.tenancy import Actor, Tenancy
-from fairgate.tenancy.errors import Forbidden
+from fairgate.tenancy.errors import BadRequest, Forbidden
 from tenancy.test_access_changes import feed, newest
 from tenancy.world import DECLARED, OPERATOR
 
@@ -86,3 +86,12 @@ async def test_only_proxy_admins_revoke(tenancy: Tenancy, name: str) -> None:
         await tenancy.people.revoke(actor, issuer=ISS, subject="dee")
     with pytest.raises(Forbidden):
         await tenancy.people.list(actor)
+
+
+async def test_a_persons_key_has_no_secret_to_rotate(tenancy: Tenancy) -> None:
+    await tenancy.sync_orgs(DECLARED)
+    key_id = person_key_id(ISS, "eve")
+    assert await tenancy.people.person(key_id, ISS, "eve", Placement("a1", None), LIMITS)
+    with pytest.raises(BadRequest) as refused:
+        await tenancy.keys.rotate(OPERATOR, key_id)
+    assert refused.value.code == "person_key"

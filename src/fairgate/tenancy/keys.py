@@ -44,6 +44,9 @@ __all__ = ["MAX_GRACE", "Keys", "NewKey"]
 MAX_GRACE = 30 * 86400.0
 """Longest rotation grace period (seconds): 30 days."""
 
+PERSON_KEY_PREFIX = "jwt-"
+"""The ids of people's synthetic keys (``fairgate.auth.jwt.person_key_id``); no ULID has it."""
+
 
 @dataclass(frozen=True, slots=True)
 class NewKey:
@@ -191,7 +194,15 @@ class Keys(Service):
         return key
 
     async def rotate(self, actor: Actor, key_id: str, *, grace: float = 0.0) -> NewKey:
-        """A new secret for the same key id; the old one stays valid ``grace`` seconds."""
+        """A new secret for the same key id; the old one stays valid ``grace`` seconds.
+
+        A person's key (``jwt-…``, an access token's caller) has no secret to rotate: its
+        secrets come from ``/v1/auth/exchange`` only (BadRequest ``person_key``)."""
+        if key_id.startswith(PERSON_KEY_PREFIX):
+            raise BadRequest(
+                "a person's key is used with their access token and has no secret to rotate",
+                code="person_key",
+            )
         if not 0.0 <= grace <= MAX_GRACE:
             raise BadRequest("grace must be between 0s and 720h", code="invalid_grace")
         scope = self._scope(actor)
