@@ -131,7 +131,8 @@ def build_admin_app(
     if dashboard is not None:
         app.include_router(dashboard_router(dashboard, pages, tenancy, access))
         if sessions is not None:
-            app.include_router(signin_router(pages, access))
+            end_session = sso.end_session_url if sso is not None else None
+            app.include_router(signin_router(pages, access, end_session))
     for route in health_routes(
         registry=registry, models_ready=models_ready, draining=draining, details=health_details
     ):

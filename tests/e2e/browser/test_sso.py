@@ -5,8 +5,9 @@ authorize page (its sign-in form, filled here), comes back to /admin/callback an
 the dashboard with a session cookie. An organisation admin bound by a group claim sees
 their organisation only: its teams and its spend, in the dashboard and in the admin API,
 another organisation's team refused. Somebody whose claims match no binding and who has no
-store role is refused at the callback with a page saying so. Logging out answers the
-provider's end-session URL, which the browser visits, and the old cookie opens nothing. A
+store role is refused at the callback with a page saying so. Logging out (the API, or the
+dashboard's button) answers the provider's end-session URL, which the browser visits, and
+the old cookie opens nothing. A
 role removed in the store, or the store user disabled, ends what the session can do on the
 very next admin request. The gateway, the simulator, the provider and the ``fairgate`` CLI
 are separate processes; nothing is mocked.
@@ -278,3 +279,22 @@ def test_a_role_removed_or_a_user_disabled_in_the_store_applies_on_the_next_requ
     assert status == 401
     assert _dead(sso.door, held["value"])
     ada_context.close()
+
+
+def test_the_dashboards_sign_out_ends_the_session_and_links_to_the_providers_end_session(
+    sso: SsoDoor, context: Any, page: Any, shots: Screenshots
+) -> None:
+    assert sso.sign_in(page, "ada", "a-admins", shots).status == 303
+    held = session_cookie(context)
+    assert held is not None
+    with page.expect_navigation():
+        page.click("form[action='/admin/signout'] button[type=submit]")
+    shots.take(page, "signed-out-at-the-gateway")
+    assert page.url == sso.admin + "/admin/signout"
+    assert session_cookie(context) is None and _dead(sso.door, held["value"])
+    with page.expect_navigation():
+        page.click("#provider-signout")
+    shots.take(page, "signed-out-at-the-provider")
+    assert page.inner_text("#out") == "Signed out"
+    (ended,) = sso.provider.call("GET", "/_test/logins")["logout"]
+    assert ended["client_id"] == CLIENT_ID and ended["id_token_hint"].count(".") == 2

@@ -15,13 +15,16 @@ Success opens an admin session (``Sessions.open_admin``: a fresh id, stored
 as its hash) in the ``__Host-fairgate-session`` cookie: Secure, HttpOnly,
 SameSite=Strict, Path=/, expiring with the session's lifetime. Sign-out needs
 the session's CSRF token (in the page's sign-out form) and ends the session in
-the store at once, so the old cookie is dead. Both forms are refused from
+the store at once, so the old cookie is dead; a single sign-on session's sign-out
+answers a page linking to the provider's end-session URL (``end_session``), since
+the gateway's session ending does not end the provider's. Both forms are refused from
 another site (``fairgate.admin.dashboard.origin``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter
 from starlette.requests import Request
@@ -43,7 +46,11 @@ MAX_SECRET = 512
 """Longest secret the form takes (the master key file's value, an ``fga-`` token)."""
 
 
-def signin_router(pages: Pages, access: Access) -> APIRouter:
+EndSession = Callable[[str | None], Awaitable[str | None]]
+"""The provider's end-session URL for a session's ID token (``SsoClient.end_session_url``)."""
+
+
+def signin_router(pages: Pages, access: Access, end_session: EndSession | None = None) -> APIRouter:
     router = APIRouter(prefix="/admin", include_in_schema=False)
     sessions = access.sessions
     assert sessions is not None
@@ -118,9 +125,16 @@ def signin_router(pages: Pages, access: Access) -> APIRouter:
         except StoreUnavailable as exc:
             log.error("dashboard: sign-out: the store is unavailable: %s", exc)
             return form(503, "The gateway's store does not answer; try again.")
-        answer = RedirectResponse("/admin/signin", status_code=303)
+        url = None
+        if end_session is not None and view is not None and view.sso_roles is not None:
+            url = await end_session(view.id_token_hint)
+        answer: Response
+        if url is None:
+            answer = RedirectResponse("/admin/signin", status_code=303)
+            pages.secure(answer)
+        else:  # a page, not a redirect: form-action 'self' forbids one to the provider
+            answer = pages.render("signedout.html", end_session_url=url)
         answer.delete_cookie(COOKIE, path="/", secure=True, httponly=True, samesite="strict")
-        pages.secure(answer)
         return answer
 
     return router
