@@ -26,6 +26,7 @@ from scim2_server.service import ScimService
 
 from fairgate.auth import AuthGuard, sha256
 from fairgate.auth.secrets import constant_time_equal
+from fairgate.config.scim import MIN_SCIM_TOKEN_BYTES
 from fairgate.core.errors import StoreUnavailable
 from fairgate.observability.scim_metrics import ScimMetrics
 from fairgate.scim.storage import StoreScimStorage
@@ -75,7 +76,16 @@ class ScimApp(ASGIApplication):
         self._metrics = metrics
 
     def set_token(self, token: str) -> None:
-        """Accept this token from now on (a token rotated in a vault)."""
+        """Accept this token from now on (a token rotated in a vault); one shorter than
+        32 bytes is refused, logged, and the previous token stays in use."""
+        if len(token.encode()) < MIN_SCIM_TOKEN_BYTES:
+            log.error(
+                "scim: the rotated token has %d bytes, fewer than %d; the previous token "
+                "stays in use",
+                len(token.encode()),
+                MIN_SCIM_TOKEN_BYTES,
+            )
+            return
         self._digest = sha256(token)
 
     async def read_request(self, scope: Scope, receive: Receive) -> ScimRequest:
