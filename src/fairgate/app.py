@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from zoneinfo import ZoneInfo
 
+import grpc
 from prometheus_client import Counter
 
 from fairgate.accounting import (
@@ -81,6 +82,8 @@ from fairgate.fairshare.learned_capacity import (
     DEFAULT_RISE_AFTER,
     CapacityLearner,
 )
+from fairgate.fleet.control import server_credentials
+from fairgate.fleet.controller import FleetController
 from fairgate.limits import (
     LeaseRefresher,
     Limiter,
@@ -208,6 +211,8 @@ class Gateway:
         # Tenancy: the store is opened in start(); nothing on the request path reads it
         # except a key-cache miss.
         self.store = build_store(config)
+        self.fleet = self._fleet(config, adapters)
+        self._fleet_server: grpc.aio.Server | None = None
         # Counters held in this process are saved to the store to survive a restart.
         self.snapshots = (
             CounterSnapshots(self.store, self.state, clock)
@@ -469,6 +474,7 @@ class Gateway:
             sessions=self.sessions,
             sso=SsoClient(config.sso, self.store, clock) if config.sso is not None else None,
             scim=self.scim.asgi if self.scim is not None else None,
+            fleet=self.fleet,
         )
         self.metrics.state_available.set_function(lambda: float(self.state_available))
         # Vault secrets were read before this; the refresher reads them again every cache_ttl.
@@ -515,6 +521,47 @@ class Gateway:
                     upstream.key_file.cell.on_change(partial(setattr, replica, "internal_key"))
                 replicas.append(replica)
         return replicas
+
+    def _fleet(self, config: Config, adapters: dict[str, EngineAdapter]) -> FleetController | None:
+        """The control plane, with ``control_plane:``: the replicas it places join
+        ``self.registry`` with the breaker settings of the static ones."""
+        if config.control_plane is None:
+            return None
+        b = config.breaker
+
+        def make_replica(model: Model, name: str, url: str) -> Replica:
+            key = model.deploy.key_file if model.deploy is not None else None
+            return Replica(
+                name=name,
+                model=model.name,
+                url=url,
+                weight=1,
+                internal_key=key.read() if key is not None else None,
+                adapter=adapters[model.engine],
+                breaker=Breaker(
+                    failures=b.failures,
+                    backoff_initial=b.backoff_initial,
+                    backoff_max=b.backoff_max,
+                ),
+            )
+
+        return FleetController(
+            config.control_plane, config.models, self.store, self.registry, make_replica
+        )
+
+    async def _start_fleet(self) -> None:
+        if self.fleet is None:
+            return
+        assert self.config.control_plane is not None
+        tls = self.config.control_plane.tls
+        credentials = server_credentials(
+            tls.cert_file.read().encode(),
+            tls.key_file.read().encode(),
+            tls.client_ca_file.read().encode(),
+        )
+        await self.fleet.load()
+        self._fleet_server = await self.fleet.serve(credentials)
+        self._tasks.append(asyncio.create_task(self.fleet.run()))
 
     def _replica_gauges(self) -> Iterator[ReplicaGauge]:
         for model in self.config.models:
@@ -580,6 +627,7 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self.secrets.run()))
         if self.pruner is not None:
             self._tasks.append(asyncio.create_task(self.pruner.run(every=3600.0)))
+        await self._start_fleet()
 
     def _open_journal(self) -> None:
         try:
@@ -678,6 +726,9 @@ class Gateway:
 
     async def stop(self) -> None:
         """Stop background tasks and close upstream connections."""
+        if self._fleet_server is not None:
+            # the agents' streams end now; they dial again and find the next process
+            await self._fleet_server.stop(grace=1.0)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

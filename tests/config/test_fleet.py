@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .conftest import Load, Problems
 
-DEPLOYED = """\
+CONTROL_PLANE = """\
+control_plane:
+  tls: {cert_file: cp.crt, key_file: cp.key, client_ca_file: ca.crt}
+"""
+
+DEPLOYED = (
+    CONTROL_PLANE
+    + """\
 models:
   - name: chat
     deploy:
@@ -18,6 +27,13 @@ models:
       args: [--max-model-len, "8192"]
       node_labels: {zone: a}
 """
+)
+
+
+@pytest.fixture(autouse=True)
+def _tls_files(tmp_path: Path) -> None:
+    for name in ("cp.crt", "cp.key", "ca.crt"):
+        (tmp_path / name).write_text("-----BEGIN X-----\n")
 
 
 def test_a_deploy_profile_is_read_as_written(load: Load) -> None:
@@ -36,17 +52,19 @@ def test_a_deploy_profile_is_read_as_written(load: Load) -> None:
 def test_the_simulator_may_run_without_gpus_other_engines_may_not(
     load: Load, problems: Problems
 ) -> None:
-    sim = "models:\n  - name: m\n    deploy: {engine: sim, model: sim, gpus_per_replica: 0}\n"
+    sim = CONTROL_PLANE + (
+        "models:\n  - name: m\n    deploy: {engine: sim, model: sim, gpus_per_replica: 0}\n"
+    )
     deploy = load(sim).models[0].deploy
     assert deploy is not None and deploy.gpus_per_replica == 0
     assert problems(sim.replace("engine: sim", "engine: vllm")) == [
-        "3:13: models[0].deploy: gpus_per_replica: 0 is only for engine sim, not vllm"
+        "5:13: models[0].deploy: gpus_per_replica: 0 is only for engine sim, not vllm"
     ]
 
 
 def test_a_model_takes_upstreams_or_deploy_not_both(problems: Problems) -> None:
     both = DEPLOYED + '    upstreams: [{name: u, url: "http://127.0.0.1:8000"}]\n'
-    assert problems(both) == ["2:5: models[0]: give either upstreams or deploy, not both"]
+    assert problems(both) == ["4:5: models[0]: give either upstreams or deploy, not both"]
 
 
 def test_gpus_per_replica_is_a_multiple_of_the_tensor_parallel_size(problems: Problems) -> None:
@@ -63,12 +81,12 @@ def test_an_unknown_engine_is_refused(problems: Problems) -> None:
 
 
 def _control_plane(tmp_path: Path, extra: str = "") -> str:
-    for name in ("cp.crt", "cp.key", "ca.crt"):
-        (tmp_path / name).write_text("-----BEGIN X-----\n")
     return (
         "control_plane:\n"
         "  listen: {host: 127.0.0.1, port: 9443}\n"
-        "  tls: {cert_file: cp.crt, key_file: cp.key, client_ca_file: ca.crt}\n" + extra + DEPLOYED
+        "  tls: {cert_file: cp.crt, key_file: cp.key, client_ca_file: ca.crt}\n"
+        + extra
+        + DEPLOYED.removeprefix(CONTROL_PLANE)
     )
 
 
@@ -88,5 +106,14 @@ def test_the_control_plane_durations_must_be_in_order(problems: Problems, tmp_pa
 
 
 def test_the_control_plane_needs_its_tls(problems: Problems) -> None:
-    [found] = problems("control_plane:\n  listen: {port: 9443}\n" + DEPLOYED)
+    [found] = problems(
+        "control_plane:\n  listen: {port: 9443}\n" + DEPLOYED.removeprefix(CONTROL_PLANE)
+    )
     assert "missing required key 'tls' in 'control_plane'" in found
+
+
+def test_a_deployed_model_needs_the_control_plane(problems: Problems) -> None:
+    [found] = problems(DEPLOYED.removeprefix(CONTROL_PLANE))
+    assert found.endswith(
+        "model 'chat' has deploy: but there is no control_plane section to place its replicas"
+    )

@@ -43,6 +43,7 @@ from fairgate.admin.endpoints.spend import spend_router
 from fairgate.admin.endpoints.tree import tree_router
 from fairgate.admin.errors import install_error_handlers
 from fairgate.admin.fairshare import FairShareMonitor, fairshare_router
+from fairgate.admin.fleet import fleet_router
 from fairgate.admin.health import health_routes
 from fairgate.admin.network import AdminDoor
 from fairgate.admin.openapi import ERROR_RESPONSES, install_openapi
@@ -56,6 +57,7 @@ from fairgate.config.secrets import SecretCell
 from fairgate.core.cidr import NetworkSet
 from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.route_classes import RouteRules
+from fairgate.fleet.controller import FleetController
 from fairgate.tenancy import Tenancy
 
 __all__ = ["build_admin_app"]
@@ -80,6 +82,7 @@ def build_admin_app(
     sessions: Sessions | None = None,
     sso: SsoClient | None = None,
     scim: ASGIApp | None = None,
+    fleet: FleetController | None = None,
 ) -> ASGIApp:
     """The whole admin listener as one ASGI application (``GET /admin/fairshare`` only
     with a ``fairshare`` monitor: without fair share configured the route is absent;
@@ -87,8 +90,9 @@ def build_admin_app(
     with web ``sessions`` as well; ``/admin/login``, ``/admin/callback``, ``/admin/session``
     and ``/admin/logout`` only with ``sso`` and ``sessions``; ``/scim/v2`` only with a
     ``scim`` application, ``fairgate.scim``'s, which app.py builds: the admin API never
-    imports it). With ``sessions`` an admin session's cookie is a credential of the admin
-    API too (``fairgate.admin.endpoints.context``).
+    imports it); ``/admin/placement``, ``/admin/nodes`` and ``/admin/replicas`` only with
+    the ``fleet``'s control plane. With ``sessions`` an admin session's cookie is a
+    credential of the admin API too (``fairgate.admin.endpoints.context``).
 
     ``master_key_changes``, the cell of a master key held in a vault, makes the
     master key accepted follow each new value read there (``metrics_token_changes``
@@ -122,6 +126,8 @@ def build_admin_app(
     app.include_router(allowlists_router(tenancy))
     if fairshare is not None:
         app.include_router(fairshare_router(fairshare, tenancy))
+    if fleet is not None:
+        app.include_router(fleet_router(fleet))
     actors = SsoActors(tenancy.store) if sso is not None else None
     pages, access = Pages(), Access(authenticator, tenancy, sessions, actors)
     if sessions is not None:

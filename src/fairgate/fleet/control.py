@@ -8,8 +8,9 @@ labels and running replicas are kept in `nodes`; it is sent the current desired 
 at once (on every connect, so a reconnecting agent reconciles to the whole of it) and
 every time it changes.
 
-Only the stream exists yet: placement, the store-backed node table and health states
-(unreachable, lost) come with the rest of the control plane (docs/fleet.md).
+The stream only carries messages: a `Hooks` (the fleet controller,
+`fairgate.fleet.controller`) is told of each registration before the first desired
+state goes down, so it can decide that state, and of every message and disconnect.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import grpc
 
@@ -26,7 +28,7 @@ from fairgate.fleet.identity import names_of, refusal
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 from fairgate.inventory.model import Inventory
 
-__all__ = ["ControlPlaneService", "NodeSeen", "server_credentials"]
+__all__ = ["ControlPlaneService", "Hooks", "NodeSeen", "peer_host", "server_credentials"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,28 @@ class NodeSeen:
     applied_version: int = 0
     connected: bool = True
     statuses: dict[str, fleet_pb2.ReplicaStatus] = field(default_factory=dict)
+    address: str = ""
+    """The host the stream came from: where the node's engines are reached."""
+    allocation_ends_at: int = 0
+
+
+class Hooks(Protocol):
+    async def registered(self, node: NodeSeen) -> None: ...
+
+    async def received(self, node: NodeSeen, message: fleet_pb2.AgentMessage) -> None: ...
+
+    def disconnected(self, node: NodeSeen) -> None: ...
+
+
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer string: `ipv4:10.0.0.5:50123`, `ipv6:[::1]:50123`."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6":
+        host = rest.rpartition(":")[0]
+        return host.strip("[]")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    return rest
 
 
 def server_credentials(
@@ -53,8 +77,9 @@ def server_credentials(
 
 
 class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
-    def __init__(self, *, heartbeat_interval: float = 5.0) -> None:
+    def __init__(self, *, heartbeat_interval: float = 5.0, hooks: Hooks | None = None) -> None:
         self.nodes: dict[str, NodeSeen] = {}
+        self.hooks = hooks
         self.refusals = 0
         self._heartbeat_interval = heartbeat_interval
         self._desired: dict[str, fleet_pb2.DesiredState] = {}
@@ -66,9 +91,15 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
             fleet_pb2.DesiredState(version=0, heartbeat_interval_seconds=self._heartbeat_interval),
         )
 
-    def set_desired(self, node: str, replicas: list[fleet_pb2.ReplicaSpec]) -> int:
-        """Replace a node's desired replicas; the new version reaches it at once if connected."""
-        version = self.desired(node).version + 1
+    def set_desired(
+        self, node: str, replicas: list[fleet_pb2.ReplicaSpec], *, version: int | None = None
+    ) -> int:
+        """Replace a node's desired replicas; the new version reaches it at once if connected.
+
+        `version` (the controller's, kept in the store so it grows across restarts)
+        defaults to the last one sent plus one."""
+        if version is None:
+            version = self.desired(node).version + 1
         self._desired[node] = fleet_pb2.DesiredState(
             version=version, replicas=replicas, heartbeat_interval_seconds=self._heartbeat_interval
         )
@@ -105,7 +136,12 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
             running=list(register.running),
             last_seen=time.monotonic(),
             applied_version=register.applied_version,
+            address=peer_host(context.peer()),
+            allocation_ends_at=register.allocation_ends_at,
         )
+        previous = self.nodes.get(claimed)
+        if previous is not None and previous.connected:
+            log.warning("node %s connected again while its last stream was open", claimed)
         self.nodes[claimed] = node
         log.info(
             "node %s registered (%d GPUs, %d replicas running)",
@@ -113,6 +149,8 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
             len(inventory.gpus),
             len(node.running),
         )
+        if self.hooks is not None:
+            await self.hooks.registered(node)
         changed = self._changed.setdefault(claimed, asyncio.Event())
         reader = asyncio.create_task(self._read(node, request_iterator))
         try:
@@ -128,6 +166,8 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
         finally:
             reader.cancel()
             node.connected = False
+            if self.hooks is not None and self.nodes.get(claimed) is node:
+                self.hooks.disconnected(node)
 
     async def _read(self, node: NodeSeen, messages: AsyncIterator[fleet_pb2.AgentMessage]) -> None:
         async for message in messages:
@@ -142,3 +182,8 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
                 node.statuses[message.status.replica_id] = message.status
             elif kind == "applied":
                 node.applied_version = message.applied.version
+            if self.hooks is not None:
+                try:
+                    await self.hooks.received(node, message)
+                except Exception:
+                    log.exception("node %s: a %s message was not recorded", node.name, kind)

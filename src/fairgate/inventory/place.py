@@ -28,6 +28,8 @@ class Node:
     """False when cordoned, draining, unreachable or lost: it takes no new replica."""
     claimed: frozenset[int] = frozenset()
     """GPUs this node's placed replicas hold."""
+    why_not: str = ""
+    """Why it is not schedulable, in the words the explanation shows (e.g. "is cordoned")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +103,7 @@ def place(want: Want, nodes: Sequence[Node], placed: Sequence[Placement] = ()) -
 
 def _excluded(node: Node, want: Want) -> str:
     if not node.schedulable:
-        return "takes no new replicas (cordoned, draining or unreachable)"
+        return node.why_not or "takes no new replicas (cordoned, draining or unreachable)"
     wrong = [
         f"{key}={value}"
         for key, value in sorted(want.node_labels.items())

@@ -63,7 +63,9 @@ class _ModelRouting:
 
 
 class ReplicaRegistry:
-    """The replicas of every model, fixed at construction (from configuration).
+    """The replicas of every model: those of the configuration, given at construction,
+    and those the fleet's control plane places, which join with ``add`` once their
+    engine is ready and leave with ``remove`` (draining, stopped, lost).
 
     A ``(model, name)`` pair must be unique. ``strategies`` maps a model to its
     routing strategy (``preset("chat")`` for a model not listed); ``rng`` is
@@ -94,23 +96,45 @@ class ReplicaRegistry:
             if any(other.name == replica.name for other in group):
                 raise ValueError(f"duplicate replica {replica.name!r} for model {replica.model!r}")
             group.append(replica)
-        strategies = strategies or {}
-        chat = preset("chat")
+        self._strategies = dict(strategies or {})
+        self._prefix_blocks = prefix_blocks
         self._fair_share = fair_share
         self._routing = {
-            model: _ModelRouting(
-                tuple(group),
-                with_fair_share(strategies.get(model, chat))
-                if fair_share
-                else strategies.get(model, chat),
-                prefix_blocks,
-            )
+            model: _ModelRouting(tuple(group), self._strategy_of(model), prefix_blocks)
             for model, group in by_model.items()
         }
         self._all = tuple(replicas)
         self._rng = rng or random.Random()
         self._on_decision = on_decision
         self._log_decisions = log_decisions
+
+    def _strategy_of(self, model: str) -> Strategy:
+        strategy = self._strategies.get(model, preset("chat"))
+        return with_fair_share(strategy) if self._fair_share else strategy
+
+    def add(self, replica: Replica) -> None:
+        """Route to ``replica`` from the next request on (a replica placed by the control
+        plane whose engine is ready); the model's cursor and prefix index are kept."""
+        routing = self._routing.get(replica.model)
+        if routing is None:
+            routing = _ModelRouting((), self._strategy_of(replica.model), self._prefix_blocks)
+            self._routing[replica.model] = routing
+        if replica.name in routing.by_name:
+            raise ValueError(f"duplicate replica {replica.name!r} for model {replica.model!r}")
+        routing.replicas = (*routing.replicas, replica)
+        routing.by_name[replica.name] = replica
+        self._all = (*self._all, replica)
+
+    def remove(self, model: str, name: str) -> Replica | None:
+        """Stop routing new requests to a replica (requests in flight there finish); the
+        replica removed, or None when it was not routed."""
+        routing = self._routing.get(model)
+        replica = None if routing is None else routing.by_name.pop(name, None)
+        if routing is None or replica is None:
+            return None
+        routing.replicas = tuple(r for r in routing.replicas if r is not replica)
+        self._all = tuple(r for r in self._all if r is not replica)
+        return replica
 
     def models(self) -> Sequence[str]:
         return tuple(self._routing)

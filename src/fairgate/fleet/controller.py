@@ -1,0 +1,662 @@
+"""The control plane: which replicas of the `deploy:` models run where, kept in the store.
+
+    controller = FleetController(settings, config.models, store, registry, make_replica)
+    await controller.load()        # nodes and replicas as the store last knew them
+    server = await controller.serve(credentials)   # the agents' gRPC stream
+    task = asyncio.create_task(controller.run())   # states, placement, desired states
+
+Every `tick` it reads the operator's flags from the store (so `fairgate nodes cordon`
+from another process reaches it), moves each node through healthy → unreachable →
+lost (`fleet.states`), takes a lost node's replicas out of routing and the store, places
+the replicas each model still wants (`inventory.place`: spread across nodes, GPUs free
+by measured memory and processes, a tensor-parallel group in one NVLink domain, the
+model's node labels) and sends each node whose replicas changed its whole desired
+state, with a version kept in the store so it only grows.
+
+A replica joins routing (`ReplicaRegistry.add`: health checks, breaker, metrics scrape)
+when its agent reports it `ready`, and leaves when it reports anything else, when its
+node drains, or when its node is lost. A restarted control plane loads the replicas
+the store holds, routes those that were ready at once (the health checks judge them),
+and when their agents register again it sends the same replica ids: the agents keep
+the engines they run, nothing is relaunched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+
+from fairgate.config.catalog import Model
+from fairgate.config.fleet import ControlPlane
+from fairgate.fleet.control import ControlPlaneService, NodeSeen
+from fairgate.fleet.states import node_state
+from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
+from fairgate.inventory.model import Inventory
+from fairgate.inventory.place import Node, Placement, Plan, Want, place
+from fairgate.store import Store
+from fairgate.store import fleet as rows
+from fairgate.upstream.registry import ReplicaRegistry
+from fairgate.upstream.replica import Replica
+
+__all__ = ["FleetController", "NodeFlagsError"]
+
+log = logging.getLogger(__name__)
+
+_EMPTY = Inventory(source="none")
+_ROUTED_STATE = "ready"
+_REFUSED_FOR = 30.0
+
+
+class NodeFlagsError(LookupError):
+    """No node of that name has registered."""
+
+
+@dataclass(slots=True)
+class _Node:
+    name: str
+    labels: dict[str, str]
+    inventory: Inventory
+    state: str
+    cordoned: bool
+    draining: bool
+    address: str
+    desired_version: int
+    registered_at: datetime
+    last_heartbeat_at: datetime
+    allocation_ends_at: datetime | None = None
+    last_seen: float = 0.0
+    connected: bool = False
+    written_at: float = 0.0
+    sent: tuple[bytes, ...] | None = None
+    """The specs last sent, to send again only on a change."""
+
+
+@dataclass(slots=True)
+class _Placed:
+    id: str
+    model: str
+    node: str
+    gpus: tuple[int, ...]
+    port: int
+    state: str
+    restarts: int = 0
+    pid: int = 0
+    detail: str = ""
+    drain: bool = False
+    routed: Replica | None = field(default=None, repr=False)
+
+
+def _node_from_row(row: rows.NodeRow) -> _Node:
+    try:
+        inventory = Inventory.from_json(row.inventory)
+    except ValueError:
+        inventory = _EMPTY
+    return _Node(
+        name=row.name,
+        labels=dict(row.labels),
+        inventory=inventory,
+        state=row.state,
+        cordoned=row.cordoned,
+        draining=row.draining,
+        address=row.address,
+        desired_version=row.desired_version,
+        registered_at=row.registered_at,
+        last_heartbeat_at=row.last_heartbeat_at,
+        allocation_ends_at=row.allocation_ends_at,
+    )
+
+
+def _url(address: str, port: int) -> str:
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host or '127.0.0.1'}:{port}"
+
+
+class FleetController:
+    def __init__(
+        self,
+        settings: ControlPlane,
+        models: Sequence[Model],
+        store: Store,
+        registry: ReplicaRegistry,
+        make_replica: Callable[[Model, str, str], Replica],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.settings = settings
+        self.models = {m.name: m for m in models if m.deploy is not None}
+        self.store = store
+        self.registry = registry
+        self._make_replica = make_replica
+        self._clock = clock
+        self._now = now
+        self.service = ControlPlaneService(
+            heartbeat_interval=settings.heartbeat_interval, hooks=self
+        )
+        self.nodes: dict[str, _Node] = {}
+        self.replicas: dict[str, _Placed] = {}
+        self.plans: dict[str, Plan] = {}
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self.port: int | None = None
+        self._settle_until = 0.0
+        self._said: dict[str, tuple[int, str]] = {}
+        self._next_port = settings.ports.first
+        self._refused: dict[tuple[str, str], float] = {}
+        """(model, node) → until when the node takes no replica of the model: its agent
+        refused one before launching it (port taken, engine missing, …)."""
+
+    # --- start and stop ---------------------------------------------------------------
+
+    async def load(self) -> None:
+        """The nodes and replicas the store holds; the ready replicas routed at once."""
+        start = self._clock()
+        # Agents get one unreachable_after to register (and report what they run) before
+        # anything is placed: a restarted control plane relaunches nothing that runs, and
+        # a fresh one spreads over the nodes that dial in together instead of piling every
+        # replica on the first.
+        self._settle_until = start + self.settings.unreachable_after
+        async with self.store.read() as conn:
+            node_rows = await rows.list_nodes(conn)
+            replica_rows = await rows.list_replicas(conn)
+        for row in node_rows:
+            node = _node_from_row(row)
+            node.last_seen = start  # silence is counted from now: the gateway was down
+            self.nodes[node.name] = node
+        for r in replica_rows:
+            if r.model not in self.models or r.node not in self.nodes:
+                continue  # a model no longer deployed: its node is told on connect
+            placed = _Placed(
+                r.id, r.model, r.node, r.gpus, r.port, r.state, r.restarts, r.pid, r.detail
+            )
+            self.replicas[r.id] = placed
+            if r.state == _ROUTED_STATE and self.nodes[r.node].state != "lost":
+                self._route(placed)
+        log.info(
+            "control plane: %d nodes and %d replicas from the store",
+            len(self.nodes),
+            len(self.replicas),
+        )
+
+    async def serve(self, credentials: grpc.ServerCredentials) -> grpc.aio.Server:
+        """Start the agents' gRPC server on this loop; `self.port` is the bound port."""
+        server = grpc.aio.server()
+        fleet_pb2_grpc.add_ControlPlaneServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
+        listen = self.settings.listen
+        self.port = server.add_secure_port(f"{listen.host}:{listen.port}", credentials)
+        await server.start()
+        log.info("control plane listening on %s:%d (mutual TLS)", listen.host, self.port)
+        return server
+
+    async def run(self) -> None:
+        """Tick until cancelled: every half heartbeat interval, or at once when woken."""
+        period = min(1.0, self.settings.heartbeat_interval / 2)
+        while True:
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("control plane: a tick failed")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), period)
+
+    # --- the agents' stream (ControlPlaneService's hooks) -------------------------------
+
+    async def registered(self, seen: NodeSeen) -> None:
+        now = self._now()
+        ends = (
+            datetime.fromtimestamp(seen.allocation_ends_at, UTC)
+            if seen.allocation_ends_at
+            else None
+        )
+        async with self._lock:
+            async with self.store.write() as conn:
+                row = await rows.save_node(
+                    conn,
+                    name=seen.name,
+                    labels=seen.labels,
+                    inventory=seen.inventory.to_json(),
+                    address=seen.address,
+                    state="healthy",
+                    now=now,
+                    allocation_ends_at=ends,
+                )
+            node = _node_from_row(row)
+            node.inventory = seen.inventory
+            node.last_seen = self._clock()
+            node.written_at = node.last_seen
+            node.connected = True
+            previous = self.nodes.get(seen.name)
+            if previous is not None and previous.state != "healthy":
+                log.info("node %s is healthy again (was %s)", seen.name, previous.state)
+            if previous is not None and previous.address != node.address:
+                for moved in self._on(seen.name):  # its engines moved with it
+                    self._unroute(moved)
+            self.nodes[seen.name] = node
+            for status in seen.running:
+                known = self.replicas.get(status.replica_id)
+                if known is not None and known.node == seen.name:
+                    await self._apply(known, status)
+            await self._place()
+            await self._push(node, force=True)
+        self._wake.set()
+
+    async def received(self, seen: NodeSeen, message: fleet_pb2.AgentMessage) -> None:
+        node = self.nodes.get(seen.name)
+        if node is None:
+            return
+        node.last_seen = self._clock()
+        node.connected = True
+        kind = message.WhichOneof("body")
+        if kind == "heartbeat" and message.heartbeat.inventory_json:
+            node.inventory = seen.inventory
+        elif kind == "status":
+            placed = self.replicas.get(message.status.replica_id)
+            if placed is not None and placed.node == seen.name:
+                async with self._lock:
+                    await self._apply(placed, message.status)
+
+    def disconnected(self, seen: NodeSeen) -> None:
+        node = self.nodes.get(seen.name)
+        if node is not None:
+            node.connected = False
+            log.warning("node %s: its agent's stream ended", seen.name)
+        self._wake.set()
+
+    async def _apply(self, placed: _Placed, status: fleet_pb2.ReplicaStatus) -> None:
+        """A state its agent reported: routing follows, the store records it."""
+        changed = (placed.state, placed.pid, placed.restarts) != (
+            status.state,
+            status.pid,
+            status.restarts,
+        )
+        placed.state = status.state
+        placed.pid = status.pid
+        placed.restarts = status.restarts
+        if status.state in ("failed", "crash_loop"):
+            exit_code = f"exit code {status.exit_code}; " if status.exit_code else ""
+            placed.detail = exit_code + " | ".join(status.tail[-5:])
+        elif status.state == _ROUTED_STATE:
+            placed.detail = ""
+        node = self.nodes[placed.node]
+        if status.state == _ROUTED_STATE and not placed.drain and node.state != "lost":
+            self._route(placed)
+        else:
+            self._unroute(placed)
+        if status.state == "failed" and not status.pid and not status.restarts:
+            # refused before launch: placed again elsewhere (or here, on a new port, later)
+            del self.replicas[placed.id]
+            self._refused[(placed.model, placed.node)] = self._clock() + _REFUSED_FOR
+            async with self.store.write() as conn:
+                await rows.delete_replica(conn, placed.id)
+            log.warning(
+                "replica %s refused by %s before launch: %s; %s takes no replica of %s for %g s",
+                placed.id,
+                placed.node,
+                placed.detail,
+                placed.node,
+                placed.model,
+                _REFUSED_FOR,
+            )
+            self._wake.set()
+            return
+        if status.state == "stopped" and placed.drain:
+            del self.replicas[placed.id]
+            async with self.store.write() as conn:
+                await rows.delete_replica(conn, placed.id)
+            log.info("replica %s on %s drained and stopped", placed.id, placed.node)
+            return
+        if changed:
+            if status.state in ("failed", "crash_loop"):
+                log.warning(
+                    "replica %s on %s is %s: %s",
+                    placed.id,
+                    placed.node,
+                    status.state,
+                    placed.detail,
+                )
+            async with self.store.write() as conn:
+                await rows.update_replica(
+                    conn,
+                    placed.id,
+                    now=self._now(),
+                    state=placed.state,
+                    pid=placed.pid,
+                    restarts=placed.restarts,
+                    detail=placed.detail[:4000],
+                )
+
+    # --- routing ------------------------------------------------------------------------
+
+    def _route(self, placed: _Placed) -> None:
+        if placed.routed is not None:
+            return
+        model = self.models[placed.model]
+        replica = self._make_replica(
+            model, placed.id, _url(self.nodes[placed.node].address, placed.port)
+        )
+        self.registry.add(replica)
+        placed.routed = replica
+        log.info("replica %s on %s joins routing at %s", placed.id, placed.node, replica.url)
+
+    def _unroute(self, placed: _Placed) -> None:
+        if placed.routed is None:
+            return
+        self.registry.remove(placed.model, placed.id)
+        placed.routed = None
+        log.info("replica %s on %s leaves routing (%s)", placed.id, placed.node, placed.state)
+
+    # --- the periodic work --------------------------------------------------------------
+
+    def _on(self, node: str) -> list[_Placed]:
+        return [p for p in self.replicas.values() if p.node == node]
+
+    async def tick(self) -> None:
+        async with self._lock:
+            await self._read_flags()
+            await self._states()
+            await self._place()
+            for node in self.nodes.values():
+                await self._push(node)
+            await self._heard()
+
+    async def _read_flags(self) -> None:
+        async with self.store.read() as conn:
+            stored = {row.name: row for row in await rows.list_nodes(conn)}
+        for name, node in self.nodes.items():
+            row = stored.get(name)
+            if row is not None:
+                node.cordoned, node.draining = row.cordoned, row.draining
+
+    async def _states(self) -> None:
+        now = self._clock()
+        s = self.settings
+        for node in self.nodes.values():
+            answering = any(
+                p.routed is not None and p.routed.healthy and p.routed.health_known
+                for p in self._on(node.name)
+            )
+            state = node_state(
+                now - node.last_seen,
+                unreachable_after=s.unreachable_after,
+                lost_after=s.lost_after,
+                engines_answer=answering,
+            )
+            if state == node.state:
+                continue
+            if node.state == "lost":
+                continue  # only its registration brings a lost node back
+            log.warning(
+                "node %s is %s (silent %.1f s%s)",
+                node.name,
+                state,
+                now - node.last_seen,
+                "; its engines still answer" if answering else "",
+            )
+            node.state = state
+            async with self.store.write() as conn:
+                await rows.update_node(conn, node.name, state=state)
+            if state == "lost":
+                await self._forget(node)
+
+    async def _forget(self, node: _Node) -> None:
+        """A lost node's replicas: out of routing and the store, to be placed elsewhere."""
+        for placed in self._on(node.name):
+            self._unroute(placed)
+            del self.replicas[placed.id]
+            async with self.store.write() as conn:
+                await rows.delete_replica(conn, placed.id)
+            log.warning("replica %s was on lost node %s: placing it again", placed.id, node.name)
+
+    def _why_not(self, node: _Node, model: str, now: float) -> str:
+        """Why `node` takes no new replica of `model` now; empty when it does."""
+        if node.state != "healthy":
+            return f"is {node.state}"
+        if not node.connected:
+            return "has no agent connected"
+        if node.draining:
+            return "is draining"
+        if node.cordoned:
+            return "is cordoned"
+        until = self._refused.get((model, node.name), 0.0)
+        if until > now:
+            return f"refused a replica before launch, waits {until - now:.0f} s"
+        return ""
+
+    async def _place(self) -> None:
+        if self._clock() < self._settle_until:
+            return
+        for placed in self.replicas.values():
+            node = self.nodes[placed.node]
+            if node.draining and not placed.drain:
+                placed.drain = True
+                self._unroute(placed)
+                log.info("replica %s on %s drains (its node drains)", placed.id, placed.node)
+        now = self._clock()
+        for model in self.models.values():
+            deploy = model.deploy
+            assert deploy is not None
+            nodes = [
+                Node(
+                    name=node.name,
+                    inventory=node.inventory,
+                    labels=node.labels,
+                    schedulable=not self._why_not(node, model.name, now),
+                    claimed=frozenset(g for p in self._on(node.name) for g in p.gpus),
+                    why_not=self._why_not(node, model.name, now),
+                )
+                for node in self.nodes.values()
+            ]
+            active = [p for p in self.replicas.values() if p.model == model.name and not p.drain]
+            for extra in sorted(active, key=lambda p: p.id)[deploy.replicas :]:
+                extra.drain = True  # fewer wanted than run
+                self._unroute(extra)
+                active.remove(extra)
+            want = Want(
+                model.name,
+                deploy.replicas,
+                deploy.gpus_per_replica,
+                deploy.tensor_parallel_size,
+                deploy.node_labels,
+            )
+            plan = place(want, nodes, [Placement(p.model, p.node, p.gpus) for p in active])
+            self.plans[model.name] = plan
+            for new in plan.new:
+                port = self._free_port()
+                if port is None:
+                    log.error("control plane: no free port left in control_plane.ports")
+                    break
+                replica_id = f"{model.name}-{new.node}-{port}"
+                node = self.nodes[new.node]
+                async with self.store.write() as conn:
+                    await rows.add_replica(
+                        conn,
+                        id=replica_id,
+                        model=model.name,
+                        node=new.node,
+                        gpus=new.gpus,
+                        port=port,
+                        desired_version=node.desired_version + 1,
+                        now=self._now(),
+                    )
+                self.replicas[replica_id] = _Placed(
+                    replica_id, model.name, new.node, new.gpus, port, "placed"
+                )
+                nodes = [
+                    n
+                    if n.name != new.node
+                    else Node(
+                        n.name, n.inventory, n.labels, n.schedulable, n.claimed | set(new.gpus)
+                    )
+                    for n in nodes
+                ]
+                log.info("replica %s placed on %s (GPUs %s)", replica_id, new.node, new.gpus)
+            said = (plan.missing, plan.reason)
+            if plan.missing and self._said.get(model.name) != said:
+                log.warning(
+                    "model %s: %d of %d replicas cannot be placed: %s",
+                    model.name,
+                    plan.missing,
+                    deploy.replicas,
+                    plan.reason,
+                )
+            self._said[model.name] = said
+
+    def _free_port(self) -> int | None:
+        """The next port after the last one handed out that no replica holds: a port
+        just freed (its engine lost, a socket in TIME_WAIT) is the last to be reused."""
+        used = {p.port for p in self.replicas.values()}
+        first, last = self.settings.ports.first, self.settings.ports.last
+        span = last - first + 1
+        for step in range(span):
+            port = first + (self._next_port - first + step) % span
+            if port not in used:
+                self._next_port = first + (port - first + 1) % span
+                return port
+        return None
+
+    def _specs(self, node: _Node) -> list[fleet_pb2.ReplicaSpec]:
+        specs = []
+        for placed in sorted(self._on(node.name), key=lambda p: p.id):
+            model = self.models[placed.model]
+            deploy = model.deploy
+            assert deploy is not None
+            key = deploy.key_file
+            specs.append(
+                fleet_pb2.ReplicaSpec(
+                    replica_id=placed.id,
+                    engine=deploy.engine,
+                    model=deploy.model,
+                    served_name=model.upstream_model,
+                    port=placed.port,
+                    gpus=list(placed.gpus),
+                    tensor_parallel_size=deploy.tensor_parallel_size,
+                    args=list(deploy.args),
+                    api_key_ref=str(key) if key is not None else "",
+                    drain=placed.drain,
+                )
+            )
+        return specs
+
+    async def _push(self, node: _Node, *, force: bool = False) -> None:
+        specs = self._specs(node)
+        encoded = tuple(spec.SerializeToString(deterministic=True) for spec in specs)
+        if not force and encoded == node.sent:
+            return
+        node.desired_version += 1
+        async with self.store.write() as conn:
+            await rows.update_node(conn, node.name, desired_version=node.desired_version)
+        self.service.set_desired(node.name, specs, version=node.desired_version)
+        node.sent = encoded
+
+    async def _heard(self) -> None:
+        """Persist when each connected node was last heard, every few heartbeats."""
+        now = self._clock()
+        every = 2 * self.settings.heartbeat_interval
+        for node in self.nodes.values():
+            if node.connected and now - node.written_at >= every:
+                node.written_at = now
+                node.last_heartbeat_at = self._now()
+                async with self.store.write() as conn:
+                    await rows.update_node(
+                        conn, node.name, last_heartbeat_at=node.last_heartbeat_at
+                    )
+
+    # --- the operator's side ------------------------------------------------------------
+
+    async def set_flags(
+        self, name: str, *, cordoned: bool | None = None, draining: bool | None = None
+    ) -> dict[str, Any]:
+        """Cordon, uncordon or drain a node (persisted); its view after the change."""
+        async with self.store.write() as conn:
+            row = await rows.set_flags(conn, name, cordoned=cordoned, draining=draining)
+        if row is None:
+            raise NodeFlagsError(name)
+        await self.tick()
+        return self.node_view(self.nodes[name]) if name in self.nodes else _row_view(row)
+
+    def node_view(self, node: _Node) -> dict[str, Any]:
+        return {
+            "name": node.name,
+            "state": node.state,
+            "connected": node.connected,
+            "cordoned": node.cordoned,
+            "draining": node.draining,
+            "address": node.address,
+            "labels": node.labels,
+            "gpus": len(node.inventory.gpus),
+            "inventory": node.inventory.model_dump(mode="json"),
+            "replicas": sorted(p.id for p in self._on(node.name)),
+            "desired_version": node.desired_version,
+            "last_heartbeat_at": node.last_heartbeat_at.isoformat(),
+            "silent_seconds": round(max(0.0, self._clock() - node.last_seen), 1),
+        }
+
+    def nodes_view(self) -> list[dict[str, Any]]:
+        return [self.node_view(node) for _, node in sorted(self.nodes.items())]
+
+    def replica_view(self, placed: _Placed) -> dict[str, Any]:
+        node = self.nodes.get(placed.node)
+        return {
+            "id": placed.id,
+            "model": placed.model,
+            "node": placed.node,
+            "gpus": list(placed.gpus),
+            "port": placed.port,
+            "url": _url(node.address if node else "", placed.port),
+            "state": placed.state,
+            "routed": placed.routed is not None,
+            "healthy": placed.routed.healthy if placed.routed is not None else None,
+            "draining": placed.drain,
+            "restarts": placed.restarts,
+            "pid": placed.pid,
+            "detail": placed.detail,
+        }
+
+    def replicas_view(self) -> list[dict[str, Any]]:
+        return [self.replica_view(p) for _, p in sorted(self.replicas.items())]
+
+    def placement_view(self) -> list[dict[str, Any]]:
+        out = []
+        for name, model in sorted(self.models.items()):
+            deploy = model.deploy
+            assert deploy is not None
+            plan = self.plans.get(name)
+            out.append(
+                {
+                    "model": name,
+                    "engine": deploy.engine,
+                    "wanted": deploy.replicas,
+                    "gpus_per_replica": deploy.gpus_per_replica,
+                    "tensor_parallel_size": deploy.tensor_parallel_size,
+                    "node_labels": dict(deploy.node_labels),
+                    "replicas": [
+                        self.replica_view(p)
+                        for _, p in sorted(self.replicas.items())
+                        if p.model == name
+                    ],
+                    "missing": plan.missing if plan is not None else deploy.replicas,
+                    "reason": plan.reason
+                    if plan is not None
+                    else "waiting for the agents to register after the start",
+                }
+            )
+        return out
+
+
+def _row_view(row: rows.NodeRow) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "state": row.state,
+        "cordoned": row.cordoned,
+        "draining": row.draining,
+        "address": row.address,
+    }
