@@ -45,6 +45,7 @@ ROLES = [
     {"value": "root-admins", "role": "proxy_admin"},
 ]
 ADA = {"sub": "s-ada", "preferred_username": "ada", "groups": ["a-admins", "other"]}
+SCIM_TOKEN = "scim-" + "t0ken" * 8
 
 
 @dataclass
@@ -125,6 +126,10 @@ async def _gateway(
 ) -> AsyncIterator[Sso]:
     (tmp_path / "sso.secret").write_text(SECRET + "\n")
     secret = sso.pop("secret", True)
+    extra: dict[str, Any] = {}
+    if sso.pop("scim", False):
+        (tmp_path / "scim.token").write_text(SCIM_TOKEN)
+        extra["scim"] = {"token_file": "scim.token"}
     client: dict[str, Any] = {"client_id": CLIENT_ID, "redirect_uris": [REDIRECT]}
     if secret:
         client["client_secret"] = SECRET
@@ -150,6 +155,7 @@ async def _gateway(
         ],
         sso=section,
         logging={"level": "warning"},
+        **extra,
     )
     gateway = Gateway(load_config(path))
     await gateway.start()
@@ -433,3 +439,31 @@ async def test_a_discovery_document_naming_another_issuer_is_not_used(
         answer = await sso.admin.get("/admin/login")
         assert answer.status_code == 503 and "identity provider" in answer.text
         assert (await sso.seen())["authorize"] == []
+
+
+async def test_scim_deactivating_the_user_ends_their_sso_session_at_once(
+    tmp_path: Path, sim: SimProcess, oidc_provider: OidcProvider
+) -> None:
+    async for sso in _gateway(tmp_path, sim, oidc_provider, scim=True):
+        bearer = {"authorization": f"Bearer {SCIM_TOKEN}"}
+        made = await sso.admin.post(
+            "/scim/v2/Users",
+            headers=bearer,
+            json={"schemas": ["urn:ietf:params:scim:schemas:core:2.0:User"], "userName": "ada"},
+        )
+        assert made.status_code == 201, made.text
+        cookie = await sso.session_of(ADA)
+        assert (await sso.get("/admin/session", cookie)).json()["name"] == "user:ada"
+        assert await _session_rows(sso) == 1
+        patch = {
+            "schemas": ["urn:ietf:params:scim:api:messages:2.0:PatchOp"],
+            "Operations": [{"op": "replace", "path": "active", "value": False}],
+        }
+        answer = await sso.admin.patch(
+            f"/scim/v2/Users/{made.json()['id']}", headers=bearer, json=patch
+        )
+        assert answer.status_code in (200, 204), answer.text
+        assert await _session_rows(sso) == 0  # deleted in the SCIM write's transaction
+        assert (await sso.get("/admin/session", cookie)).status_code == 401
+        assert (await sso.get("/admin/orgs", cookie)).status_code == 401
+        assert (await sso.sign_in(ADA)).status_code == 403  # and no new session
