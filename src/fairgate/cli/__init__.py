@@ -67,6 +67,10 @@ def _register() -> None:
     from fairgate.cli import agent as _agent
 
     app.add_typer(_agent.app, name="agent", help=_agent.HELP)
+    from fairgate.cli import fleet as _fleet
+
+    app.add_typer(_fleet.nodes_app, name="nodes", help=_fleet.NODES_HELP)
+    app.add_typer(_fleet.replicas_app, name="replicas", help=_fleet.REPLICAS_HELP)
 
 
 _register()

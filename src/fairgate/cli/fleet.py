@@ -1,0 +1,103 @@
+"""``fairgate nodes list|cordon|uncordon|drain`` and ``fairgate replicas list``: the fleet.
+
+They read and write the store the configuration names, as the control plane last wrote
+it (states, replicas) — the gateway need not be running. Cordon, uncordon and drain
+are persisted flags: the control plane reads them within a second (it re-reads the
+flags on every tick), and they survive its restarts. ``GET /admin/nodes`` and
+``/admin/replicas`` show the same with what only the running control plane knows
+(whether the agent is connected, how long it has been silent, routing).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from fairgate.cli.options import ConfigOption, fail
+from fairgate.cli.tenancy import run, show
+
+__all__ = ["NODES_HELP", "REPLICAS_HELP", "nodes_app", "replicas_app"]
+
+NODES_HELP = (
+    "The fleet's nodes (agents that registered with the control plane): list them, "
+    "cordon (no new replicas), drain (cordon and move its replicas away), uncordon."
+)
+REPLICAS_HELP = "The replicas the control plane placed on the fleet's nodes."
+
+nodes_app = typer.Typer(help=NODES_HELP, no_args_is_help=True)
+replicas_app = typer.Typer(help=REPLICAS_HELP, no_args_is_help=True)
+
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+Node = Annotated[str, typer.Argument(help="The node's name (its certificate's DNS SAN).")]
+
+_NODE_COLUMNS = (
+    "name",
+    "state",
+    "cordoned",
+    "draining",
+    "address",
+    "labels",
+    "last_heartbeat_at",
+    "desired_version",
+)
+_REPLICA_COLUMNS = ("id", "model", "node", "gpus", "port", "state", "restarts", "pid", "detail")
+
+
+@nodes_app.command("list")
+def list_nodes(config: ConfigOption = None, as_json: Json = False) -> None:
+    """List the nodes with their state (healthy, unreachable, lost) and flags."""
+    from fairgate.store import fleet
+
+    async def work(t: Any, _: Any) -> list[Any]:
+        async with t.store.read() as conn:
+            return await fleet.list_nodes(conn)
+
+    show(run(config, work), _NODE_COLUMNS, as_json=as_json, title="Nodes")
+
+
+def _flag(config: Any, name: str, cordoned: bool, draining: bool | None, what: str) -> None:
+    from fairgate.store import fleet
+
+    async def work(t: Any, _: Any) -> Any:
+        async with t.store.write() as conn:
+            return await fleet.set_flags(conn, name, cordoned=cordoned, draining=draining)
+
+    if run(config, work) is None:
+        raise fail(f"no node {name!r} has registered")
+    typer.echo(f"node {name} {what}")
+
+
+@nodes_app.command("cordon")
+def cordon(node: Node, config: ConfigOption = None) -> None:
+    """No new replica goes to the node; those it runs stay."""
+    _flag(config, node, True, None, "cordoned: it takes no new replicas")
+
+
+@nodes_app.command("uncordon")
+def uncordon(node: Node, config: ConfigOption = None) -> None:
+    """The node takes new replicas again (ends a cordon or a drain)."""
+    _flag(config, node, False, False, "takes new replicas again")
+
+
+@nodes_app.command("drain")
+def drain(node: Node, config: ConfigOption = None) -> None:
+    """Cordon the node and drain its replicas: each leaves routing, is placed on another
+    node, and is stopped by its agent once its requests in flight finish."""
+    _flag(config, node, True, True, "drains: its replicas move to other nodes")
+
+
+@replicas_app.command("list")
+def list_replicas(
+    model: Annotated[str | None, typer.Option("--model", help="Only this model's.")] = None,
+    config: ConfigOption = None,
+    as_json: Json = False,
+) -> None:
+    """List the placed replicas: node, GPUs, port, state as last reported, restarts."""
+    from fairgate.store import fleet
+
+    async def work(t: Any, _: Any) -> list[Any]:
+        async with t.store.read() as conn:
+            return await fleet.list_replicas(conn, model=model)
+
+    show(run(config, work), _REPLICA_COLUMNS, as_json=as_json, title="Replicas")
