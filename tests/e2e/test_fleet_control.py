@@ -99,6 +99,9 @@ class Fleet:
                 node,
                 "--inventory",
                 str(self.directory / "inventory.json"),
+                "--state-dir",
+                str(self.directory / f"state-{node}"),
+                "--stop-engines",  # the engines end with the test
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
