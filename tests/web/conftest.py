@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.e2e.conftest import pg_database, store_section, write_config  # noqa: F401 - fixtures
+from tests.e2e.conftest import pg_database, redis_state, store_section, write_config  # noqa: F401 - fixtures
 
 from fairgate.app import Gateway
 from fairgate.config import load_config
