@@ -271,6 +271,9 @@ async def test_a_disabled_user_loses_the_session_whatever_the_claims_say(sso: Ss
     # and signing in again is refused at the callback
     again = await sso.sign_in(ADA)
     assert again.status_code == 403 and not _sets_session(again)
+    # enabled again: the session was ended, not suspended
+    await tenancy.users.enable(OPERATOR, "ada")
+    assert (await sso.get("/admin/session", cookie)).status_code == 401
 
 
 async def test_a_disabled_user_named_in_another_case_ends_the_session_too(sso: Sso) -> None:
@@ -285,6 +288,8 @@ async def test_a_disabled_user_named_in_another_case_ends_the_session_too(sso: S
     assert (await sso.get("/admin/orgs", cookie)).status_code == 401
     again = await sso.sign_in(ADA)
     assert again.status_code == 403 and not _sets_session(again)
+    await tenancy.users.enable(OPERATOR, "Ada")
+    assert (await sso.get("/admin/session", cookie)).status_code == 401
 
 
 async def test_a_callback_without_the_browsers_login_or_with_another_state_is_refused(

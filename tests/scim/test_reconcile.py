@@ -8,12 +8,14 @@ from typing import Any
 
 from sqlalchemy import delete
 
+from fairgate.accounts import Sessions, SsoBinding
 from fairgate.config.scim import Scim, ScimGroup
 from fairgate.config.secrets import SecretRef
 from fairgate.scim.reconcile import Reconciler
 from fairgate.store import Store, from_unix, role_bindings, scim, users
 from fairgate.store.tables import role_bindings as bindings_table
 from fairgate.tenancy import Actor, Tenancy
+from store.backends import FakeClock
 
 OP = Actor.operator("tests")
 CONFIG = Scim(
@@ -112,3 +114,30 @@ async def test_a_mapped_team_made_late_is_granted_at_the_next_reconciliation(
     assert await _roles(store, "bea") == {("viewer", "late")}
     async with store.read() as conn:
         assert await Reconciler(CONFIG).missing_teams(conn) == [("physics", "phys")]
+
+
+async def test_deactivation_deletes_an_sso_session_opened_before_the_user_existed(
+    store: Store, tenancy: Tenancy, clock: FakeClock
+) -> None:
+    """An SSO session whose person had no store user at sign-in (claims' roles only) is
+    deleted when SCIM deactivates that name, not merely refused while the user is disabled:
+    activating the user again must not bring a session (perhaps a stolen cookie) back."""
+    await tenancy.orgs.create(OP, "o")
+    sessions = Sessions(store, idle=3600.0, lifetime=8 * 3600.0, clock=clock)
+    opened = await sessions.open_sso(
+        "sso:ann",
+        None,
+        roles=(SsoBinding(role="org_admin", org="o", team=None),),
+        id_token_hint="h.p.s",
+        lifetime=8 * 3600.0,
+    )
+    assert await sessions.resolve(opened.cookie_value) is not None
+    await _put(store, "u1", "User", "Ann")  # SCIM's userName is not case-exact
+    await _reconcile(store)
+    assert await sessions.resolve(opened.cookie_value) is not None  # a new user ends nothing
+    await _put(store, "u1", "User", "Ann", active=False)
+    await _reconcile(store)
+    await _put(store, "u1", "User", "Ann", active=True)
+    await _reconcile(store)
+    assert await _enabled(store, "Ann")
+    assert await sessions.resolve(opened.cookie_value) is None

@@ -121,7 +121,7 @@ class Reconciler:
             if await users.disable(conn, name, now) is not None:
                 report.disabled += 1
                 await _audit(conn, "user.disabled", now, name, {"by": "scim"})
-            closed = await web_sessions.close_user(conn, user_id)
+            closed = await web_sessions.close_user(conn, user_id, name)
             report.sessions_closed += closed
         return enabled
 

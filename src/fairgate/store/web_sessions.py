@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from sqlalchemy import and_, delete, insert, or_, select, update
+from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store.accounts import State
@@ -157,13 +157,18 @@ async def prune(conn: AsyncConnection, *, now: datetime, idle_since: datetime) -
     return result.rowcount
 
 
-async def close_user(conn: AsyncConnection, user_id: int) -> int:
+async def close_user(conn: AsyncConnection, user_id: int, name: str | None = None) -> int:
     """Delete every session of a user: their admin and single sign-on sessions and the
-    sessions of the web account bound to them; how many there were."""
+    sessions of the web account bound to them; how many there were. With ``name``, also
+    the single sign-on sessions of that person opened while no store user held the name
+    (``sso:NAME``, its case ignored as the sign-in's disabled check ignores it)."""
     bound = select(accounts.c.id).where(accounts.c.user_id == user_id).scalar_subquery()
-    result = await conn.execute(
-        delete(web_sessions).where(
-            or_(web_sessions.c.user_id == user_id, web_sessions.c.account_id.in_(bound))
+    theirs = or_(web_sessions.c.user_id == user_id, web_sessions.c.account_id.in_(bound))
+    if name is not None:
+        unlinked = and_(
+            web_sessions.c.user_id.is_(None),
+            func.lower(web_sessions.c.actor_name) == f"sso:{name}".lower(),
         )
-    )
+        theirs = or_(theirs, unlinked)
+    result = await conn.execute(delete(web_sessions).where(theirs))
     return result.rowcount

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairgate.store import StoreConflict, orgs, users
+from fairgate.store import StoreConflict, orgs, users, web_sessions
 from fairgate.store.users import User
 from fairgate.tenancy.actor import Actor
 from fairgate.tenancy.base import Service
@@ -60,11 +60,13 @@ class Users(Service):
         return user
 
     async def disable(self, actor: Actor, name: str) -> User:
-        """Disable a user and revoke their admin tokens (disabling twice is a no-op)."""
+        """Disable a user, revoke their admin tokens and delete their sessions (admin,
+        single sign-on, the bound web account's); disabling twice is a no-op."""
         return await self._switch(actor, name, enabled=False)
 
     async def enable(self, actor: Actor, name: str) -> User:
-        """Enable a disabled user again; the admin tokens revoked at disable stay revoked."""
+        """Enable a disabled user again; the admin tokens revoked and the sessions ended at
+        disable stay so."""
         return await self._switch(actor, name, enabled=True)
 
     async def _switch(self, actor: Actor, name: str, *, enabled: bool) -> User:
@@ -97,6 +99,8 @@ class Users(Service):
                     "right to grant every role they hold",
                     code="forbidden",
                 )
+            if not enabled:  # ended, not suspended: enabling again revives none of them
+                await web_sessions.close_user(conn, visible.id, name)
             action = "user.enabled" if enabled else "user.disabled"
             await self._audit(
                 conn, actor, action, now, target=f"user:{name}", org_id=visible.org_id
