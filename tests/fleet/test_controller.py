@@ -112,8 +112,8 @@ async def test_replicas_spread_join_routing_when_ready_and_survive_a_restart(sto
     await report(controller, gpu01, on01, "ready", pid=4242)
     assert [r.name for r in controller.registry.replicas("chat")] == [on01]
     desired = controller.service.desired("gpu01")
-    assert [(s.replica_id, s.engine, s.served_name) for s in desired.replicas] == [
-        (on01, "sim", "chat")
+    assert [(s.replica_id, s.engine, s.served_name, s.host) for s in desired.replicas] == [
+        (on01, "sim", "chat", "0.0.0.0")
     ]
 
     # Restarted: the stored ready replica is routed at once, and re-adopted (no new one)

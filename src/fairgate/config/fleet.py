@@ -7,6 +7,7 @@ control_plane:
   unreachable_after: 15s                  # silent this long: unreachable (still routed)
   lost_after: 120s                        # silent this long and fenced: lost, re-placed
   ports: {first: 20000, last: 20999}      # the engines' ports the control plane hands out
+  engine_host: 0.0.0.0                    # where engines listen on their node
 
 models:
   - name: chat
@@ -65,7 +66,9 @@ class ControlPlane(Section):
     TLS (``tls``), send a heartbeat every ``heartbeat_interval``; a node silent for
     ``unreachable_after`` is unreachable (its engines stay in routing while they pass
     their health checks), silent for ``lost_after`` with no engine of it answering it is
-    lost and its replicas are placed elsewhere."""
+    lost and its replicas are placed elsewhere. Engines listen on ``engine_host`` of
+    their node (``0.0.0.0``: the gateway reaches them at the node's address; ``127.0.0.1``
+    when every agent runs on the gateway's machine)."""
 
     listen: ControlPlaneListen = Field(default_factory=ControlPlaneListen)
     tls: ControlPlaneTls
@@ -73,6 +76,7 @@ class ControlPlane(Section):
     unreachable_after: PositiveDuration = 15.0
     lost_after: PositiveDuration = 120.0
     ports: PortRange = Field(default_factory=PortRange)
+    engine_host: Name = "0.0.0.0"  # noqa: S104 - the gateway reaches engines on other nodes
 
     @model_validator(mode="after")
     def _ordered(self) -> ControlPlane:

@@ -374,6 +374,7 @@ class Agent:
             tensor_parallel_size=spec.tensor_parallel_size or 1,
             args=tuple(spec.args),
             api_key_file=Path(spec.api_key_ref) if spec.api_key_ref else None,
+            host=spec.host or "127.0.0.1",
         )
 
     def _command(self, profile: Profile, inventory: Inventory) -> Command:

@@ -542,6 +542,7 @@ class FleetController:
                     args=list(deploy.args),
                     api_key_ref=str(key) if key is not None else "",
                     drain=placed.drain,
+                    host=self.settings.engine_host,
                 )
             )
         return specs

@@ -54,7 +54,7 @@ class Heartbeat(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., inventory_json: _Optional[str] = ..., allocation_ends_at: _Optional[int] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
-    __slots__ = ("replica_id", "model", "state", "port", "gpus", "pid", "exit_code", "tail", "restarts", "adopted", "generation")
+    __slots__ = ("replica_id", "model", "state", "port", "gpus", "pid", "exit_code", "tail", "restarts", "adopted", "generation", "host")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class ReplicaStatus(_message.Message):
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     ADOPTED_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     model: str
     state: str
@@ -77,7 +78,8 @@ class ReplicaStatus(_message.Message):
     restarts: int
     adopted: bool
     generation: int
-    def __init__(self, replica_id: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[str] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., pid: _Optional[int] = ..., exit_code: _Optional[int] = ..., tail: _Optional[_Iterable[str]] = ..., restarts: _Optional[int] = ..., adopted: _Optional[bool] = ..., generation: _Optional[int] = ...) -> None: ...
+    host: str
+    def __init__(self, replica_id: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[str] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., pid: _Optional[int] = ..., exit_code: _Optional[int] = ..., tail: _Optional[_Iterable[str]] = ..., restarts: _Optional[int] = ..., adopted: _Optional[bool] = ..., generation: _Optional[int] = ..., host: _Optional[str] = ...) -> None: ...
 
 class Applied(_message.Message):
     __slots__ = ("version",)
@@ -102,7 +104,7 @@ class DesiredState(_message.Message):
     def __init__(self, version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaSpec, _Mapping]]] = ..., heartbeat_interval_seconds: _Optional[float] = ...) -> None: ...
 
 class ReplicaSpec(_message.Message):
-    __slots__ = ("replica_id", "engine", "model", "served_name", "port", "gpus", "tensor_parallel_size", "args", "api_key_ref", "drain", "generation")
+    __slots__ = ("replica_id", "engine", "model", "served_name", "port", "gpus", "tensor_parallel_size", "args", "api_key_ref", "drain", "generation", "host")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +116,7 @@ class ReplicaSpec(_message.Message):
     API_KEY_REF_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     engine: str
     model: str
@@ -125,4 +128,5 @@ class ReplicaSpec(_message.Message):
     api_key_ref: str
     drain: bool
     generation: int
-    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., served_name: _Optional[str] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., tensor_parallel_size: _Optional[int] = ..., args: _Optional[_Iterable[str]] = ..., api_key_ref: _Optional[str] = ..., drain: _Optional[bool] = ..., generation: _Optional[int] = ...) -> None: ...
+    host: str
+    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., served_name: _Optional[str] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., tensor_parallel_size: _Optional[int] = ..., args: _Optional[_Iterable[str]] = ..., api_key_ref: _Optional[str] = ..., drain: _Optional[bool] = ..., generation: _Optional[int] = ..., host: _Optional[str] = ...) -> None: ...
