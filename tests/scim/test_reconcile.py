@@ -141,3 +141,26 @@ async def test_deactivation_deletes_an_sso_session_opened_before_the_user_existe
     await _reconcile(store)
     assert await _enabled(store, "Ann")
     assert await sessions.resolve(opened.cookie_value) is None
+
+
+async def test_a_user_disabled_by_hand_stays_disabled_through_scim_writes(
+    store: Store, tenancy: Tenancy
+) -> None:
+    """An operator disables a compromised provisioned user by hand; the provider still
+    holds them active. The next SCIM write (for anybody) must not enable them again; an
+    enable by hand, or SCIM's own deactivation undone by SCIM, does."""
+    await _put(store, "u1", "User", "eve")
+    await _reconcile(store)
+    await tenancy.users.disable(OP, "eve")
+    await _put(store, "u2", "User", "bob")  # an unrelated write
+    await _reconcile(store)
+    assert not await _enabled(store, "eve")
+    await tenancy.users.enable(OP, "eve")
+    await _reconcile(store)
+    assert await _enabled(store, "eve")
+    await _put(store, "u1", "User", "eve", active=False)
+    await _reconcile(store)
+    assert not await _enabled(store, "eve")
+    await _put(store, "u1", "User", "eve", active=True)
+    await _reconcile(store)
+    assert await _enabled(store, "eve")

@@ -3,7 +3,9 @@
     users    each SCIM User is the gateway user of the same userName, provisioned by SCIM
              (created if missing); enabled while the SCIM User exists and is active,
              otherwise disabled: admin tokens revoked, every web, admin and single
-             sign-on session of theirs deleted
+             sign-on session of theirs deleted; a user an administrator disabled by
+             hand stays disabled until enabled by hand (the audit log says who
+             disabled them last), whatever SCIM says
     roles    an enabled provisioned user holds the (role, team) of every mapped group they
              are in, nested groups expanded (``fairgate.scim.membership``); the bindings
              SCIM granted are recorded in ``scim_grants`` and only those are ever removed,
@@ -31,6 +33,7 @@ from fairgate.observability.scim_metrics import ScimMetrics
 from fairgate.scim.membership import Group, holders
 from fairgate.store import audit_events, role_bindings, scim, teams, users, web_sessions
 from fairgate.store.scim import Grant, ResourceRow
+from fairgate.store.tables import audit_events as events
 from fairgate.store.tables import role_bindings as bindings_table
 
 __all__ = ["ACTOR", "Reconciler", "Report"]
@@ -113,6 +116,8 @@ class Reconciler:
         enabled: dict[str, int] = {}
         for user_id, (name, is_enabled) in (await scim.managed_users(conn)).items():
             if name in active:
+                if not is_enabled and await _disabled_by_hand(conn, name):
+                    continue  # an administrator's decision: SCIM does not undo it
                 enabled[name] = user_id
                 if not is_enabled and await users.enable(conn, name) is not None:
                     report.enabled += 1
@@ -179,6 +184,22 @@ def _group(row: ResourceRow) -> Group:
     members = row.body.get("members") or ()
     ids = tuple(str(m["value"]) for m in members if isinstance(m, dict) and m.get("value"))
     return Group(row.name, ids)
+
+
+async def _disabled_by_hand(conn: AsyncConnection, name: str) -> bool:
+    """Whether the latest enabling or disabling of user ``name`` is a disable that was not
+    SCIM's (the audit log, written in the same transaction as every switch, says who)."""
+    query = (
+        select(events.c.action, events.c.actor)
+        .where(
+            events.c.target == f"user:{name}",
+            events.c.action.in_(("user.disabled", "user.enabled")),
+        )
+        .order_by(events.c.seq.desc())
+        .limit(1)
+    )
+    last = (await conn.execute(query)).first()
+    return last is not None and last.action == "user.disabled" and last.actor != ACTOR
 
 
 async def _bound(conn: AsyncConnection, grant: Grant) -> bool:
