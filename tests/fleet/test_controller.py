@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -275,3 +276,19 @@ async def test_a_lost_node_s_replicas_go_elsewhere_but_not_while_its_engines_ans
     assert controller.nodes_view()[0]["state"] == "lost"
     assert controller.registry.replicas("chat") == ()
     assert [r["node"] for r in controller.replicas_view()] == ["gpu02", "gpu02"]
+
+
+async def test_a_node_whose_slurm_allocation_ends_soon_is_drained_and_explained(
+    store: Store,
+) -> None:
+    clock = Clock()
+    controller = await started(store, clock)
+    ending = int(time.time()) + 60  # within the 10 minutes' margin
+    seen = NodeSeen("gpu01", NO_GPU, {}, [], 0.0, address="127.0.0.1", allocation_ends_at=ending)
+    controller.service.nodes["gpu01"] = seen
+    await controller.registered(seen)
+    await register(controller, "gpu02")
+    await settled(controller, clock)
+    assert [r["node"] for r in controller.replicas_view()] == ["gpu02", "gpu02"]
+    [node01] = [n for n in controller.nodes_view() if n["name"] == "gpu01"]
+    assert node01["replicas"] == []

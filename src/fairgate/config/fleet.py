@@ -8,6 +8,7 @@ control_plane:
   lost_after: 120s                        # silent this long and fenced: lost, re-placed
   ports: {first: 20000, last: 20999}      # the engines' ports the control plane hands out
   engine_host: 0.0.0.0                    # where engines listen on their node
+  allocation_margin: 10m                  # drain a Slurm node's replicas this long before its end
 
 models:
   - name: chat
@@ -77,6 +78,7 @@ class ControlPlane(Section):
     lost_after: PositiveDuration = 120.0
     ports: PortRange = Field(default_factory=PortRange)
     engine_host: Name = "0.0.0.0"  # noqa: S104 - the gateway reaches engines on other nodes
+    allocation_margin: PositiveDuration = 600.0
 
     @model_validator(mode="after")
     def _ordered(self) -> ControlPlane:

@@ -258,6 +258,9 @@ class FleetController:
         kind = message.WhichOneof("body")
         if kind == "heartbeat" and message.heartbeat.inventory_json:
             node.inventory = seen.inventory
+        if kind == "heartbeat" and message.heartbeat.allocation_ends_at:
+            ends = datetime.fromtimestamp(message.heartbeat.allocation_ends_at, UTC)
+            node.allocation_ends_at = ends
         elif kind == "status":
             placed = self.replicas.get(message.status.replica_id)
             if placed is not None and placed.node == seen.name:
@@ -416,6 +419,14 @@ class FleetController:
                 await rows.delete_replica(conn, placed.id)
             log.warning("replica %s was on lost node %s: placing it again", placed.id, node.name)
 
+    def _ending(self, node: _Node) -> bool:
+        """Within allocation_margin of its Slurm allocation's end: its replicas drain and
+        are placed elsewhere, while the engines still run."""
+        ends = node.allocation_ends_at
+        if ends is None:
+            return False
+        return (ends - self._now()).total_seconds() <= self.settings.allocation_margin
+
     def _why_not(self, node: _Node, model: str, now: float) -> str:
         """Why `node` takes no new replica of `model` now; empty when it does."""
         if node.state != "healthy":
@@ -426,6 +437,9 @@ class FleetController:
             return "is draining"
         if node.cordoned:
             return "is cordoned"
+        if self._ending(node):
+            assert node.allocation_ends_at is not None
+            return f"its Slurm allocation ends at {node.allocation_ends_at.isoformat()}"
         until = self._refused.get((model, node.name), 0.0)
         if until > now:
             return f"refused a replica before launch, waits {until - now:.0f} s"
@@ -436,10 +450,11 @@ class FleetController:
             return
         for placed in self.replicas.values():
             node = self.nodes[placed.node]
-            if node.draining and not placed.drain:
+            if (node.draining or self._ending(node)) and not placed.drain:
                 placed.drain = True
                 self._unroute(placed)
-                log.info("replica %s on %s drains (its node drains)", placed.id, placed.node)
+                why = "its node drains" if node.draining else "its Slurm allocation ends soon"
+                log.info("replica %s on %s drains (%s)", placed.id, placed.node, why)
         now = self._clock()
         for model in self.models.values():
             deploy = model.deploy
