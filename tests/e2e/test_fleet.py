@@ -272,12 +272,6 @@ def test_b_one_gateway_on_redis_gives_the_fractions_of_the_memory_back_end(
     assert abs(alone - SHARES["B"]) <= 0.03
 
 
-@pytest.mark.xfail(
-    reason="not met on the shared 2-core machine: B ran 0.190-0.225 of the batch through "
-    "three gateways in seven runs (share 0.1875), above the band in three of them; "
-    "docs/scaling.md, 'Fair share across gateways'",
-    strict=False,
-)
 def test_b_fair_share_fractions_of_one_gateway_hold_across_three(
     tmp_path: Path, pg_database: str, redis_state: dict[str, Any]
 ) -> None:

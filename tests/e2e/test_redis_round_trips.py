@@ -16,7 +16,7 @@ What each path costs, as measured here:
   (the limits and budgets corrected, the slot released, the usage charged);
 - **borrower** (an organisation whose reservation is 0, pool not full): the same
   one script in (the claim rides along and borrows), plus one read of the pool's
-  decayed usage to rank it, at most once a second per pool and gateway (cached:
+  decayed usage to rank it, at most ten times a second per pool and gateway (cached:
   ``proxy.admit.USAGE_TTL``); one script out;
 - **refused** (a limit binds): one script in, which charges and claims nothing,
   and nothing on the way out.

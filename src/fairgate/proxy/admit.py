@@ -60,13 +60,19 @@ _FREE = Money(0)
 
 _LOST = StateUnavailable("the way-out call (slot release, usage charge) failed")
 
-USAGE_TTL = 1.0
-"""Seconds a pool's decayed usage is reused between reads (a ranking a second old is as
-good as a fresh one at a half-life of days, and it saves a round trip per request). A
-reading is good until the end of its ``USAGE_TTL`` slot of the wall clock (whole seconds),
-not for ``USAGE_TTL`` from when it was taken: every gateway of a fleet then re-reads at the
-same instants and ranks borrowers alike (staggered readings would leave them disagreeing
-about which organisation ranks first for part of every second)."""
+USAGE_TTL = 0.1
+"""Seconds a pool's decayed usage is reused between reads: at most ten reads a second per
+pool and gateway, whatever the traffic, instead of a round trip per request. Not longer:
+the ranking steers a feedback loop (a borrower's rank moves what its organisation consumes,
+which moves the rank), and a stale reading keeps an organisation ranked first after its
+usage passed its share, for half the TTL on average. With requests sent to the engine at
+once, the organisation ranked first takes most of the borrowed seats, so its usage rises
+fast and every tenth of a second it stays first overshoots its share (a 1 s TTL measured
+B's decayed part of the usage swinging up to 0.226-0.245 for a share of 0.1875; 0.1 s,
+up to 0.211: docs/scaling.md). A reading is good until the end of its ``USAGE_TTL`` slot
+of the wall clock, not for ``USAGE_TTL`` from when it was taken: every gateway of a fleet
+then re-reads at the same instants and ranks borrowers alike (staggered readings would
+leave them disagreeing about which organisation ranks first for part of every slot)."""
 
 
 class _PoolUsage(Generic[T]):
