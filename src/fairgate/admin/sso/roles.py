@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from fairgate.accounts import SsoBinding
 from fairgate.config.sso import SsoRole
+from fairgate.core.claims import claim_holds
 
 __all__ = ["MAX_PERSON", "claim_roles", "person_of"]
 
@@ -44,17 +45,9 @@ def claim_roles(claims: Mapping[str, object], rules: Sequence[SsoRole]) -> tuple
     """The bindings of every rule whose claim holds its value, in rule order, without repeats."""
     found: list[SsoBinding] = []
     for rule in rules:
-        if not _holds(claims.get(rule.claim), rule.value):
+        if not claim_holds(claims.get(rule.claim), rule.value):
             continue
         binding = SsoBinding(role=rule.role, org=rule.org, team=rule.team)
         if binding not in found:
             found.append(binding)
     return tuple(found)
-
-
-def _holds(claim: object, value: str) -> bool:
-    if isinstance(claim, str):
-        return claim == value
-    if isinstance(claim, list):
-        return any(isinstance(item, str) and item == value for item in claim)
-    return False

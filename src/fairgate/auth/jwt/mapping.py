@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fairgate.core.claims import claim_holds
+
 __all__ = ["Placement", "Rule", "person_key_id", "place"]
 
 
@@ -35,18 +37,10 @@ class Placement:
     project: str | None
 
 
-def _holds(claim: object, value: str) -> bool:
-    if isinstance(claim, str):
-        return claim == value
-    if isinstance(claim, list):
-        return any(isinstance(item, str) and item == value for item in claim)
-    return False
-
-
 def place(rules: Sequence[Rule], claims: Mapping[str, Any]) -> Placement | None:
     """The first rule's team and project whose claim holds its value; None if none does."""
     for rule in rules:
-        if _holds(claims.get(rule.claim), rule.value):
+        if claim_holds(claims.get(rule.claim), rule.value):
             return Placement(rule.team, rule.project)
     return None
 
