@@ -16,7 +16,10 @@ gateway returns) and the generated tokens of ``GET /sim/stats``.
   ±0.05 of its share, and over the whole window within ±0.02;
 - alone, A keeps the KV cache >= 95 % full: holding never starves the engine;
 - tokens per second over the window are at most 2 % below the control's;
-- the control's slices spread wider (printed, asserted only as wider).
+- the control's slices are printed beside them, not compared: since usage is re-read
+  every tenth of a second, frozen priorities swing little more than held ones on
+  this load (one run measured a spread of 0.017 held against 0.017 off), and what
+  holding buys is the engine's short queue, which is asserted.
 
 docs/fairshare.md ("Priorities decided at dispatch") lists the figures printed
 with ``pytest -s``.
@@ -187,8 +190,6 @@ def test_b_runs_its_share_in_every_five_second_slice(held: Measured, control: Me
     assert all(abs(s - SHARES["B"]) <= 0.05 for s in slices), slices
     # the engine's own queue stays short: the gateway holds the rest
     assert held.mean(held.measured, "waiting") < control.mean(control.measured, "waiting") / 4
-    # the control: frozen priorities spread wider
-    assert max(flat) - min(flat) > max(slices) - min(slices)
 
 
 def test_alone_an_organisation_still_fills_the_engine(held: Measured) -> None:
