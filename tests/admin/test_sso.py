@@ -25,11 +25,12 @@ from tests.e2e.conftest import model, write_config
 from tests.oidc_provider.fixture import OidcProvider, oidc_provider, start_oidc_provider
 
 from fairgate.accounts import COOKIE
-from fairgate.admin.sso.client import LOGIN_COOKIE
+from fairgate.admin.sso import client as sso_client
+from fairgate.admin.sso.client import LOGIN_COOKIE, STARTS_PER_MINUTE
 from fairgate.app import Gateway
 from fairgate.config import load_config
 from fairgate.sim.process import SimProcess
-from fairgate.store.tables import web_sessions
+from fairgate.store.tables import sso_logins, web_sessions
 from fairgate.tenancy import Actor
 
 __all__ = ["oidc_provider", "start_oidc_provider"]  # the fixtures
@@ -433,6 +434,54 @@ async def test_a_provider_that_does_not_answer_is_a_503_page(
     assert "identity provider" in answer.text
     await asyncio.to_thread(oidc_provider.faults, discovery=0)
     assert (await sso.admin.get("/admin/login")).status_code == 303
+
+
+async def _login_rows(sso: Sso) -> int:
+    async with sso.gateway.store.read() as conn:
+        count: int = (await conn.execute(select(func.count()).select_from(sso_logins))).scalar_one()
+    return count
+
+
+def _browser_at(sso: Sso, address: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=sso.gateway.admin_app, client=(address, 40000)),
+        base_url="http://localhost",
+    )
+
+
+async def test_a_flood_of_login_starts_from_one_network_is_refused_and_writes_no_rows(
+    sso: Sso,
+) -> None:
+    # /admin/login needs no credential and stores a login: unbounded, anyone could fill
+    # the store with rows at the rate of the requests
+    for _ in range(STARTS_PER_MINUTE):
+        assert (await sso.admin.get("/admin/login")).status_code == 303
+    for _ in range(5):
+        refused = await sso.admin.get("/admin/login")
+        assert refused.status_code == 429
+        assert 0 < float(refused.headers["retry-after"]) <= 60
+        assert "too many sign-ins" in refused.text
+        assert LOGIN_COOKIE not in refused.headers.get("set-cookie", "")
+    assert await _login_rows(sso) == STARTS_PER_MINUTE
+    async with _browser_at(sso, "10.20.30.40") as elsewhere:  # another network starts as usual
+        assert (await elsewhere.get("/admin/login")).status_code == 303
+    assert await _login_rows(sso) == STARTS_PER_MINUTE + 1
+
+
+async def test_logins_in_progress_are_bounded_whatever_the_networks(
+    sso: Sso, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sso_client, "MAX_PENDING", 30)
+    statuses = []
+    for net in range(4):  # four /24s, each under its own limits
+        async with _browser_at(sso, f"10.{net}.0.1") as browser:
+            for _ in range(10):
+                statuses.append((await browser.get("/admin/login")).status_code)
+    assert statuses == [303] * 30 + [503] * 10
+    assert await _login_rows(sso) == 30
+    async with _browser_at(sso, "10.99.0.1") as browser:
+        busy = await browser.get("/admin/login")
+    assert busy.status_code == 503 and "too many sign-ins are in progress" in busy.text
 
 
 async def test_a_discovery_document_naming_another_issuer_is_not_used(

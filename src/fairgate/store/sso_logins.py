@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store.tables import sso_logins
 
-__all__ = ["PendingLogin", "insert_login", "prune", "take"]
+__all__ = ["PendingLogin", "insert_login", "pending", "prune", "take"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +73,8 @@ async def prune(conn: AsyncConnection, *, now: datetime) -> int:
     """Delete the logins never finished in time; how many."""
     result = await conn.execute(delete(sso_logins).where(sso_logins.c.expires_at <= now))
     return result.rowcount
+
+
+async def pending(conn: AsyncConnection) -> int:
+    """Logins in progress (expired ones included until pruned)."""
+    return int((await conn.execute(select(func.count()).select_from(sso_logins))).scalar_one())

@@ -1,6 +1,6 @@
 """The gateway as an OpenID Connect client: the authorization-code flow with PKCE S256.
 
-    started = await client.begin()                      # (provider URL, login cookie value)
+    started = await client.begin(remote)                # (provider URL, login cookie value)
     signed_in = await client.finish(cookie, state, code)  # the verified claims, or LoginFailed
 
 Authlib builds the authorization URL (``state``, ``nonce``, the S256 code challenge)
@@ -18,6 +18,13 @@ site cannot plant that cookie), with the ``state`` sent, within LOGIN_TTL, and
 once (the row is deleted as it is read), on whichever replica the provider sends
 the browser to. Each new login first deletes the logins never finished in time, so
 the table holds at most LOGIN_TTL's worth.
+
+Starting a login needs no credential and writes a row, so starts are bounded: each
+client network (an IPv4 address or IPv6 /64, with the /24, /48 and /32 aggregates,
+the rule of ``fairgate.auth.failures``) may start STARTS_PER_MINUTE logins in a
+sliding minute on each replica (429 with Retry-After beyond), and no new login
+starts while MAX_PENDING are in progress in the store (503), whoever started them:
+a flood from many networks fills at most MAX_PENDING rows, for at most LOGIN_TTL.
 """
 
 from __future__ import annotations
@@ -39,8 +46,10 @@ from joserfc.errors import JoseError
 
 from fairgate.accounts import csrf
 from fairgate.admin.sso.provider import Provider, ProviderError, http_client
+from fairgate.auth.failures import FailureLimiter
 from fairgate.config.sso import Sso
 from fairgate.core.clock import Clock
+from fairgate.core.errors import RateLimited, ServiceUnavailable
 from fairgate.store import Store, from_unix, sso_logins
 
 __all__ = ["LOGIN_COOKIE", "LOGIN_TTL", "LoginFailed", "SignedIn", "SsoClient"]
@@ -55,6 +64,13 @@ ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES
 """ID-token algorithms accepted: asymmetric only."""
 
 _LEEWAY = 60
+
+STARTS_PER_MINUTE = 20
+"""Logins one client network may start in a sliding minute (per replica)."""
+STARTS_PER_AGGREGATE = 200
+"""The same for an IPv4 /24 or an IPv6 /48 together (an IPv6 /32: five times that)."""
+MAX_PENDING = 10_000
+"""Logins in progress in the store beyond which no new one starts."""
 
 
 class LoginFailed(Exception):
@@ -82,6 +98,13 @@ class SsoClient:
         self.provider = Provider(config.issuer)
         self._store = store
         self._clock = clock
+        self._starts = FailureLimiter(
+            STARTS_PER_MINUTE,
+            clock,
+            ipv4_24=STARTS_PER_AGGREGATE,
+            ipv6_48=STARTS_PER_AGGREGATE,
+            ipv6_32=5 * STARTS_PER_AGGREGATE,
+        )
         secret = config.client_secret_file
         self._secret = secret.read() if secret is not None else None
 
@@ -98,9 +121,20 @@ class SsoClient:
             trust_env=False,
         )
 
-    async def begin(self) -> tuple[str, str]:
+    async def begin(self, remote: str) -> tuple[str, str]:
         """The provider's authorization URL to send the browser to and the value of its
-        login cookie; raises ProviderError when discovery fails."""
+        login cookie, for a browser at ``remote``; raises RateLimited when that network
+        started too many logins, ServiceUnavailable when MAX_PENDING are in progress,
+        ProviderError when discovery fails."""
+        wait = self._starts.blocked(remote)
+        if wait is not None:
+            log.warning("sso: login refused: %s started too many logins", remote)
+            raise RateLimited(
+                "too many sign-ins were started from your network; try again shortly",
+                code="sso_throttled",
+                retry_after=wait,
+            )
+        self._starts.failed(remote)  # one start counted, whatever becomes of it
         meta = await self.provider.metadata()
         cookie = secrets.token_urlsafe(32)
         state, nonce, verifier = generate_token(43), generate_token(43), generate_token(64)
@@ -111,6 +145,12 @@ class SsoClient:
         now = from_unix(self._clock.wall())
         async with self._store.write() as conn:
             await sso_logins.prune(conn, now=now)  # logins never finished: at most LOGIN_TTL old
+            if await sso_logins.pending(conn) >= MAX_PENDING:
+                log.error("sso: login refused: %d logins are in progress already", MAX_PENDING)
+                raise ServiceUnavailable(
+                    "too many sign-ins are in progress; try again in a few minutes",
+                    code="sso_busy",
+                )
             await sso_logins.insert_login(
                 conn,
                 id_sha256=csrf.digest(cookie),

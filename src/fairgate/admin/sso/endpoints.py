@@ -41,7 +41,13 @@ from fairgate.admin.sso.actors import SsoActors
 from fairgate.admin.sso.client import LOGIN_COOKIE, LOGIN_TTL, LoginFailed, SsoClient
 from fairgate.admin.sso.provider import ProviderError
 from fairgate.admin.sso.roles import claim_roles, person_of
-from fairgate.core.errors import Forbidden, ServiceUnavailable, StoreUnavailable, Unauthorized
+from fairgate.core.errors import (
+    Forbidden,
+    RateLimited,
+    ServiceUnavailable,
+    StoreUnavailable,
+    Unauthorized,
+)
 
 __all__ = ["sso_router"]
 
@@ -57,7 +63,9 @@ def sso_router(client: SsoClient, actors: SsoActors, access: Access, pages: Page
     @router.get("/login")
     async def login(request: Request) -> Response:
         try:
-            url, cookie = await client.begin()
+            url, cookie = await client.begin(remote_of(request))
+        except (RateLimited, ServiceUnavailable) as exc:
+            return error_page(pages, exc)
         except ProviderError as exc:
             log.error("sso: login not started: %s", exc)
             return error_page(pages, _provider_down())
