@@ -48,7 +48,7 @@ from fairgate.core.errors import (
 )
 from fairgate.core.principal import KeyRecord, Principal
 
-__all__ = ["Authenticator", "invalid_credential"]
+__all__ = ["Authenticator", "auth_unavailable", "invalid_credential"]
 
 log = logging.getLogger("fairgate.auth")
 
@@ -168,10 +168,7 @@ class Authenticator:
             record, epoch = await self._find(digest, secret, stored, now)
         except StoreUnavailable as exc:
             self._guard.unavailable(slot)
-            log.warning("authentication unavailable: the key store did not answer: %s", exc)
-            raise ServiceUnavailable(
-                "authentication is temporarily unavailable", code="auth_unavailable"
-            ) from None
+            raise auth_unavailable("authentication unavailable: the key store", exc) from None
         except BaseException:
             self._guard.abandoned(slot)
             raise
@@ -318,6 +315,12 @@ def _invalid() -> Unauthorized:
 def invalid_credential() -> Unauthorized:
     """The one 401 every refused credential gets, byte for byte (a bad key's)."""
     return _invalid()
+
+
+def auth_unavailable(what: str, exc: StoreUnavailable) -> ServiceUnavailable:
+    """The 503 of a credential the store could not check; ``what`` names it in the log."""
+    log.warning("%s did not answer: %s", what, exc)
+    return ServiceUnavailable("authentication is temporarily unavailable", code="auth_unavailable")
 
 
 def _too_many(wait: float) -> RateLimited:

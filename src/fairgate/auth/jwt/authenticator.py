@@ -24,17 +24,17 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from fairgate.auth.authenticator import Authenticator
+from fairgate.auth.authenticator import Authenticator, auth_unavailable
 from fairgate.auth.cache import Grant, KeyCache
 from fairgate.auth.jwt.mapping import Placement, Rule, person_key_id, place
 from fairgate.auth.jwt.verifier import Claims, TokenRefused, TokenVerifier, looks_like_jws
 from fairgate.auth.secrets import bearer_credential, sha256
 from fairgate.core.clock import Clock
-from fairgate.core.errors import ServiceUnavailable, StoreUnavailable
+from fairgate.core.errors import StoreUnavailable
 from fairgate.core.limits import Limits
 from fairgate.core.principal import KeyRecord, Principal
 
-__all__ = ["PersonDirectory", "TokenAuthenticator", "resolve_person"]
+__all__ = ["PersonDirectory", "TokenAuthenticator", "log_refusal", "resolve_person"]
 
 log = logging.getLogger("fairgate.auth.jwt")
 
@@ -135,20 +135,19 @@ class TokenAuthenticator:
             record = await resolve_person(self._people, claims, self._rules, self._limits)
         except TokenRefused as refused:
             self._on_refused(refused.reason)
-            log.info(
-                "access token refused from %s: %s (subject %r)",
-                client_addr,
-                refused.reason,
-                subject[:128],
-            )
+            log_refusal("access token", client_addr, refused, subject)
             if refused.reason in _FINAL:
                 self._cache.add_miss(digest)
             raise await self._keys.refusal(client_addr) from None
         except StoreUnavailable as exc:
-            log.warning("access token not checked: the store did not answer: %s", exc)
-            raise ServiceUnavailable(
-                "authentication is temporarily unavailable", code="auth_unavailable"
-            ) from None
+            raise auth_unavailable("access token not checked: the store", exc) from None
         principal = self._keys.principal_of(record)
         self._cache.add_hit(digest, Grant(principal, claims.expires_at), epoch=epoch)
         return self._keys.placed(principal, client_addr)
+
+
+def log_refusal(what: str, client_addr: str, refused: TokenRefused, subject: str) -> None:
+    """The server's log line of a refused token (the caller sees the bad-key 401)."""
+    log.info(
+        "%s refused from %s: %s (subject %r)", what, client_addr, refused.reason, subject[:128]
+    )

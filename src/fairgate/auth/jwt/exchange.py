@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from fairgate.auth.authenticator import Authenticator
-from fairgate.auth.jwt.authenticator import PersonDirectory, resolve_person
+from fairgate.auth.authenticator import Authenticator, auth_unavailable
+from fairgate.auth.jwt.authenticator import PersonDirectory, log_refusal, resolve_person
 from fairgate.auth.jwt.mapping import Rule
 from fairgate.auth.jwt.verifier import TokenRefused, TokenVerifier, looks_like_jws
 from fairgate.auth.secrets import bearer_credential
-from fairgate.core.errors import ServiceUnavailable, StoreUnavailable
+from fairgate.core.errors import StoreUnavailable
 from fairgate.core.limits import Limits
 
 __all__ = ["EXCHANGE_PATH", "ExchangeIssuer", "Exchanger"]
@@ -85,18 +85,10 @@ class Exchanger:
             secret, expires_at = await self._mint(record.key_id, issuer.key_ttl)
         except TokenRefused as refused:
             self._on_refused(refused.reason)
-            log.info(
-                "token exchange refused from %s: %s (subject %r)",
-                client_addr,
-                refused.reason,
-                subject[:128],
-            )
+            log_refusal("token exchange", client_addr, refused, subject)
             raise await self._keys.refusal(client_addr) from None
         except StoreUnavailable as exc:
-            log.warning("token exchange failed: the store did not answer: %s", exc)
-            raise ServiceUnavailable(
-                "authentication is temporarily unavailable", code="auth_unavailable"
-            ) from None
+            raise auth_unavailable("token exchange failed: the store", exc) from None
         log.info(
             "token exchange from %s: key %s for %r of %s, %.0fs",
             client_addr,
