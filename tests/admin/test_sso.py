@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 from sqlalchemy import func, select
-from tests.e2e.conftest import model, write_config
+from tests.e2e.conftest import model, pg_database, store_section, write_config
 from tests.oidc_provider.fixture import OidcProvider, oidc_provider, start_oidc_provider
 
 from fairgate.accounts import COOKIE
@@ -33,7 +33,12 @@ from fairgate.sim.process import SimProcess
 from fairgate.store.tables import sso_logins, web_sessions
 from fairgate.tenancy import Actor
 
-__all__ = ["oidc_provider", "start_oidc_provider"]  # the fixtures
+__all__ = [  # the fixtures
+    "oidc_provider",
+    "pg_database",
+    "start_oidc_provider",
+    "store_section",
+]
 
 pytestmark = pytest.mark.slow
 
@@ -123,7 +128,11 @@ def sim() -> Iterator[SimProcess]:
 
 
 async def _gateway(
-    tmp_path: Path, sim: SimProcess, provider: OidcProvider, **sso: Any
+    tmp_path: Path,
+    sim: SimProcess,
+    provider: OidcProvider,
+    store: dict[str, str] | None = None,
+    **sso: Any,
 ) -> AsyncIterator[Sso]:
     (tmp_path / "sso.secret").write_text(SECRET + "\n")
     secret = sso.pop("secret", True)
@@ -156,6 +165,7 @@ async def _gateway(
         ],
         sso=section,
         logging={"level": "warning"},
+        store=store or {"url": "sqlite:///fairgate.db"},
         **extra,
     )
     gateway = Gateway(load_config(path))
@@ -385,7 +395,14 @@ async def test_logout_needs_the_token_ends_the_session_and_answers_the_end_sessi
     assert (await sso.get("/admin/orgs", cookie)).status_code == 401
 
 
-async def test_a_session_opened_on_one_replica_is_ended_on_another_by_logout(sso: Sso) -> None:
+async def test_a_session_opened_on_one_replica_is_ended_on_another_by_logout(
+    tmp_path: Path, sim: SimProcess, oidc_provider: OidcProvider, store_section: dict[str, str]
+) -> None:
+    async for sso in _gateway(tmp_path, sim, oidc_provider, store=store_section):
+        await _logout_across_replicas(sso)
+
+
+async def _logout_across_replicas(sso: Sso) -> None:
     # two gateways on one store: the provider sends the browser back to either
     second = Gateway(sso.gateway.config)
     await second.start()
