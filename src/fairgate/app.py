@@ -84,6 +84,7 @@ from fairgate.fairshare.learned_capacity import (
 )
 from fairgate.fleet.control import server_credentials
 from fairgate.fleet.controller import FleetController
+from fairgate.fleet.follow import StoreRoutes
 from fairgate.limits import (
     LeaseRefresher,
     Limiter,
@@ -211,7 +212,7 @@ class Gateway:
         # Tenancy: the store is opened in start(); nothing on the request path reads it
         # except a key-cache miss.
         self.store = build_store(config)
-        self.fleet = self._fleet(config, adapters)
+        self.fleet, self.placed_routes = self._fleet(config, adapters)
         self._fleet_server: grpc.aio.Server | None = None
         # Counters held in this process are saved to the store to survive a restart.
         self.snapshots = (
@@ -522,11 +523,16 @@ class Gateway:
                 replicas.append(replica)
         return replicas
 
-    def _fleet(self, config: Config, adapters: dict[str, EngineAdapter]) -> FleetController | None:
+    def _fleet(
+        self, config: Config, adapters: dict[str, EngineAdapter]
+    ) -> tuple[FleetController | None, StoreRoutes | None]:
         """The control plane, with ``control_plane:``: the replicas it places join
-        ``self.registry`` with the breaker settings of the static ones."""
-        if config.control_plane is None:
-            return None
+        ``self.registry`` with the breaker settings of the static ones. Without it, but
+        with ``deploy:`` models, the routes to the replicas the store holds (placed by a
+        control plane elsewhere on the same store)."""
+        deployed = any(m.deploy is not None for m in config.models)
+        if config.control_plane is None and not deployed:
+            return None, None
         b = config.breaker
 
         def make_replica(model: Model, name: str, url: str) -> Replica:
@@ -545,11 +551,17 @@ class Gateway:
                 ),
             )
 
-        return FleetController(
+        if config.control_plane is None:
+            return None, StoreRoutes(config.models, self.store, self.registry, make_replica)
+        controller = FleetController(
             config.control_plane, config.models, self.store, self.registry, make_replica
         )
+        return controller, None
 
     async def _start_fleet(self) -> None:
+        if self.placed_routes is not None:
+            log.info("deploy: models routed to the replicas the store holds (no control_plane)")
+            self._tasks.append(asyncio.create_task(self.placed_routes.run()))
         if self.fleet is None:
             return
         assert self.config.control_plane is not None
@@ -729,6 +741,8 @@ class Gateway:
         if self._fleet_server is not None:
             # the agents' streams end now; they dial again and find the next process
             await self._fleet_server.stop(grace=1.0)
+        if self.fleet is not None:
+            await self.fleet.release()  # a standby takes over without waiting for expiry
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

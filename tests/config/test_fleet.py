@@ -112,8 +112,15 @@ def test_the_control_plane_needs_its_tls(problems: Problems) -> None:
     assert "missing required key 'tls' in 'control_plane'" in found
 
 
-def test_a_deployed_model_needs_the_control_plane(problems: Problems) -> None:
-    [found] = problems(DEPLOYED.removeprefix(CONTROL_PLANE))
+def test_a_deployed_model_without_the_control_plane_follows_the_store(load: Load) -> None:
+    # a gateway that routes to the replicas another process's control plane placed
+    config = load(DEPLOYED.removeprefix(CONTROL_PLANE))
+    assert config.control_plane is None
+    assert config.models[0].deploy is not None
+
+
+def test_the_lease_is_long_enough_to_renew(problems: Problems, tmp_path: Path) -> None:
+    [found] = problems(_control_plane(tmp_path, "  lease_ttl: 1s\n"))
     assert found.endswith(
-        "model 'chat' has deploy: but there is no control_plane section to place its replicas"
+        "control_plane: lease_ttl (1s) must be at least 3s: the holder renews it every third of it"
     )

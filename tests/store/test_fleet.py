@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -79,3 +80,45 @@ async def test_two_replicas_cannot_share_a_port_on_one_node(store: Store) -> Non
         await fleet.update_replica(conn, "chat-1", now=NOW, state="ready", pid=42)
         [row] = await fleet.list_replicas(conn, model="chat")
     assert (row.id, row.gpus, row.state, row.pid) == ("chat-1", (0, 1), "ready", 42)
+
+
+async def _take(store: Store, holder: str, now: datetime, ttl: float = 15.0) -> bool:
+    try:
+        async with store.write() as conn:
+            return await fleet.take_lease(conn, holder, now=now, ttl=ttl)
+    except StoreConflict:
+        return False
+
+
+async def test_of_two_control_planes_racing_for_the_lease_only_one_holds_it(
+    store: Store, store_url: str
+) -> None:
+    other = Store(store_url)  # a second process: its own connections
+    await other.connect()
+    try:
+        for round_ in range(5):
+            at = NOW + timedelta(minutes=round_)  # each round: the last lease expired
+            won = await asyncio.gather(_take(store, "a", at), _take(other, "b", at))
+            assert sorted(won) == [False, True], won
+            async with store.read() as conn:
+                lease = await fleet.read_lease(conn)
+            assert lease is not None
+            assert lease.holder == ("a" if won[0] else "b")
+            assert lease.expires_at == at + timedelta(seconds=15)
+    finally:
+        await other.close()
+
+
+async def test_the_holder_renews_and_a_standby_takes_over_only_once_it_expired(
+    store: Store,
+) -> None:
+    assert await _take(store, "a", NOW)
+    assert not await _take(store, "b", NOW + timedelta(seconds=5))
+    assert await _take(store, "a", NOW + timedelta(seconds=10))  # renewed until 25 s
+    assert not await _take(store, "b", NOW + timedelta(seconds=24))
+    assert await _take(store, "b", NOW + timedelta(seconds=25))  # a crashed: expired
+    assert not await _take(store, "a", NOW + timedelta(seconds=26))  # and cannot come back
+    async with store.write() as conn:
+        assert not await fleet.drop_lease(conn, "a", now=NOW + timedelta(seconds=27))
+        assert await fleet.drop_lease(conn, "b", now=NOW + timedelta(seconds=27))
+    assert await _take(store, "a", NOW + timedelta(seconds=27))  # given up: taken at once

@@ -69,7 +69,9 @@ class ControlPlane(Section):
     their health checks), silent for ``lost_after`` with no engine of it answering it is
     lost and its replicas are placed elsewhere. Engines listen on ``engine_host`` of
     their node (``0.0.0.0``: the gateway reaches them at the node's address; ``127.0.0.1``
-    when every agent runs on the gateway's machine)."""
+    when every agent runs on the gateway's machine). Of the control planes on one store
+    only the holder of the store's lease places and commands; it renews the lease every
+    third of ``lease_ttl``, and a standby takes it over once it has expired."""
 
     listen: ControlPlaneListen = Field(default_factory=ControlPlaneListen)
     tls: ControlPlaneTls
@@ -79,6 +81,7 @@ class ControlPlane(Section):
     ports: PortRange = Field(default_factory=PortRange)
     engine_host: Name = "0.0.0.0"  # noqa: S104 - the gateway reaches engines on other nodes
     allocation_margin: PositiveDuration = 600.0
+    lease_ttl: PositiveDuration = 15.0
 
     @model_validator(mode="after")
     def _ordered(self) -> ControlPlane:
@@ -91,6 +94,11 @@ class ControlPlane(Section):
             raise ValueError(
                 f"lost_after ({self.lost_after:g}s) must be longer than "
                 f"unreachable_after ({self.unreachable_after:g}s)"
+            )
+        if self.lease_ttl < 3.0:
+            raise ValueError(
+                f"lease_ttl ({self.lease_ttl:g}s) must be at least 3s: the holder renews it "
+                "every third of it"
             )
         return self
 

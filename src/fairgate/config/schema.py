@@ -9,7 +9,7 @@ import types
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
 from fairgate.config.catalog import Model, Org, Pool
 from fairgate.config.document import Loc
@@ -108,16 +108,6 @@ class Config(Section):
             else m
             for m in models
         )
-
-    @model_validator(mode="after")
-    def _deploy_needs_a_control_plane(self) -> Config:
-        deployed = [m.name for m in self.models if m.deploy is not None]
-        if deployed and self.control_plane is None:
-            raise ValueError(
-                f"model {deployed[0]!r} has deploy: but there is no control_plane section "
-                "to place its replicas"
-            )
-        return self
 
     def model_post_init(self, context: Any, /) -> None:
         for model in self.models:

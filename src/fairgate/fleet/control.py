@@ -11,6 +11,11 @@ every time it changes.
 The stream only carries messages: a `Hooks` (the fleet controller,
 `fairgate.fleet.controller`) is told of each registration before the first desired
 state goes down, so it can decide that state, and of every message and disconnect.
+
+A control plane on standby (another holds the store's lease: ``accepting`` answers
+False) refuses every stream with UNAVAILABLE before reading it, and `evict` ends the
+open ones the same way when it steps down, so the agents dial the control plane that
+holds the lease.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,6 +36,8 @@ from fairgate.inventory.model import Inventory
 __all__ = ["ControlPlaneService", "Hooks", "NodeSeen", "peer_host", "server_credentials"]
 
 log = logging.getLogger(__name__)
+
+_STANDBY = "this control plane is on standby: another holds the lease"
 
 
 @dataclass(slots=True)
@@ -77,9 +84,16 @@ def server_credentials(
 
 
 class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
-    def __init__(self, *, heartbeat_interval: float = 5.0, hooks: Hooks | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        heartbeat_interval: float = 5.0,
+        hooks: Hooks | None = None,
+        accepting: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.nodes: dict[str, NodeSeen] = {}
         self.hooks = hooks
+        self._accepting = accepting
         self.refusals = 0
         self._heartbeat_interval = heartbeat_interval
         self._desired: dict[str, fleet_pb2.DesiredState] = {}
@@ -106,11 +120,19 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
         self._changed.setdefault(node, asyncio.Event()).set()
         return version
 
+    def evict(self) -> None:
+        """End every open stream with UNAVAILABLE (this control plane is on standby now)."""
+        for changed in self._changed.values():
+            changed.set()
+
     async def Connect(
         self,
         request_iterator: AsyncIterator[fleet_pb2.AgentMessage],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[fleet_pb2.ControlMessage]:
+        if not self._accepting():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, _STANDBY)
+            return
         names = names_of(context.auth_context())
         first = await anext(aiter(request_iterator), None)
         claimed = (
@@ -159,6 +181,12 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
                 changed.clear()
                 waiter = asyncio.create_task(changed.wait())
                 done, _ = await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if waiter in done and not self._accepting():
+                    log.warning(
+                        "node %s: its stream ended, this control plane is on standby", claimed
+                    )
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, _STANDBY)
+                    return
                 if waiter in done:
                     yield fleet_pb2.ControlMessage(desired=self.desired(claimed))
                 else:

@@ -19,6 +19,17 @@ node drains, or when its node is lost. A restarted control plane loads the repli
 the store holds, routes those that were ready at once (the health checks judge them),
 and when their agents register again it sends the same replica ids: the agents keep
 the engines they run, nothing is relaunched.
+
+Of several control planes on one store only the holder of the store's lease
+(``fleet_lease``, renewed every third of ``lease_ttl``) acts. The others are on
+standby: they refuse the agents' streams with UNAVAILABLE (an agent dials the next
+address it was given), place nothing, send nothing, and route the placed replicas as
+the store holds them (``fleet.follow``). A standby whose try finds the lease expired
+takes it, loads the nodes and replicas from the store as a restarted control plane
+does and waits ``unreachable_after`` for the agents to register before placing: the
+agents list what they run, so nothing is relaunched. A holder that cannot renew (the
+store does not answer, or another took over) stops acting when its lease would have
+expired, and ends the agents' streams.
 """
 
 from __future__ import annotations
@@ -26,7 +37,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,12 +50,14 @@ import grpc
 
 from fairgate.config.catalog import Model
 from fairgate.config.fleet import ControlPlane
+from fairgate.core.errors import StoreUnavailable
 from fairgate.fleet.control import ControlPlaneService, NodeSeen
+from fairgate.fleet.follow import ROUTED_STATE, StoreRoutes, replica_url
 from fairgate.fleet.states import node_state
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 from fairgate.inventory.model import Inventory
 from fairgate.inventory.place import Node, Placement, Plan, Want, place
-from fairgate.store import Store
+from fairgate.store import Store, StoreConflict
 from fairgate.store import fleet as rows
 from fairgate.upstream.registry import ReplicaRegistry
 from fairgate.upstream.replica import Replica
@@ -51,7 +67,7 @@ __all__ = ["FleetController", "NodeFlagsError"]
 log = logging.getLogger(__name__)
 
 _EMPTY = Inventory(source="none")
-_ROUTED_STATE = "ready"
+_ROUTED_STATE = ROUTED_STATE
 _REFUSED_FOR = 30.0
 
 
@@ -114,9 +130,17 @@ def _node_from_row(row: rows.NodeRow) -> _Node:
     )
 
 
-def _url(address: str, port: int) -> str:
-    host = f"[{address}]" if ":" in address else address
-    return f"http://{host or '127.0.0.1'}:{port}"
+_url = replica_url
+
+
+def holder_name(settings: ControlPlane) -> str:
+    """This control plane as a lease holder: its host and the agents' port, which no other
+    process on the host can hold at once, so a control plane restarted after a crash
+    renews its own lease at once instead of waiting for it to expire; with port 0 (any),
+    the host, pid and a random part."""
+    if settings.listen.port:
+        return f"{socket.gethostname()}:{settings.listen.port}"
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class FleetController:
@@ -130,6 +154,7 @@ class FleetController:
         *,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        holder: str | None = None,
     ) -> None:
         self.settings = settings
         self.models = {m.name: m for m in models if m.deploy is not None}
@@ -139,8 +164,16 @@ class FleetController:
         self._clock = clock
         self._now = now
         self.service = ControlPlaneService(
-            heartbeat_interval=settings.heartbeat_interval, hooks=self
+            heartbeat_interval=settings.heartbeat_interval,
+            hooks=self,
+            accepting=lambda: self.leading,
         )
+        self.holder = holder or holder_name(settings)
+        self.leading = False
+        """Holds the lease: places, sends desired states, accepts the agents' streams."""
+        self._lease_until = 0.0
+        self._renewed_at: float | None = None
+        self.standby = StoreRoutes(models, store, registry, make_replica)
         self.nodes: dict[str, _Node] = {}
         self.replicas: dict[str, _Placed] = {}
         self.plans: dict[str, Plan] = {}
@@ -157,7 +190,17 @@ class FleetController:
     # --- start and stop ---------------------------------------------------------------
 
     async def load(self) -> None:
-        """The nodes and replicas the store holds; the ready replicas routed at once."""
+        """Take the lease if nobody holds it; holding it, the nodes and replicas the store
+        holds, the ready replicas routed at once; on standby, the store's routes."""
+        if await self._leads():
+            await self._load()
+        else:
+            await self._follow()
+
+    async def _load(self) -> None:
+        self.nodes.clear()
+        self.replicas.clear()
+        self.plans.clear()
         start = self._clock()
         # Agents get one unreachable_after to register (and report what they run) before
         # anything is placed: a restarted control plane relaunches nothing that runs, and
@@ -208,9 +251,79 @@ class FleetController:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), period)
 
+    # --- the lease ----------------------------------------------------------------------
+
+    async def _leads(self) -> bool:
+        """Renew the lease when a third of it has passed (or try to take it, on standby);
+        whether this control plane acts now. A renewal that fails keeps acting until the
+        lease taken last would expire: by then another may hold it."""
+        ttl = self.settings.lease_ttl
+        started = self._clock()
+        due = self._renewed_at is None or started - self._renewed_at >= (
+            ttl / 3 if self.leading else min(1.0, ttl / 3)
+        )
+        if due:
+            self._renewed_at = started
+            try:
+                async with self.store.write() as conn:
+                    took = await rows.take_lease(conn, self.holder, now=self._now(), ttl=ttl)
+            except StoreConflict:
+                took = False  # another's first insert won
+            except StoreUnavailable as exc:
+                if self.leading:
+                    log.warning("control plane: the lease was not renewed: %s", exc)
+                took = self.leading and started < self._lease_until
+            else:
+                if took:
+                    self._lease_until = started + ttl
+                elif self.leading:
+                    log.warning("control plane: another control plane holds the lease now")
+        else:
+            took = self.leading
+        took = took and self._clock() < self._lease_until
+        if took != self.leading:
+            log.warning(
+                "control plane %s: %s",
+                self.holder,
+                "holds the lease: placing and commanding"
+                if took
+                else "on standby: another holds the lease",
+            )
+        self.leading = took
+        return took
+
+    async def _follow(self) -> None:
+        """On standby: route what the store holds (a failed read keeps the routes)."""
+        try:
+            await self.standby.sync()
+        except StoreUnavailable as exc:
+            log.warning("control plane on standby: placed replicas not read: %s", exc)
+
+    def _step_down(self) -> None:
+        """Another holds the lease: route nothing of our own, end the agents' streams."""
+        for placed in self.replicas.values():
+            self._unroute(placed)
+        self.nodes.clear()
+        self.replicas.clear()
+        self.plans.clear()
+        self.service.evict()
+
+    async def release(self) -> None:
+        """At a clean stop: give the lease up, so a standby takes over at its next try."""
+        if not self.leading:
+            return
+        self.leading = False
+        try:
+            async with self.store.write() as conn:
+                await rows.drop_lease(conn, self.holder, now=self._now())
+        except StoreUnavailable as exc:
+            log.warning("control plane: the lease was not given up: %s", exc)
+
     # --- the agents' stream (ControlPlaneService's hooks) -------------------------------
 
     async def registered(self, seen: NodeSeen) -> None:
+        if not self.leading:
+            return  # the stream is refused: this control plane just stepped down
         now = self._now()
         ends = (
             datetime.fromtimestamp(seen.allocation_ends_at, UTC)
@@ -364,6 +477,15 @@ class FleetController:
 
     async def tick(self) -> None:
         async with self._lock:
+            was = self.leading
+            if not await self._leads():
+                if was:
+                    self._step_down()
+                await self._follow()
+                return
+            if not was:
+                self.standby.clear()
+                await self._load()
             await self._read_flags()
             await self._states()
             await self._place()

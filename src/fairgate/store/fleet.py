@@ -5,35 +5,57 @@ agent registers and on every state change (heartbeats update ``last_heartbeat_at
 at most every few seconds); the operator's flags (``cordoned``, ``draining``) are
 written by the admin API and the CLI and read back by the control plane, so they
 survive restarts and reach it from either.
+
+The lease (``fleet_lease``) says which control plane acts: ``take_lease`` renews it for
+its holder, or takes it over once it has expired, with one conditional update, so of
+two control planes on one store only one holds it at a time (on SQLite the writers
+queue on the write lock; on PostgreSQL the second update waits for the first and then
+finds the condition false). Expiry is the writers' wall clock: the control planes'
+clocks must agree to well within the lease's length.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairgate.store.tables import fleet_nodes, fleet_replicas
+from fairgate.store.tables import fleet_lease, fleet_nodes, fleet_replicas
 
 __all__ = [
+    "LEASE",
+    "LeaseRow",
     "NodeRow",
     "ReplicaRow",
     "add_replica",
     "delete_replica",
+    "drop_lease",
     "list_nodes",
     "list_replicas",
+    "read_lease",
     "save_node",
     "set_flags",
+    "take_lease",
     "update_node",
     "update_replica",
 ]
 
 _N = fleet_nodes.c
 _R = fleet_replicas.c
+_L = fleet_lease.c
+
+LEASE = "control-plane"
+"""The one lease the control planes of a store contend for."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRow:
+    holder: str
+    expires_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,3 +235,39 @@ async def update_replica(conn: AsyncConnection, id: str, *, now: datetime, **val
 async def delete_replica(conn: AsyncConnection, id: str) -> bool:
     result = await conn.execute(delete(fleet_replicas).where(_R.id == id))
     return result.rowcount == 1
+
+
+async def take_lease(
+    conn: AsyncConnection, holder: str, *, now: datetime, ttl: float, name: str = LEASE
+) -> bool:
+    """Renew the lease for `holder`, or take it when nobody holds it or its holder let it
+    expire; True when `holder` holds it until ``now + ttl``. A concurrent first insert
+    fails the transaction (StoreConflict): nobody took it then."""
+    expires = now + timedelta(seconds=ttl)
+    taken = await conn.execute(
+        update(fleet_lease)
+        .where(_L.name == name, (_L.holder == holder) | (_L.expires_at <= now))
+        .values(holder=holder, expires_at=expires)
+    )
+    if taken.rowcount == 1:
+        return True
+    if (await conn.execute(select(_L.name).where(_L.name == name))).first() is not None:
+        return False  # held by another, not expired
+    await conn.execute(insert(fleet_lease).values(name=name, holder=holder, expires_at=expires))
+    return True
+
+
+async def read_lease(conn: AsyncConnection, name: str = LEASE) -> LeaseRow | None:
+    row = (await conn.execute(select(fleet_lease).where(_L.name == name))).first()
+    return None if row is None else LeaseRow(row.holder, row.expires_at)
+
+
+async def drop_lease(
+    conn: AsyncConnection, holder: str, *, now: datetime, name: str = LEASE
+) -> bool:
+    """Give the lease up at a clean stop (it expires now), if `holder` still holds it: a
+    standby takes over at its next try instead of after the lease's length."""
+    dropped = await conn.execute(
+        update(fleet_lease).where(_L.name == name, _L.holder == holder).values(expires_at=now)
+    )
+    return dropped.rowcount == 1

@@ -17,6 +17,7 @@
     scim_resources (SCIM users and groups as the identity provider pushed them)
     users ─< scim_users, scim_grants (the users SCIM provisions, the roles it granted them)
     fleet_nodes ─< fleet_replicas (the control plane's nodes and the replicas placed on them)
+    fleet_lease (which control plane places and commands, until when)
 
 Organisations, teams and projects are disabled, never deleted, so the usage
 records that name them stay readable. Keys are ULID strings (sortable, not
@@ -66,6 +67,7 @@ __all__ = [
     "budgets",
     "claim_links",
     "counter_snapshots",
+    "fleet_lease",
     "fleet_nodes",
     "fleet_replicas",
     "keys",
@@ -491,6 +493,16 @@ fleet_replicas = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
     UniqueConstraint("node", "port"),
+)
+
+fleet_lease = Table(
+    "fleet_lease",
+    metadata,
+    # The control plane that places replicas and commands the agents: one row per lease
+    # name, held by ``holder`` until ``expires_at`` unless renewed before.
+    Column("name", String(64), primary_key=True),
+    Column("holder", String(256), nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
 )
 
 people = Table(

@@ -1,0 +1,138 @@
+"""Two control planes on one real store: only the lease holder places and sends desired
+states; the standby refuses the agents' streams and routes what the store holds; once the
+holder stops renewing (it crashed) the standby takes over with the same replicas. A
+gateway without a control plane follows the store's replicas into its registry. On
+SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from tests.fleet.test_controller import SETTINGS, SIM, Clock, make_replica, register, report
+
+from fairgate.fleet.controller import FleetController
+from fairgate.fleet.follow import StoreRoutes
+from fairgate.fleet.v1 import fleet_pb2
+from fairgate.store import Store
+from fairgate.store import fleet as rows
+from fairgate.upstream import ReplicaRegistry
+
+
+class Wall:
+    def __init__(self) -> None:
+        self.at = datetime(2026, 12, 3, 8, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.at
+
+
+def controller(store: Store, clock: Clock, wall: Wall, holder: str) -> FleetController:
+    return FleetController(
+        SETTINGS,
+        (SIM,),
+        store,
+        ReplicaRegistry([]),
+        make_replica,
+        clock=clock,
+        now=wall,
+        holder=holder,
+    )
+
+
+def routed(c: FleetController | StoreRoutes) -> list[str]:
+    return sorted(r.name for r in c.registry.replicas("chat"))
+
+
+async def test_only_the_holder_places_and_the_standby_takes_over_when_it_expires(
+    store: Store,
+) -> None:
+    clock, wall = Clock(), Wall()
+    first, second = controller(store, clock, wall, "cp-a"), controller(store, clock, wall, "cp-b")
+    await first.load()
+    await second.load()
+    assert (first.leading, second.leading) == (True, False)
+    assert not second.service._accepting()  # the standby refuses the agents' streams
+    gpu01 = await register(first, "gpu01")
+    gpu02 = await register(first, "gpu02")
+    clock.now += SETTINGS.unreachable_after
+    for seen in (gpu01, gpu02):
+        first.nodes[seen.name].last_seen = clock.now
+    await first.tick()
+    await second.tick()
+    placed = sorted(first.replicas)
+    assert len(placed) == 2
+    assert second.replicas == {} and second.service.desired("gpu01").version == 0
+    for rid in placed:
+        await report(first, gpu01 if "gpu01" in rid else gpu02, rid, "ready", pid=7)
+    await second.tick()  # the standby routes the ready replicas from the store
+    assert routed(second) == placed
+
+    # The holder keeps its lease while it renews...
+    for _ in range(4):
+        clock.now += SETTINGS.lease_ttl / 2
+        wall.at += timedelta(seconds=SETTINGS.lease_ttl / 2)
+        for node in first.nodes.values():
+            node.last_seen = clock.now  # the agents' heartbeats
+        await first.tick()
+        await second.tick()
+        assert (first.leading, second.leading) == (True, False)
+    # ...and once it stops (crashed), the standby takes the lease over after it expires.
+    wall.at += timedelta(seconds=SETTINGS.lease_ttl - 1)
+    clock.now += SETTINGS.lease_ttl - 1
+    await second.tick()
+    assert not second.leading
+    wall.at += timedelta(seconds=2)
+    clock.now += 2
+    await second.tick()
+    assert second.leading
+    assert sorted(second.replicas) == placed  # loaded, nothing placed anew
+    assert routed(second) == placed
+    running = {
+        name: [
+            fleet_pb2.ReplicaStatus(replica_id=r, state="ready", pid=7) for r in placed if name in r
+        ]
+        for name in ("gpu01", "gpu02")
+    }
+    for name in ("gpu01", "gpu02"):
+        await register(second, name, running=running[name])
+    clock.now += SETTINGS.unreachable_after
+    for name in ("gpu01", "gpu02"):
+        second.nodes[name].last_seen = clock.now
+    await second.tick()
+    assert sorted(second.replicas) == placed  # the same ids: the agents relaunch nothing
+    assert [s.replica_id for s in second.service.desired("gpu01").replicas] == [
+        rid for rid in placed if "gpu01" in rid
+    ]
+    # The old holder, back, finds the lease taken: it steps down and places nothing.
+    await first.tick()
+    assert not first.leading and first.replicas == {}
+    async with store.read() as conn:
+        lease = await rows.read_lease(conn)
+    assert lease is not None and lease.holder == "cp-b"
+
+
+async def test_a_gateway_without_a_control_plane_routes_the_stores_ready_replicas(
+    store: Store, tmp_path: Path
+) -> None:
+    clock, wall = Clock(), Wall()
+    cp = controller(store, clock, wall, "cp-a")
+    await cp.load()
+    gpu01 = await register(cp, "gpu01")
+    await register(cp, "gpu02")
+    clock.now += SETTINGS.unreachable_after
+    for node in cp.nodes.values():
+        node.last_seen = clock.now
+    await cp.tick()
+    placed = sorted(cp.replicas)
+    follower = StoreRoutes((SIM,), store, ReplicaRegistry([]), make_replica)
+    await follower.sync()
+    assert routed(follower) == []  # placed, not ready yet
+    on01 = next(rid for rid in placed if "gpu01" in rid)
+    await report(cp, gpu01, on01, "ready", pid=7)
+    await follower.sync()
+    assert routed(follower) == [on01]
+    assert follower.registry.replicas("chat")[0].url == f"http://127.0.0.1:{cp.replicas[on01].port}"
+    await cp.set_flags("gpu01", draining=True)  # its node drains: out of routing
+    await follower.sync()
+    assert routed(follower) == []
