@@ -22,6 +22,16 @@ from fairgate.fleet.v1 import fleet_pb2
 ARGV = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
+def started() -> subprocess.Popen[bytes]:
+    """ARGV running: until its exec the child still shows the test runner's command line."""
+    proc = subprocess.Popen(ARGV)
+    deadline = time.monotonic() + 30
+    while psutil.Process(proc.pid).cmdline() != ARGV:
+        assert time.monotonic() < deadline, "the child never ran ARGV"
+        time.sleep(0.01)
+    return proc
+
+
 def record_of(proc: subprocess.Popen[bytes], **changes: object) -> Record:
     process = psutil.Process(proc.pid)
     fields: dict[str, object] = {
@@ -36,7 +46,7 @@ def record_of(proc: subprocess.Popen[bytes], **changes: object) -> Record:
 
 
 def test_only_the_recorded_process_is_adopted() -> None:
-    proc = subprocess.Popen(ARGV)
+    proc = started()
     try:
         assert matching_process(record_of(proc)) is not None
         other_argv = [*ARGV[:-1], "import time; time.sleep(61)"]
@@ -54,7 +64,7 @@ def test_only_the_recorded_process_is_adopted() -> None:
 
 
 def test_a_zombie_is_not_an_engine() -> None:
-    proc = subprocess.Popen(ARGV)
+    proc = started()
     record = record_of(proc)
     proc.kill()  # not reaped: a zombie until wait()
     try:
