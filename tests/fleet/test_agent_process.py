@@ -20,34 +20,24 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.fleet.test_agent import Plane, serving, until
+from tests.fleet.plane import Plane, plane, serving, until
 from tests.inventory.test_agent_inventory_cli import fake_smi, needs_no_nvml, run_inventory
 from tests.inventory.test_inventory import smi_inventory
 from tests.redis_server import free_port
-from tests.tls_certs import Pki
 
 from fairgate.fleet.control import ControlPlaneService
 from fairgate.fleet.v1 import fleet_pb2
 from fairgate.inventory import Inventory
 
+__all__ = ["plane"]  # the fixture
+
 pytestmark = pytest.mark.slow
 
 STOP_BOUND = 15.0
 """Seconds SIGTERM may take to end the agent (generous: a loaded test machine)."""
-
-
-@pytest.fixture
-async def plane(tmp_path: Path) -> AsyncIterator[Plane]:
-    p = Plane(Pki.make(tmp_path))
-    await p.start()
-    try:
-        yield p
-    finally:
-        await p.stop()
 
 
 class AgentProcess:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.fleet.test_agent import Plane, Recording, until
+from tests.fleet.plane import Plane, Recording, until
 from tests.fleet.test_agent_process import start_agent
 from tests.inventory.test_inventory import smi_inventory
 from tests.tls_certs import Pki
