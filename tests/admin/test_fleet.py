@@ -18,12 +18,13 @@ from fairgate.core.breaker import Breaker
 from fairgate.engines import adapter_for
 from fairgate.fleet.control import NodeSeen
 from fairgate.fleet.controller import FleetController
+from fairgate.fleet.v1 import fleet_pb2
 from fairgate.inventory import Inventory
 from fairgate.store import Store
 from fairgate.tenancy import Tenancy
 from fairgate.upstream import Replica, ReplicaRegistry
 from store.backends import FakeClock
-from tenancy.world import World, build_world
+from tenancy.world import OPERATOR, World, build_world
 
 SETTINGS = ControlPlane.model_validate(
     {"tls": {"cert_file": "/nonexistent", "key_file": "/nonexistent", "client_ca_file": "/x"}}
@@ -111,6 +112,10 @@ async def test_only_a_proxy_admin_cordons_and_a_cordon_is_in_the_store(
     again = FleetController(SETTINGS, [CHAT], store, ReplicaRegistry([]), _replica)
     await again.load()
     assert again.nodes["gpu01"].cordoned  # persisted: a restart keeps it
+    events = await fleet_api.world.tenancy.audit.list(OPERATOR)
+    assert [(e.action, e.actor, e.target) for e in events if e.action.startswith("node.")] == [
+        ("node.cordoned", "user:alice", "node:gpu01")
+    ]
     unknown = await fleet_api.client.post(
         "/admin/nodes/gpu99/cordon", headers=fleet_api.headers("alice")
     )
@@ -121,3 +126,46 @@ async def test_only_a_proxy_admin_cordons_and_a_cordon_is_in_the_store(
     )
     assert wrong.status_code in (400, 404, 422)
     assert "error" in wrong.json()
+
+
+async def test_a_proxy_admin_restarts_a_crash_looping_replica_and_it_is_audited(
+    fleet_api: FleetApi,
+) -> None:
+    controller = fleet_api.controller
+    controller._settle_until = 0.0  # past the wait for the agents to register
+    await controller.tick()
+    [placed] = controller.replicas_view()
+    looping = fleet_pb2.ReplicaStatus(
+        replica_id=placed["id"], state="crash_loop", restarts=6, exit_code=2, tail=["bad flag"]
+    )
+    seen = NodeSeen("gpu01", Inventory(source="recorded"), {}, [], 0.0, address="10.0.0.7")
+    await controller.received(seen, fleet_pb2.AgentMessage(status=looping))
+    assert controller.replicas_view()[0]["state"] == "crash_loop"
+    path = f"/admin/replicas/{placed['id']}/restart"
+
+    refused = await fleet_api.client.post(path, headers=fleet_api.headers("pat"))
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "forbidden"
+    assert controller.replicas_view()[0]["generation"] == 0
+
+    done = await fleet_api.client.post(path, headers=fleet_api.headers("alice"))
+    assert done.status_code == 200, done.text
+    body = done.json()
+    assert (body["state"], body["generation"], body["restarts"], body["detail"]) == (
+        "placed",
+        1,
+        0,
+        "",
+    )
+    [spec] = controller.service.desired("gpu01").replicas
+    assert spec.generation == 1  # what makes the agent launch it afresh
+    events = await fleet_api.world.tenancy.audit.list(OPERATOR)
+    [event] = [e for e in events if e.action == "replica.restarted"]
+    assert (event.actor, event.target) == ("user:alice", f"replica:{placed['id']}")
+
+    unknown = await fleet_api.client.post(
+        "/admin/replicas/chat-gpu99-1/restart", headers=fleet_api.headers("alice")
+    )
+    assert unknown.status_code == 404
+    error = unknown.json()["error"]
+    assert (error["code"], error["type"]) == ("replica_not_found", "not_found_error")

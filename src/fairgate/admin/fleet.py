@@ -1,10 +1,11 @@
-"""The fleet on the admin API: ``GET /admin/placement``, ``/admin/nodes``, ``/admin/replicas``
-and ``POST /admin/nodes/{name}/cordon|uncordon|drain``.
+"""The fleet on the admin API: ``GET /admin/placement``, ``/admin/nodes``, ``/admin/replicas``,
+``POST /admin/nodes/{name}/cordon|uncordon|drain`` and ``POST /admin/replicas/{id}/restart``.
 
 Present only when the gateway runs the control plane (``control_plane:``). Reading is
-for proxy admins and viewers, changing a node for proxy admins (403 otherwise);
-an unknown node is 404. Cordon, uncordon and drain are written to the store, so they
-survive a restart and reach the control plane from ``fairgate nodes`` too.
+for proxy admins and viewers, changing a node or restarting a replica for proxy admins
+(403 otherwise); an unknown node or replica is 404. Cordon, uncordon, drain and restart
+are written to the store with their audit event, so they survive a restart and reach
+the control plane from ``fairgate nodes`` and ``fairgate replicas`` too.
 
 (No ``from __future__ import annotations``: FastAPI reads these annotations at run time.)
 """
@@ -15,7 +16,7 @@ from fastapi import APIRouter
 
 from fairgate.admin.endpoints.context import Caller
 from fairgate.core.errors import Forbidden, NotFound
-from fairgate.fleet.controller import FleetController, NodeFlagsError
+from fairgate.fleet.controller import FleetController, NodeFlagsError, ReplicaNotFound
 from fairgate.tenancy import Actor
 
 __all__ = ["fleet_router"]
@@ -57,8 +58,24 @@ def fleet_router(controller: FleetController) -> APIRouter:
         if not actor.root_admin:
             raise Forbidden("changing a node is for proxy admins", code="forbidden")
         try:
-            return await controller.set_flags(name, **_ACTIONS[action])
+            return await controller.set_flags(
+                name, **_ACTIONS[action], actor=actor.name, remote=actor.remote
+            )
         except NodeFlagsError:
             raise NotFound(f"no node {name!r} has registered", code="node_not_found") from None
+
+    @router.post(
+        "/replicas/{replica_id}/restart",
+        summary="Restart a replica: a higher generation, out of crash_loop, relaunched",
+    )
+    async def restart(replica_id: str, actor: Caller) -> dict[str, Any]:
+        if not actor.root_admin:
+            raise Forbidden("restarting a replica is for proxy admins", code="forbidden")
+        try:
+            return await controller.restart(replica_id, actor=actor.name, remote=actor.remote)
+        except ReplicaNotFound:
+            raise NotFound(
+                f"no replica {replica_id!r} is placed", code="replica_not_found"
+            ) from None
 
     return router

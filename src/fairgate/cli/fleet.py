@@ -1,15 +1,17 @@
-"""``fairgate nodes list|cordon|uncordon|drain`` and ``fairgate replicas list``: the fleet.
+"""``fairgate nodes list|cordon|uncordon|drain`` and ``fairgate replicas list|restart``: the fleet.
 
 They read and write the store the configuration names, as the control plane last wrote
 it (states, replicas) — the gateway need not be running. Cordon, uncordon and drain
-are persisted flags: the control plane reads them within a second (it re-reads the
-flags on every tick), and they survive its restarts. ``GET /admin/nodes`` and
+are persisted flags, and a restart a persisted generation: the control plane reads them
+within a second (it re-reads them on every tick), and they survive its restarts. Each
+change is audited as the operator (``operator:<login name>``). ``GET /admin/nodes`` and
 ``/admin/replicas`` show the same with what only the running control plane knows
 (whether the agent is connected, how long it has been silent, routing).
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -23,7 +25,10 @@ NODES_HELP = (
     "The fleet's nodes (agents that registered with the control plane): list them, "
     "cordon (no new replicas), drain (cordon and move its replicas away), uncordon."
 )
-REPLICAS_HELP = "The replicas the control plane placed on the fleet's nodes."
+REPLICAS_HELP = (
+    "The replicas the control plane placed on the fleet's nodes: list them, restart one "
+    "(the way out of crash_loop)."
+)
 
 nodes_app = typer.Typer(help=NODES_HELP, no_args_is_help=True)
 replicas_app = typer.Typer(help=REPLICAS_HELP, no_args_is_help=True)
@@ -41,7 +46,18 @@ _NODE_COLUMNS = (
     "last_heartbeat_at",
     "desired_version",
 )
-_REPLICA_COLUMNS = ("id", "model", "node", "gpus", "port", "state", "restarts", "pid", "detail")
+_REPLICA_COLUMNS = (
+    "id",
+    "model",
+    "node",
+    "gpus",
+    "port",
+    "state",
+    "generation",
+    "restarts",
+    "pid",
+    "detail",
+)
 
 
 @nodes_app.command("list")
@@ -59,9 +75,16 @@ def list_nodes(config: ConfigOption = None, as_json: Json = False) -> None:
 def _flag(config: Any, name: str, cordoned: bool, draining: bool | None, what: str) -> None:
     from fairgate.store import fleet
 
-    async def work(t: Any, _: Any) -> Any:
+    async def work(t: Any, actor: Any) -> Any:
         async with t.store.write() as conn:
-            return await fleet.set_flags(conn, name, cordoned=cordoned, draining=draining)
+            return await fleet.set_flags(
+                conn,
+                name,
+                cordoned=cordoned,
+                draining=draining,
+                actor=actor.name,
+                now=datetime.now(UTC),
+            )
 
     if run(config, work) is None:
         raise fail(f"no node {name!r} has registered")
@@ -101,3 +124,26 @@ def list_replicas(
             return await fleet.list_replicas(conn, model=model)
 
     show(run(config, work), _REPLICA_COLUMNS, as_json=as_json, title="Replicas")
+
+
+@replicas_app.command("restart")
+def restart(
+    replica: Annotated[str, typer.Argument(help="The replica's id (fairgate replicas list).")],
+    config: ConfigOption = None,
+    as_json: Json = False,
+) -> None:
+    """Restart a replica: its generation is raised and its failures cleared, so its agent
+    stops what runs (a crash loop included) and launches it afresh with a fresh restart
+    count. The way out of crash_loop once its cause is fixed."""
+    from fairgate.store import fleet
+
+    async def work(t: Any, actor: Any) -> Any:
+        async with t.store.write() as conn:
+            return await fleet.restart_replica(
+                conn, replica, now=datetime.now(UTC), actor=actor.name
+            )
+
+    row = run(config, work)
+    if row is None:
+        raise fail(f"no replica {replica!r} is placed")
+    show([row], _REPLICA_COLUMNS, as_json=as_json, title="Replica restarted")

@@ -62,7 +62,7 @@ from fairgate.store import fleet as rows
 from fairgate.upstream.registry import ReplicaRegistry
 from fairgate.upstream.replica import Replica
 
-__all__ = ["FleetController", "NodeFlagsError"]
+__all__ = ["FleetController", "NodeFlagsError", "ReplicaNotFound"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,10 @@ _REFUSED_FOR = 30.0
 
 class NodeFlagsError(LookupError):
     """No node of that name has registered."""
+
+
+class ReplicaNotFound(LookupError):
+    """No placed replica has that id."""
 
 
 @dataclass(slots=True)
@@ -107,6 +111,7 @@ class _Placed:
     pid: int = 0
     detail: str = ""
     drain: bool = False
+    generation: int = 0
     routed: Replica | None = field(default=None, repr=False)
 
 
@@ -218,7 +223,16 @@ class FleetController:
             if r.model not in self.models or r.node not in self.nodes:
                 continue  # a model no longer deployed: its node is told on connect
             placed = _Placed(
-                r.id, r.model, r.node, r.gpus, r.port, r.state, r.restarts, r.pid, r.detail
+                r.id,
+                r.model,
+                r.node,
+                r.gpus,
+                r.port,
+                r.state,
+                r.restarts,
+                r.pid,
+                r.detail,
+                generation=r.generation,
             )
             self.replicas[r.id] = placed
             if r.state == _ROUTED_STATE and self.nodes[r.node].state != "lost":
@@ -389,6 +403,11 @@ class FleetController:
 
     async def _apply(self, placed: _Placed, status: fleet_pb2.ReplicaStatus) -> None:
         """A state its agent reported: routing follows, the store records it."""
+        if status.generation < placed.generation and not placed.drain:
+            # What the agent still runs (or reports) is from before an operator's restart:
+            # out of routing until the new generation reports.
+            self._unroute(placed)
+            return
         changed = (placed.state, placed.pid, placed.restarts) != (
             status.state,
             status.pid,
@@ -494,12 +513,27 @@ class FleetController:
             await self._heard()
 
     async def _read_flags(self) -> None:
+        """The operator's acts from the store: node flags and replica restarts (written
+        by the admin API or by `fairgate nodes` / `fairgate replicas` in another process)."""
         async with self.store.read() as conn:
             stored = {row.name: row for row in await rows.list_nodes(conn)}
+            generations = {r.id: r.generation for r in await rows.list_replicas(conn)}
         for name, node in self.nodes.items():
             row = stored.get(name)
             if row is not None:
                 node.cordoned, node.draining = row.cordoned, row.draining
+        for placed in self.replicas.values():
+            generation = generations.get(placed.id, placed.generation)
+            if generation > placed.generation:
+                placed.generation = generation
+                placed.state, placed.restarts, placed.detail = "placed", 0, ""
+                self._unroute(placed)
+                log.info(
+                    "replica %s on %s restarted by an operator (generation %d)",
+                    placed.id,
+                    placed.node,
+                    generation,
+                )
 
     async def _states(self) -> None:
         now = self._clock()
@@ -680,6 +714,7 @@ class FleetController:
                     api_key_ref=str(key) if key is not None else "",
                     drain=placed.drain,
                     host=self.settings.engine_host,
+                    generation=placed.generation,
                 )
             )
         return specs
@@ -711,15 +746,48 @@ class FleetController:
     # --- the operator's side ------------------------------------------------------------
 
     async def set_flags(
-        self, name: str, *, cordoned: bool | None = None, draining: bool | None = None
+        self,
+        name: str,
+        *,
+        cordoned: bool | None = None,
+        draining: bool | None = None,
+        actor: str | None = None,
+        remote: str | None = None,
     ) -> dict[str, Any]:
-        """Cordon, uncordon or drain a node (persisted); its view after the change."""
+        """Cordon, uncordon or drain a node (persisted, audited with `actor`); its view
+        after the change."""
         async with self.store.write() as conn:
-            row = await rows.set_flags(conn, name, cordoned=cordoned, draining=draining)
+            row = await rows.set_flags(
+                conn,
+                name,
+                cordoned=cordoned,
+                draining=draining,
+                actor=actor,
+                remote=remote,
+                now=self._now(),
+            )
         if row is None:
             raise NodeFlagsError(name)
         await self.tick()
         return self.node_view(self.nodes[name]) if name in self.nodes else _row_view(row)
+
+    async def restart(
+        self, replica_id: str, *, actor: str, remote: str | None = None
+    ) -> dict[str, Any]:
+        """An operator's restart (persisted and audited): a higher generation, sent at
+        once; its agent stops what runs, a crash loop included, and launches it afresh
+        with a fresh restart count. Its view after the change."""
+        if replica_id not in self.replicas:
+            raise ReplicaNotFound(replica_id)
+        async with self.store.write() as conn:
+            row = await rows.restart_replica(
+                conn, replica_id, now=self._now(), actor=actor, remote=remote
+            )
+        if row is None:
+            raise ReplicaNotFound(replica_id)
+        await self.tick()
+        placed = self.replicas.get(replica_id)
+        return self.replica_view(placed) if placed is not None else {"id": replica_id}
 
     def node_view(self, node: _Node) -> dict[str, Any]:
         return {
@@ -754,6 +822,7 @@ class FleetController:
             "routed": placed.routed is not None,
             "healthy": placed.routed.healthy if placed.routed is not None else None,
             "draining": placed.drain,
+            "generation": placed.generation,
             "restarts": placed.restarts,
             "pid": placed.pid,
             "detail": placed.detail,

@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairgate.store.audit_events import insert_event
 from fairgate.store.tables import fleet_lease, fleet_nodes, fleet_replicas
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "list_nodes",
     "list_replicas",
     "read_lease",
+    "restart_replica",
     "save_node",
     "set_flags",
     "take_lease",
@@ -87,6 +89,7 @@ class ReplicaRow:
     desired_version: int
     created_at: datetime
     updated_at: datetime
+    generation: int = 0
 
 
 def _node(row: Any) -> NodeRow:
@@ -119,6 +122,7 @@ def _replica(row: Any) -> ReplicaRow:
         desired_version=row.desired_version,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        generation=row.generation,
     )
 
 
@@ -176,8 +180,13 @@ async def set_flags(
     *,
     cordoned: bool | None = None,
     draining: bool | None = None,
+    actor: str | None = None,
+    remote: str | None = None,
+    now: datetime | None = None,
 ) -> NodeRow | None:
-    """The operator's flags of a node; None when no node has that name."""
+    """The operator's flags of a node; None when no node has that name. With ``actor``
+    (and ``now``) the change is audited: ``node.drained``, ``node.cordoned`` or
+    ``node.uncordoned``."""
     values: dict[str, bool] = {}
     if cordoned is not None:
         values["cordoned"] = cordoned
@@ -186,7 +195,14 @@ async def set_flags(
     if values:
         await conn.execute(update(fleet_nodes).where(_N.name == name).values(**values))
     row = (await conn.execute(select(fleet_nodes).where(_N.name == name))).first()
-    return None if row is None else _node(row)
+    if row is None:
+        return None
+    if actor is not None and now is not None and values:
+        action = "node.drained" if draining else "node.cordoned" if cordoned else "node.uncordoned"
+        await insert_event(
+            conn, at=now, actor=actor, action=action, target=f"node:{name}", remote=remote
+        )
+    return _node(row)
 
 
 async def list_replicas(conn: AsyncConnection, *, model: str | None = None) -> list[ReplicaRow]:
@@ -271,3 +287,37 @@ async def drop_lease(
         update(fleet_lease).where(_L.name == name, _L.holder == holder).values(expires_at=now)
     )
     return dropped.rowcount == 1
+
+
+async def restart_replica(
+    conn: AsyncConnection, id: str, *, now: datetime, actor: str, remote: str | None = None
+) -> ReplicaRow | None:
+    """An operator's restart, audited as ``replica.restarted``: the generation raised,
+    the failure and its restart count cleared (the state back to ``placed`` until its
+    agent reports); None when no replica has that id. The control plane sends the new
+    generation, and the agent stops what runs under the old one (a crash loop included)
+    and launches it afresh."""
+    result = await conn.execute(
+        update(fleet_replicas)
+        .where(_R.id == id)
+        .values(
+            generation=_R.generation + 1,
+            state="placed",
+            restarts=0,
+            detail="",
+            updated_at=now,
+        )
+    )
+    if result.rowcount != 1:
+        return None
+    replica = _replica((await conn.execute(select(fleet_replicas).where(_R.id == id))).one())
+    await insert_event(
+        conn,
+        at=now,
+        actor=actor,
+        action="replica.restarted",
+        target=f"replica:{id}",
+        remote=remote,
+        detail={"model": replica.model, "node": replica.node, "generation": replica.generation},
+    )
+    return replica

@@ -479,7 +479,8 @@ fleet_replicas = Table(
     "fleet_replicas",
     metadata,
     # A replica of a ``deploy:`` model placed on a node: its GPUs and port there, the state
-    # its agent last reported (placed until then), restarts and pid as reported.
+    # its agent last reported (placed until then), restarts and pid as reported, and its
+    # generation: raised by an operator's restart, which makes the agent launch it afresh.
     Column("id", String(NAME_LENGTH), primary_key=True),
     Column("model", String(NAME_LENGTH), nullable=False, index=True),
     Column("node", String(NAME_LENGTH), ForeignKey("fleet_nodes.name"), nullable=False),
@@ -490,6 +491,7 @@ fleet_replicas = Table(
     Column("pid", Integer, nullable=False),
     Column("detail", Text, nullable=False),
     Column("desired_version", BigInteger, nullable=False),
+    Column("generation", Integer, nullable=False, server_default="0"),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
     UniqueConstraint("node", "port"),
