@@ -43,8 +43,6 @@ from fairgate.admission import (
     CapacityTracker,
     SaturationDetector,
 )
-from fairgate.admission.capacity import starting_capacities
-from fairgate.admission.saturation import replica_key
 from fairgate.auth import (
     Authenticator,
     AuthGuard,
@@ -73,7 +71,6 @@ from fairgate.core.clock import Clock, SystemClock
 from fairgate.core.errors import StoreUnavailable
 from fairgate.core.limits import Limits
 from fairgate.core.principal import Principal
-from fairgate.core.replica import ReplicaSnapshot
 from fairgate.core.route_classes import RouteClass, RouteRules
 from fairgate.engines import EngineAdapter, adapter_for
 from fairgate.fairshare import FairShare
@@ -149,6 +146,7 @@ from fairgate.upstream import (
     UpstreamSessions,
 )
 from fairgate.upstream.pool_capacity import PoolCapacity
+from fairgate.upstream.pool_members import PoolMembers, Seating
 from fairgate.vault import refresher_for
 from fairgate.web import build_web
 
@@ -227,12 +225,15 @@ class Gateway:
             on_unavailable=lambda outcome: self.metrics.state_unavailable.labels(outcome).inc(),
         )
         self.fairshare = _fairshare(config)
-        _assign_seats(config, self.registry)
-        self.pool_capacity = _pool_capacity(config, self.fairshare, self.registry, clock)
+        # the one follower of the replicas joining and leaving routing: seats, C, and the
+        # replicas admission, the dispatcher and the capacity learner read
+        self.members = _pool_members(config, self.registry, self.fairshare)
+        self.pool_capacity = _pool_capacity(config, self.fairshare, self.members, clock)
         bands = _bands(config)
         self.admission = self._admission(config, clock, bands, adapters)
         fair_requests = self.metrics.fairshare_requests
         self.dispatcher = self._dispatcher(config, clock)
+        self.members.on_change(self._replicas_changed)
         self.alerter = _alerter(config, self.store, clock, self.metrics.alerts)
         self.budgets = BudgetKeeper(
             read=lambda: self.tenancy.budgets.book(),
@@ -779,6 +780,15 @@ class Gateway:
         """False while the state back end failed its last call, for limits or fair share."""
         return self.limit.available and self.admit.available
 
+    def _replicas_changed(self, group: str) -> None:
+        """A pool's replicas changed (the fleet routed or removed one): who waits in its
+        admission queue or its dispatcher is looked at now, not at the next re-check."""
+        controller = self.admission.get(group)
+        if controller is not None:
+            controller.recheck()
+        if self.dispatcher is not None:
+            self.dispatcher.freed(group)
+
     def _dispatcher(self, config: Config, clock: SystemClock) -> Dispatcher | None:
         """Borrowers held while their pool is full (``fairshare.hold_borrowers``), each
         replica's batch capacity learned from its ``running`` from its seats upwards."""
@@ -787,11 +797,9 @@ class Gateway:
             return None
         pools = {}
         for pool in config.pools:
-            replicas = _pool_replicas(config, self.registry, pool.name)
-            starts = {replica_key(r.snapshot()): max(1.0, r.seats or 1.0) for r in replicas}
-            pools[pool.name] = PoolEngines(
-                _snapshots(replicas), CapacityTracker(1, initial_by_replica=starts)
-            )
+            tracker = CapacityTracker(1)
+            self.members.follow(pool.name, tracker)  # from its seats, at least 1
+            pools[pool.name] = PoolEngines(self.members.snapshots(pool.name), tracker)
         return Dispatcher(
             pools,
             ranks=lambda pool, orgs: self.admit.ranks_now(pool, orgs),
@@ -819,18 +827,10 @@ class Gateway:
             members.setdefault(m.pool or m.name, []).append(m)
         controllers = {}
         for pool, models in members.items():
-            replicas = [r for m in models for r in self.registry.replicas(m.name)]
-            declared = config.pool(pool)
-            starts = starting_capacities(
-                [(replica_key(r.snapshot()), r.weight) for r in replicas],
-                pool_start=None if declared is None else declared.start,
-                fixed=a.replica_capacity,
-            )
+            tracker = CapacityTracker(a.replica_capacity or 1)
+            self.members.follow(pool, tracker, a.replica_capacity)
             detector = SaturationDetector(
-                _snapshots(replicas),
-                CapacityTracker(a.replica_capacity or 1, initial_by_replica=starts),
-                clock,
-                kv_limit=a.kv_limit,
+                self.members.snapshots(pool), tracker, clock, kv_limit=a.kv_limit
             )
             takes_priority = config.fairshare.send_priority and all(
                 adapters[m.engine].sends_priority for m in models
@@ -868,10 +868,6 @@ async def _retry_source(source: KeySource) -> None:
             wait = min(wait * 2, 60.0)
         else:
             log.info("jwt: issuer %s answers now; its tokens are verified", source.issuer)
-
-
-def _snapshots(replicas: list[Replica]) -> Callable[[], list[ReplicaSnapshot]]:
-    return lambda: [r.snapshot() for r in replicas]
 
 
 def _alerter(config: Config, store: Store, clock: SystemClock, counter: Counter) -> Alerter:
@@ -1002,23 +998,32 @@ def _fairshare(config: Config) -> FairShare | None:
     )
 
 
-def _pool_replicas(config: Config, registry: ReplicaRegistry, pool: str) -> list[Replica]:
-    """The replicas of every model of ``pool``."""
-    return [r for m in config.models if m.pool == pool for r in registry.replicas(m.name)]
-
-
-def _assign_seats(config: Config, registry: ReplicaRegistry) -> None:
-    """Each replica of a pool's models gets its part of the pool's capacity C, by weight:
-    the requests it runs without preemption, which fair-share routing fills first."""
+def _pool_members(
+    config: Config, registry: ReplicaRegistry, policy: FairShare | None
+) -> PoolMembers:
+    """Each pool's replicas as routing has them (a model without a pool is its own group);
+    each replica of a pool gets its part of the pool's capacity C by weight among every
+    replica the pool is meant to have (a ``deploy:`` model's wanted replicas weigh 1 each):
+    the requests it runs without preemption, which fair-share routing fills first. A pool
+    of fixed capacity with ``deploy:`` models has as C the seats of its routed replicas."""
+    seating = {}
     for pool in config.pools:
-        replicas = _pool_replicas(config, registry, pool.name)
-        weight = sum(r.weight for r in replicas)
-        for replica in replicas:
-            replica.seats = pool.start * replica.weight / weight
+        models = [m for m in config.models if m.pool == pool.name]
+        seating[pool.name] = Seating(
+            pool.start,
+            wanted_weight=sum(
+                sum(u.weight for u in m.upstreams) + (m.deploy.replicas if m.deploy else 0)
+                for m in models
+            ),
+            follows=not pool.learned and any(m.deploy is not None for m in models),
+            learned=pool.learned,
+        )
+    groups = {m.name: m.pool or m.name for m in config.models}
+    return PoolMembers(registry, groups, seating, policy)
 
 
 def _pool_capacity(
-    config: Config, policy: FairShare | None, registry: ReplicaRegistry, clock: Clock
+    config: Config, policy: FairShare | None, members: PoolMembers, clock: Clock
 ) -> PoolCapacity | None:
     """A learner for each pool of ``capacity: auto``; None when there is none."""
     learned = [p for p in config.pools if p.learned]
@@ -1036,8 +1041,7 @@ def _pool_capacity(
             # metrics unknown this long (the scraper's stale_after): the replica drops out
             hold=3 * config.health.interval,
         )
-        replicas = _pool_replicas(config, registry, pool.name)
-        pools[pool.name] = (learner, replicas)
+        pools[pool.name] = (learner, members.replicas(pool.name))  # live: follows the fleet
     return PoolCapacity(policy, pools, clock=clock.monotonic)
 
 

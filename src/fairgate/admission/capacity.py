@@ -130,6 +130,16 @@ class CapacityTracker:
             del self._learned[key]
             self._view.pop(key, None)
 
+    def set_starts(self, starts: Mapping[str, float]) -> None:
+        """Replace ``initial_by_replica`` (a pool's replicas change at run time: the fleet
+        places and removes them). A new start applies to a replica from its first
+        observation, and when its capacity is forgotten; one learned already keeps its
+        value. Raises ``ValueError`` on a start that is not > 0."""
+        for key, value in starts.items():
+            if not value > 0:
+                raise ValueError(f"initial capacity of {key} must be > 0, got {value!r}")
+        self._starts = {key: float(value) for key, value in starts.items()}
+
     def start(self, key: str) -> float:
         """Where the replica ``key`` starts, and returns to when forgotten."""
         return self._starts.get(key, self.initial)
@@ -145,13 +155,18 @@ class CapacityTracker:
 
 
 def starting_capacities(
-    replicas: Sequence[tuple[str, float]], *, pool_start: float | None, fixed: float | None
+    replicas: Sequence[tuple[str, float]],
+    *,
+    pool_start: float | None,
+    fixed: float | None,
+    total_weight: float | None = None,
 ) -> dict[str, float]:
     """Each replica's batch capacity before anything is learned, by replica key, from
     ``(key, weight)`` pairs: ``fixed`` when the operator set one
     (``admission.replica_capacity``); else the replica's part of its pool's starting
-    capacity ``pool_start`` by weight (at least 1); else 1."""
-    total = sum(weight for _, weight in replicas) or 1
+    capacity ``pool_start`` by weight (at least 1) among ``total_weight`` (the weights of
+    every replica the pool is meant to have; default: those given); else 1."""
+    total = (sum(weight for _, weight in replicas) if total_weight is None else total_weight) or 1
     return {
         key: fixed
         if fixed is not None

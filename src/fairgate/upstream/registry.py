@@ -76,7 +76,9 @@ class ReplicaRegistry:
     ``prefix_blocks`` bounds each replica's entry in a model's prefix index;
     ``fair_share`` turns share-aware routing on (see the module docstring).
     Methods are synchronous and meant for one event loop; ``lease`` is the way
-    the proxy counts a request in flight.
+    the proxy counts a request in flight. ``subscribe`` tells a listener of every
+    ``add`` and ``remove`` (what follows a model's replicas at run time:
+    ``fairgate.upstream.pool_members``).
     """
 
     def __init__(
@@ -107,6 +109,16 @@ class ReplicaRegistry:
         self._rng = rng or random.Random()
         self._on_decision = on_decision
         self._log_decisions = log_decisions
+        self._listeners: list[Callable[[str], None]] = []
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(model)`` after each replica of ``model`` joins or leaves routing,
+        synchronously, in the order subscribed."""
+        self._listeners.append(listener)
+
+    def _changed(self, model: str) -> None:
+        for listener in self._listeners:
+            listener(model)
 
     def _strategy_of(self, model: str) -> Strategy:
         strategy = self._strategies.get(model, preset("chat"))
@@ -124,6 +136,7 @@ class ReplicaRegistry:
         routing.replicas = (*routing.replicas, replica)
         routing.by_name[replica.name] = replica
         self._all = (*self._all, replica)
+        self._changed(replica.model)
 
     def remove(self, model: str, name: str) -> Replica | None:
         """Stop routing new requests to a replica (requests in flight there finish); the
@@ -134,6 +147,7 @@ class ReplicaRegistry:
             return None
         routing.replicas = tuple(r for r in routing.replicas if r is not replica)
         self._all = tuple(r for r in self._all if r is not replica)
+        self._changed(model)
         return replica
 
     def models(self) -> Sequence[str]:
