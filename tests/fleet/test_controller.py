@@ -22,6 +22,7 @@ from fairgate.fleet.controller import FleetController
 from fairgate.fleet.v1 import fleet_pb2
 from fairgate.inventory import Inventory
 from fairgate.store import Store, upgrade
+from fairgate.store import fleet as rows
 from fairgate.upstream import Replica, ReplicaRegistry
 
 SETTINGS = ControlPlane.model_validate(
@@ -292,3 +293,52 @@ async def test_a_node_whose_slurm_allocation_ends_soon_is_drained_and_explained(
     assert [r["node"] for r in controller.replicas_view()] == ["gpu02", "gpu02"]
     [node01] = [n for n in controller.nodes_view() if n["name"] == "gpu01"]
     assert node01["replicas"] == []
+
+
+async def test_a_stop_its_agent_acknowledges_places_the_replica_elsewhere_at_once(
+    store: Store,
+) -> None:
+    """An agent stopping its engines as it shuts down (--stop-engines) reports each one
+    stopped: that acknowledgement is the fence, so the replica is placed on another node
+    at once, without the node being lost first, and not on its own node until its agent
+    registers again."""
+    clock = Clock()
+    controller = await started(store, clock)
+    gpu01 = await register(controller, "gpu01")
+    await register(controller, "gpu02")
+    await settled(controller, clock)
+    on01 = next(r["id"] for r in controller.replicas_view() if r["node"] == "gpu01")
+    await report(controller, gpu01, on01, "ready", pid=11)
+    await report(controller, gpu01, on01, "stopped")
+    await controller.tick()
+    assert on01 not in {r["id"] for r in controller.replicas_view()}
+    assert [r["node"] for r in controller.replicas_view()] == ["gpu02", "gpu02"]
+    assert controller.registry.replicas("chat") == ()
+    assert [n["state"] for n in controller.nodes_view()] == ["healthy", "healthy"]
+    async with store.read() as conn:
+        stored = await rows.list_replicas(conn)
+    assert [r.node for r in stored] == ["gpu02", "gpu02"]
+
+    # Its agent comes back: the node takes replicas again (here: none is missing).
+    await register(controller, "gpu01")
+    assert not controller.nodes["gpu01"].stopping
+
+
+async def test_without_an_acknowledged_stop_a_silent_node_keeps_its_replica_until_lost(
+    store: Store,
+) -> None:
+    """The other rule stays: an agent that goes silent without reporting a stop keeps its
+    replica placed on its node until the node is lost."""
+    clock = Clock()
+    controller = await started(store, clock)
+    gpu01 = await register(controller, "gpu01")
+    await register(controller, "gpu02")
+    await settled(controller, clock)
+    on01 = next(r["id"] for r in controller.replicas_view() if r["node"] == "gpu01")
+    await report(controller, gpu01, on01, "ready", pid=11)
+    controller.disconnected(gpu01)
+    clock.now += SETTINGS.unreachable_after + 1
+    controller.nodes["gpu02"].last_seen = clock.now
+    await controller.tick()
+    assert controller.nodes["gpu01"].state == "unreachable"
+    assert on01 in {r["id"] for r in controller.replicas_view()}

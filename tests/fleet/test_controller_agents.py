@@ -1,11 +1,14 @@
 """The control plane (`FleetController` on a real store, its gRPC server with mutual TLS)
 and real agents in one process, launching the simulated engine: an operator's restart
-taking a replica out of crash_loop once its cause is fixed."""
+taking a replica out of crash_loop once its cause is fixed; an agent stopping its
+engines as it shuts down, its acknowledged stops letting the control plane place the
+replicas elsewhere at once."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -68,15 +71,15 @@ class Fleet:
         self.directory = directory
         self.store = store
         self.plane = Plane(Pki.make(directory), free_port())
-        first = free_port()
+        first = random.randrange(40000, 50000, 20)
         self.settings = ControlPlane.model_validate(
             {
                 "listen": {"host": "127.0.0.1", "port": self.plane.port},
                 "tls": {"cert_file": "/x", "key_file": "/x", "client_ca_file": "/x"},
                 "heartbeat_interval": 0.2,
                 "unreachable_after": 0.6,
-                "lost_after": 5.0,
-                "ports": {"first": first, "last": first},
+                "lost_after": 60.0,
+                "ports": {"first": first, "last": first + 19},
             }
         )
         self.controller: FleetController | None = None
@@ -203,3 +206,23 @@ async def test_a_crash_looping_replica_restarted_by_the_operator_serves_once_fix
         check=False,
     )
     assert unknown.returncode == 1 and "no replica 'chat-cpu09-1' is placed" in unknown.stderr
+
+
+async def test_an_agent_stopping_its_engines_has_them_placed_elsewhere_before_its_node_is_lost(
+    fleet: Fleet,
+) -> None:
+    controller = await fleet.start(sim(replicas=2))
+    leaving = fleet.agent("cpu01")
+    fleet.agent("cpu02")
+    await until(
+        lambda: sorted(states(controller)) == [("cpu01", "ready", 0), ("cpu02", "ready", 0)],
+        timeout=60,
+    )
+    await leaving.stop(stop_engines=True)  # as on SIGTERM with --stop-engines
+    await until(
+        lambda: states(controller) == [("cpu02", "ready", 0), ("cpu02", "ready", 0)],
+        timeout=30,
+    )
+    # Placed again on the acknowledged stop, not on the node being lost (lost_after 60 s).
+    assert controller.nodes["cpu01"].state != "lost"
+    assert len(controller.registry.replicas("chat")) == 2

@@ -50,6 +50,9 @@ __all__ = ["Agent"]
 
 log = logging.getLogger(__name__)
 
+_CLOSE_WAIT = 5.0
+"""How long a stopping agent waits for its last statuses to reach the control plane."""
+
 
 class _Outgoing:
     """The stream's request iterator: the messages queued for this session.
@@ -57,14 +60,17 @@ class _Outgoing:
     A class, not an async generator: gRPC closes the iterator from another task when
     the call ends, and closing a generator that is suspended in `get()` fails."""
 
-    def __init__(self, queue: asyncio.Queue[fleet_pb2.AgentMessage]) -> None:
+    def __init__(self, queue: asyncio.Queue[fleet_pb2.AgentMessage | None]) -> None:
         self._queue = queue
 
     def __aiter__(self) -> _Outgoing:
         return self
 
     async def __anext__(self) -> fleet_pb2.AgentMessage:
-        return await self._queue.get()
+        message = await self._queue.get()
+        if message is None:  # the agent closes its side: what was queued went first
+            raise StopAsyncIteration
+        return message
 
 
 class Agent:
@@ -107,7 +113,8 @@ class Agent:
         self._sent_inventory = ""
         self._stopping = asyncio.Event()
         self._call: grpc.aio.StreamStreamCall | None = None
-        self._outbox: asyncio.Queue[fleet_pb2.AgentMessage] = asyncio.Queue()
+        self._outbox: asyncio.Queue[fleet_pb2.AgentMessage | None] = asyncio.Queue()
+        self._session_ended = asyncio.Event()
         self.replicas: dict[str, tuple[fleet_pb2.ReplicaSpec, Supervisor]] = {}
         self.applied_version = 0
         self.heartbeat_interval = 5.0
@@ -161,12 +168,20 @@ class Agent:
                 await asyncio.wait_for(self._stopping.wait(), delay)
 
     async def stop(self, *, stop_engines: bool = False) -> None:
-        """End the stream at once; with `stop_engines`, drain and stop every replica too."""
+        """End the stream at once; with `stop_engines`, drain and stop every replica first,
+        each stop reported on the open stream, which is then closed once what was queued
+        has gone (at most `_CLOSE_WAIT` s): the control plane takes the acknowledged stops
+        as the fence that lets it place those replicas elsewhere at once."""
         self._stopping.set()
-        if self._call is not None:
-            self._call.cancel()
         if stop_engines:
             await self.stop_engines()
+            if self._call is not None:
+                self._session_ended.clear()
+                self._outbox.put_nowait(None)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._session_ended.wait(), _CLOSE_WAIT)
+        if self._call is not None:
+            self._call.cancel()
 
     async def _session(self) -> None:
         async with grpc.aio.secure_channel(
@@ -187,7 +202,7 @@ class Agent:
                     message = await call.read()
                     if message == grpc.aio.EOF:
                         return
-                    if message.HasField("desired"):
+                    if message.HasField("desired") and not self._stopping.is_set():
                         if fresh:  # the control plane accepted the registration
                             log.info("registered with %s as %s", self._target, self.node_name)
                             fresh = False
@@ -197,6 +212,7 @@ class Agent:
             finally:
                 beats.cancel()
                 self._call = None
+                self._session_ended.set()
 
     def _register(self) -> fleet_pb2.AgentMessage:
         return fleet_pb2.AgentMessage(
@@ -415,9 +431,14 @@ class Agent:
         return 0
 
     async def _remove(self, replica_id: str) -> None:
-        spec, sup = self.replicas[replica_id]
+        entry = self.replicas.get(replica_id)
+        if entry is None:
+            return
+        spec, sup = entry
         headers = self._key_headers(spec)
         await sup.stop(drain=self.drain_seconds, in_flight=lambda: self._in_flight(spec, headers))
+        if self.replicas.get(replica_id) is not entry:
+            return  # removed meanwhile (a desired state and stop_engines both stopped it)
         self._outbox.put_nowait(fleet_pb2.AgentMessage(status=self._status(replica_id)))
         del self.replicas[replica_id]
         if self._state is not None:

@@ -97,6 +97,9 @@ class _Node:
     written_at: float = 0.0
     sent: tuple[bytes, ...] | None = None
     """The specs last sent, to send again only on a change."""
+    stopping: bool = False
+    """Its agent stopped a replica it was not asked to stop (it stops its engines as it
+    shuts down): no new replicas until it registers again."""
 
 
 @dataclass(slots=True)
@@ -371,7 +374,7 @@ class FleetController:
             for status in seen.running:
                 known = self.replicas.get(status.replica_id)
                 if known is not None and known.node == seen.name:
-                    await self._apply(known, status)
+                    await self._apply(known, status, registering=True)
             await self._place()
             await self._push(node, force=True)
         self._wake.set()
@@ -401,7 +404,9 @@ class FleetController:
             log.warning("node %s: its agent's stream ended", seen.name)
         self._wake.set()
 
-    async def _apply(self, placed: _Placed, status: fleet_pb2.ReplicaStatus) -> None:
+    async def _apply(
+        self, placed: _Placed, status: fleet_pb2.ReplicaStatus, *, registering: bool = False
+    ) -> None:
         """A state its agent reported: routing follows, the store records it."""
         if status.generation < placed.generation and not placed.drain:
             # What the agent still runs (or reports) is from before an operator's restart:
@@ -448,6 +453,22 @@ class FleetController:
             async with self.store.write() as conn:
                 await rows.delete_replica(conn, placed.id)
             log.info("replica %s on %s drained and stopped", placed.id, placed.node)
+            return
+        if status.state == "stopped":
+            # Stopped unasked (still wanted, this generation): its agent stops its engines
+            # as it shuts down (--stop-engines). The acknowledged stop is the fence: the
+            # replica is placed elsewhere at once, without waiting for the node to be lost.
+            del self.replicas[placed.id]
+            if not registering:
+                node.stopping = True
+            async with self.store.write() as conn:
+                await rows.delete_replica(conn, placed.id)
+            log.warning(
+                "replica %s: its agent on %s stopped it: placing it again at once",
+                placed.id,
+                placed.node,
+            )
+            self._wake.set()
             return
         if changed:
             if status.state in ("failed", "crash_loop"):
@@ -593,6 +614,8 @@ class FleetController:
             return "is draining"
         if node.cordoned:
             return "is cordoned"
+        if node.stopping:
+            return "its agent stopped its engines (until it registers again)"
         if self._ending(node):
             assert node.allocation_ends_at is not None
             return f"its Slurm allocation ends at {node.allocation_ends_at.isoformat()}"
