@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -128,35 +128,46 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
         f.stop()
 
 
-def gateway_config(fleet: Fleet) -> Path:
+def gateway_config(
+    fleet: Fleet,
+    *,
+    args: Sequence[str] = ("--speed", "0"),
+    model: Mapping[str, Any] | None = None,
+    unreachable_after: str = "8s",
+    **sections: Any,
+) -> Path:
+    """A gateway with the control plane and model ``chat``: two simulated replicas
+    launched with ``args``; ``model`` adds keys to the model (``pool``, ``aliases``…),
+    ``sections`` to the file."""
     directory = fleet.directory
     (directory / "master.key").write_text(MASTER + "\n")
     first = random.randrange(30000, 40000, 50)
+    chat: dict[str, Any] = {
+        "name": "chat",
+        "engine": "vllm",
+        "deploy": {
+            "engine": "sim",
+            "model": "sim",
+            "gpus_per_replica": 0,
+            "replicas": 2,
+            "args": list(args),
+        },
+        **(model or {}),
+    }
     return write_config(
         directory,
-        [
-            {
-                "name": "chat",
-                "engine": "vllm",
-                "deploy": {
-                    "engine": "sim",
-                    "model": "sim",
-                    "gpus_per_replica": 0,
-                    "replicas": 2,
-                    "args": ["--speed", "0"],
-                },
-            }
-        ],
+        [chat],
         master_key_file="master.key",
         control_plane={
             "listen": {"host": "127.0.0.1", "port": fleet.port},
             "tls": {"cert_file": "cp.crt", "key_file": "cp.key", "client_ca_file": "ca.crt"},
             "heartbeat_interval": "0.5s",
             # long enough for both agents to start and register before the first placement
-            "unreachable_after": "8s",
+            "unreachable_after": unreachable_after,
             "lost_after": "12s",
             "ports": {"first": first, "last": first + 49},
         },
+        **sections,
     )
 
 
