@@ -1,6 +1,6 @@
 """The gateway's full path in one process: CPU time and Python calls per request.
 
-    python benchmarks/cpu_profile.py [--requests 4000] [--concurrency 32] [--profile]
+    python benchmarks/cpu_profile.py [--requests 4000] [--concurrency 32] [--profile [--save FILE]]
 
 The benchmark's full configuration (targets.FULL_CONFIG, the key, limits and budgets
 ``provision_full`` sets) and its two instant upstreams, but the Gateway runs in this
@@ -121,6 +121,8 @@ async def _run(config: Path, key: str, args: argparse.Namespace) -> None:
         calls: int = stats.total_calls  # type: ignore[attr-defined]
         print(f"(profiled) Python function calls per request: {calls / total:.0f}")
         stats.sort_stats("tottime").print_stats(args.top)
+        if args.save:
+            stats.dump_stats(args.save)  # for pstats: callers, callees
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--profile", action="store_true", help="cProfile in CPU time")
     parser.add_argument("--top", type=int, default=40, help="--profile: lines of the table")
+    parser.add_argument("--save", metavar="FILE", help="--profile: also write the pstats file")
     args = parser.parse_args(argv)
     with ExitStack() as stack:
         first = stack.enter_context(targets.instant_upstream())
