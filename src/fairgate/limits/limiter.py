@@ -241,16 +241,19 @@ class Limiter:
 def _admission(plan: Plan, lease: Lease, totals: tuple[int, ...], demand: Demand) -> Admission:
     crossed = []
     spent = []
+    micro = demand.cost.micro
     for budget, index in plan.budgets:
+        if budget.soft is None:
+            continue
         after = totals[index] if index < len(totals) else 0
-        if budget.soft is not None and after - demand.cost.micro < budget.soft.micro <= after:
+        if after - micro < budget.soft.micro <= after:
             crossed.append(budget)
             spent.append(Money(after))
     return Admission(
         lease=lease,
         tpm_keys=plan.tpm_keys,
-        budget_keys=tuple(plan.charges[i].key for _, i in plan.budgets),
-        budget_models=tuple(b.model for b, _ in plan.budgets),
+        budget_keys=plan.budget_keys,
+        budget_models=plan.budget_models,
         soft_crossed=tuple(crossed),
         soft_spent=tuple(spent),
     )

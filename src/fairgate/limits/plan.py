@@ -44,6 +44,8 @@ class Plan:
     tpm_keys: tuple[str, ...]  # the key's and the team's token windows, corrected at settle
     rates: dict[str, int]  # "rpm" … "inflight", "team-rpm" … "team-inflight" → its index
     budgets: tuple[tuple[Budget, int], ...]  # (budget, index of its charge)
+    budget_keys: tuple[str, ...]  # the counter key of each of ``budgets``, in their order
+    budget_models: tuple[str | None, ...]  # the model of each of ``budgets`` (None: all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,8 @@ class _Shape:
     tpm_keys: tuple[str, ...]
     rates: dict[str, int]
     budgets: tuple[tuple[Budget, int], ...]
+    budget_keys: tuple[str, ...]
+    budget_models: tuple[str | None, ...]
     tpm: tuple[tuple[int, str, int], ...]  # (index, counter key, limit) of each token window
     # (index, counter key, limit, resets_at, keep_until) of each charge taking the cost
     budget_counters: tuple[tuple[int, str, int, float, float], ...]
@@ -109,7 +113,15 @@ class Planner:
         if micro != 0:
             for index, counter, limit, resets_at, keep_until in shape.budget_counters:
                 charges[index] = PeriodCharge(counter, micro, limit, resets_at, keep_until, True)
-        return Plan(tuple(charges), shape.refusals, shape.tpm_keys, shape.rates, shape.budgets)
+        return Plan(
+            tuple(charges),
+            shape.refusals,
+            shape.tpm_keys,
+            shape.rates,
+            shape.budgets,
+            shape.budget_keys,
+            shape.budget_models,
+        )
 
     def _shape(self, demand: Demand, now: float) -> _Shape:
         """The plan of ``demand`` at ``now`` with amounts 0 for its tokens and cost, and
@@ -149,6 +161,8 @@ class Planner:
             tpm_keys=tpm_keys,
             rates=rates,
             budgets=budgets,
+            budget_keys=tuple(charges[i].key for _, i in budgets),
+            budget_models=tuple(b.model for b, _ in budgets),
             tpm=tpm,
             budget_counters=tuple(
                 (index, c.key, c.limit, c.resets_at, c.keep_until)

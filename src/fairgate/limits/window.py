@@ -70,7 +70,12 @@ class SlidingWindow:
 
     def prune(self, now: float) -> None:
         """Drop the buckets that no check at ``now`` or later can count again."""
-        lowest = self.bucket(now) - self.granules
+        self.prune_at(self.bucket(now))
+
+    def prune_at(self, current: int) -> None:
+        """``prune`` for the time whose bucket is ``current`` (a caller charging several
+        windows of one shape computes the bucket once)."""
+        lowest = current - self.granules
         if self.low >= lowest:
             return
         self.buckets = {b: v for b, v in self.buckets.items() if b >= lowest}
@@ -80,7 +85,10 @@ class SlidingWindow:
 
     def usage(self, now: float) -> int:
         """Weight counted by a check at ``now``."""
-        current = self.bucket(now)
+        return self.usage_at(self.bucket(now))
+
+    def usage_at(self, current: int) -> int:
+        """``usage`` for the time whose bucket is ``current``."""
         lowest = current - self.granules
         if self.low >= lowest and self.high <= current:
             return self.total
@@ -106,12 +114,17 @@ class SlidingWindow:
     def add(self, bucket: int, weight: int) -> int:
         """Add ``weight`` (negative refunds) to ``bucket``, never below zero; the new value."""
         before = self.buckets.get(bucket, 0)
-        value = max(0, before + weight)
+        value = before + weight
+        if value < 0:
+            value = 0
         self.total += value - before
         if value:
             self.buckets[bucket] = value
-            self.low = min(self.low, bucket)
-            self.high = max(self.high, bucket)
+            # comparisons, not min/max: this runs for every window of every request
+            if bucket < self.low:
+                self.low = bucket
+            if bucket > self.high:
+                self.high = bucket
         else:
             # low/high may now be wider than the buckets held: only the fast path is lost
             self.buckets.pop(bucket, None)
