@@ -281,6 +281,7 @@ class Gateway:
                 clock,
                 self.admit.fairshare_counts,
                 learned=self.pool_capacity.learned if self.pool_capacity else None,
+                placed=self.members.following(),
                 fleet=self.fleet_board.totals,
                 gateways=lambda: self.fleet_board.gateways,
             )

@@ -47,6 +47,7 @@ def pool(gateway: GatewayProcess) -> tuple[int, dict[str, int]]:
     answer = httpx.get(gateway.admin_url + "/admin/fairshare", headers=ADMIN, timeout=10)
     answer.raise_for_status()
     [p] = answer.json()["pools"]
+    assert p["capacity_source"] == "replicas"
     return p["capacity"], {o["org"]: o["reservation"] for o in p["orgs"]}
 
 

@@ -106,6 +106,11 @@ async def test_seats_capacity_and_reservations_grow_and_shrink_with_the_replicas
     # the static pool is as configured throughout: C 10, seats by weight
     assert policy.capacity("q") == 10
     assert [r.seats for r in gateway.registry.replicas("fixed")] == [2.5, 7.5]
+    # and GET /admin/fairshare says where each C comes from
+    assert gateway.fairshare_monitor is not None
+    report = await gateway.fairshare_monitor.report()
+    sources = {p["pool"]: (p["capacity"], p["capacity_source"]) for p in report["pools"]}
+    assert sources == {"p": (0, "replicas"), "q": (10, "config")}
 
 
 async def test_admission_and_the_dispatcher_count_the_replicas_routed_now(

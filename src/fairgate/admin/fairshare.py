@@ -9,8 +9,10 @@
 
 Where each number comes from:
 
-    capacity, share, reservation          the policy (the configuration, or C learned from
-                                          the engines: ``capacity_source`` "auto")
+    capacity, share, reservation          the policy (the configuration, C learned from
+                                          the engines: ``capacity_source`` "auto", or the
+                                          seats of the replicas the fleet has routed:
+                                          "replicas", the pools named in ``placed``)
     capacity_learned                      the pool's learner (``capacity: auto`` only): floor,
                                           ceiling, each replica's value, why and when C last
                                           moved (``changed_at`` in Unix seconds, ``null`` if
@@ -85,6 +87,7 @@ class FairShareMonitor:
         local: LocalInFlight,
         *,
         learned: LearnedCapacity | None = None,
+        placed: Collection[str] = (),
         fleet: FleetInFlight | None = None,
         gateways: Callable[[], int] = lambda: 1,
     ) -> None:
@@ -93,6 +96,7 @@ class FairShareMonitor:
         self._clock = clock
         self._local = local
         self._learned = learned or (lambda _pool: None)
+        self._placed = frozenset(placed)
         self._fleet = fleet
         self._gateways = gateways
 
@@ -148,7 +152,7 @@ class FairShareMonitor:
     def _capacity_source(self, pool: str, now: float) -> dict[str, Any]:
         learned = self._learned(pool)
         if learned is None:
-            return {"capacity_source": "config"}
+            return {"capacity_source": "replicas" if pool in self._placed else "config"}
         changed = learned.changed_at
         return {
             "capacity_source": "auto",
@@ -262,10 +266,11 @@ def _row(
 
 
 _DESCRIPTION = """\
-Per pool: `capacity` (C) and `capacity_source` (`config`, or `auto`: learned
-from the engines, with `capacity_learned`: `floor`, `ceiling`, each replica's
-learned value, the `reason` C last moved and when, `changed_at`), and per
-organisation its `share`, `reservation`,
+Per pool: `capacity` (C) and `capacity_source` (`config`; `replicas`: the
+seats of the `deploy:` replicas routed now, part of the configured capacity
+each; or `auto`: learned from the engines, with `capacity_learned`: `floor`,
+`ceiling`, each replica's learned value, the `reason` C last moved and when,
+`changed_at`), and per organisation its `share`, `reservation`,
 `within_share_in_flight` (requests holding a reserved slot, counted by every
 gateway sharing the state back end), decayed `usage` (cost units), `level`
 (LF = S / U; `null` means +infinity: no usage), and `rank` (what a borrowing

@@ -134,6 +134,10 @@ class PoolMembers:
     def groups(self) -> tuple[str, ...]:
         return tuple(self._models)
 
+    def following(self) -> frozenset[str]:
+        """The pools whose C is the seats of the replicas routed now (``Seating.follows``)."""
+        return frozenset(pool for pool, seating in self._pools.items() if seating.follows)
+
     def now(self, group: str) -> tuple[Replica, ...]:
         """The replicas of ``group`` routed now (empty for an unknown group)."""
         return self._now.get(group, ())
