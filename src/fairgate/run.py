@@ -1,6 +1,8 @@
 """Process control: bind the listeners, run one gateway per worker process, stop on a signal.
 
-``run`` is what ``fairgate serve`` calls. It binds the sockets once, forks the
+``run`` is what ``fairgate serve`` calls; ``run_control_plane`` is ``fairgate
+control-plane``: the same Gateway with only its admin listener bound (the fleet's
+control plane and its admin API, no OpenAI API). It binds the sockets once, forks the
 workers (each builds its own Gateway from the same Config; with several, each
 listens on a client socket of its own on the port, SO_REUSEPORT, so that the
 kernel spreads connections evenly over them), forwards stop signals
@@ -16,7 +18,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fairgate.app import Gateway
 from fairgate.config import Config, ConfigError
@@ -26,7 +28,7 @@ from fairgate.server.runner import Listener, bind, serve
 from fairgate.server.tls import ServedTls, TlsCollector, listener_tls, reload_on_hangup
 from fairgate.tenancy import ConfigConflict
 
-__all__ = ["WorkersRefused", "run"]
+__all__ = ["WorkersRefused", "run", "run_control_plane"]
 
 log = logging.getLogger("fairgate")
 
@@ -109,6 +111,30 @@ def run(config: Config, *, workers: int = 1) -> int:
     return _supervise(children)
 
 
+def run_control_plane(config: Config) -> int:
+    """The control plane without the OpenAI API: the agents' gRPC listener, placement,
+    the fleet's state in the store and the admin listener (its admin API), until a signal.
+
+    Prints ``fairgate control-plane listening on admin URL agents HOST:PORT`` once both
+    accept connections. ``config.control_plane`` must be set.
+    """
+    assert config.control_plane is not None
+    tls = listener_tls(config)
+    admin = bind(config.admin_listen.host, config.admin_listen.port)
+    host = config.control_plane.listen.host
+
+    def announce(gateway: Gateway) -> str:
+        assert gateway.fleet is not None
+        agents = f"[{host}]:{gateway.fleet.port}" if ":" in host else f"{host}:{gateway.fleet.port}"
+        return (
+            f"fairgate control-plane listening on admin {_url(admin, 'admin' in tls)} "
+            f"agents {agents}"
+        )
+
+    _run_loop(_serve(config, None, admin, tls, announce))
+    return 0
+
+
 def _forward_signals(children: list[int]) -> None:
     def forward(signum: int, _frame: object) -> None:
         for pid in children:
@@ -129,11 +155,13 @@ def _supervise(children: list[int]) -> int:
 
 async def _serve(
     config: Config,
-    client: socket.socket,
+    client: socket.socket | None,
     admin: socket.socket,
     tls: dict[str, ServedTls],
-    announce: str | None,
+    announce: str | Callable[[Gateway], str] | None,
 ) -> None:
+    """One gateway on these sockets; without `client`, only the admin listener (the
+    control plane's process)."""
     stop = asyncio.Event()
     signals = _StopSignals(stop)
     signals.install()  # first thing, until serve() takes them over
@@ -144,13 +172,17 @@ async def _serve(
     gateway.metrics.registry.register(TlsCollector(tls.values()))
     limits = config.limits
     listeners: Sequence[Listener] = (
-        _listener("client", gateway, client, limits, limits.stream_buffer_bytes, tls),
+        *(
+            [_listener("client", gateway, client, limits, limits.stream_buffer_bytes, tls)]
+            if client is not None
+            else []
+        ),
         _listener("admin", gateway, admin, limits, 64 * 1024, tls),
     )
 
     def started(_: Sequence[Listener]) -> None:
         if announce:
-            print(announce, flush=True)
+            print(announce if isinstance(announce, str) else announce(gateway), flush=True)
 
     def draining() -> None:
         gateway.draining = True

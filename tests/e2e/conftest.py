@@ -18,7 +18,7 @@ import secrets
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import orjson
@@ -32,6 +32,9 @@ from fairgate.sim.process import SimProcess
 from fairgate.store import tables
 from fairgate.tenancy import open_tenancy
 from fairgate.tenancy.actor import Actor
+
+if TYPE_CHECKING:
+    from tests.e2e.fleet_helpers import Fleet
 
 # A fixed key so raw-socket helpers can present it without knowing the gateway.
 TEST_KEY = "fg-" + "e2eTestKey0" * 3 + "e2eTestKew"
@@ -218,3 +221,16 @@ def store_section(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, s
     url_file = tmp_path / "pg.url"
     url_file.write_text(request.getfixturevalue("pg_database"))
     return {"url_file": str(url_file)}
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    """The certificates of a control plane and its nodes in `tmp_path`; the agents
+    started on them are stopped (with their engines) at the end."""
+    from tests.e2e.fleet_helpers import Fleet
+
+    f = Fleet(tmp_path)
+    try:
+        yield f
+    finally:
+        f.stop()

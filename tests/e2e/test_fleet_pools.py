@@ -2,7 +2,7 @@
 
 The control plane inside `fairgate serve` places two replicas of the simulated engine
 (8 batch seats each, ``--max-num-seqs 8``) on two `fairgate agent` processes (the
-helpers of ``test_fleet_control.py``); the model is in pool ``p`` of capacity 16 for
+helpers of ``fleet_helpers.py``); the model is in pool ``p`` of capacity 16 for
 its two wanted replicas, organisation A with share 0.75, B with 0.25.
 
 - (a) before any replica is ready the pool has no seat (C 0); with both ready C is
@@ -25,17 +25,16 @@ import httpx
 import openai
 import pytest
 from tests.e2e.conftest import TEST_KEY, add_key
-from tests.e2e.test_fairshare_replicas import HALF_LIFE, SEATS, SHARES, SIM_ARGS, _assert_shares
-from tests.e2e.test_fairshare_replicas import _run as contend
-from tests.e2e.test_fleet_control import (
+from tests.e2e.fleet_helpers import (
     ADMIN,
     Fleet,
     Traffic,
-    fleet,  # noqa: F401 (the fixture)
     gateway_config,
     ready_replicas,
     until,
 )
+from tests.e2e.test_fairshare_replicas import HALF_LIFE, SEATS, SHARES, SIM_ARGS, _assert_shares
+from tests.e2e.test_fairshare_replicas import _run as contend
 
 from fairgate.server.process import GatewayProcess
 
@@ -61,7 +60,7 @@ def routed(gateway: GatewayProcess, nodes: list[str]) -> list[dict[str, Any]] | 
     return replicas if [r["node"] for r in replicas] == nodes else None
 
 
-def test_a_pool_follows_its_placed_replicas(fleet: Fleet) -> None:  # noqa: F811
+def test_a_pool_follows_its_placed_replicas(fleet: Fleet) -> None:
     config = gateway_config(
         fleet,
         # --model is the agent's to set: the served name

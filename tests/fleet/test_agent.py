@@ -38,13 +38,13 @@ def agent_for(plane: Plane, node: str, cert: Issued, **options: Any) -> Agent:
         certificate_chain=cert.cert_pem.encode(),
     )
     return Agent(
-        target=f"127.0.0.1:{plane.port}",
         credentials=credentials,
         node_name=node,
         channel_options=[("grpc.ssl_target_name_override", "localhost")],
         backoff_base=0.05,
         backoff_cap=0.4,
         **{
+            "target": f"127.0.0.1:{plane.port}",
             "inventory": lambda: Inventory(source="none"),
             "supervisor_options": {"health_interval": 0.1, "backoff_base": 0.1},
             **options,
@@ -312,3 +312,26 @@ async def test_a_replica_no_longer_wanted_drains_its_requests_before_it_stops(
     finally:
         await agent.stop(stop_engines=True)
         await running
+
+
+async def test_given_a_standby_and_the_holder_the_agent_dials_on_to_the_holder(
+    plane: Plane, tmp_path: Path
+) -> None:
+    standby = Plane(plane.pki)
+    standby.service = ControlPlaneService(accepting=lambda: False)  # another holds the lease
+    await standby.start()
+    agent = agent_for(
+        plane,
+        "cpu01",
+        plane.pki.ca.issue("cpu01", dns_names=("cpu01",)),
+        target=[f"127.0.0.1:{standby.port}", f"127.0.0.1:{plane.port}"],
+    )
+    running = asyncio.create_task(agent.run())
+    try:
+        await until(lambda: agent.connects == 1)
+        assert "cpu01" in plane.service.nodes and standby.service.nodes == {}
+        assert agent.failures == 0  # registered: the backoff starts afresh
+    finally:
+        await agent.stop()
+        await running
+        await standby.stop()

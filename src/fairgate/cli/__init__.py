@@ -30,6 +30,7 @@ def _register() -> None:
     from fairgate.cli import serve as _serve
 
     app.command("serve", help=_serve.HELP)(_serve.serve)
+    app.command("control-plane", help=_serve.CONTROL_PLANE_HELP)(_serve.control_plane)
     from fairgate.cli import demo as _demo
 
     app.command("demo", help=_demo.HELP)(_demo.demo)

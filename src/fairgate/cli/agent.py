@@ -42,7 +42,12 @@ def _labels(text: str) -> dict[str, str]:
 def agent(
     ctx: typer.Context,
     control_plane: Annotated[
-        str | None, typer.Option("--control-plane", help="The control plane, HOST:PORT.")
+        str | None,
+        typer.Option(
+            "--control-plane",
+            help="The control plane, HOST:PORT, or several comma-separated (an active one "
+            "and its standbys): each failed or refused stream dials the next.",
+        ),
     ] = None,
     cert: Annotated[
         Path | None, typer.Option("--cert", help="This node's certificate (PEM).")
@@ -189,8 +194,12 @@ def _run_agent(
         return allocation.restrict(found) if allocation is not None else found
 
     options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    targets = [t.strip() for t in target.split(",") if t.strip()]
+    if not targets:
+        typer.echo("fairgate: --control-plane names no HOST:PORT", err=True)
+        raise typer.Exit(2)
     node = Agent(
-        target=target,
+        target=targets,
         credentials=credentials,
         node_name=node_name,
         inventory=current,

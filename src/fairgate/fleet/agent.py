@@ -10,7 +10,9 @@ state names, with the inventory when it changed (probed every `inventory_interva
 every replica state change goes up as it happens.
 
 A stream that ends for any reason other than `stop()` is an error: the agent waits a
-jittered, growing backoff and dials again, forever. (Treating a refused stream as a
+jittered, growing backoff and dials again, forever. Given several control plane
+addresses (an active one and standbys, which refuse the stream), each failure dials the
+next, and the backoff grows once per round of them. (Treating a refused stream as a
 clean close would reset the backoff and hammer the control plane at the base rate
 with nothing in the log.) `stop()` cancels the open call, which unblocks the stream's
 read at once: stopping never waits on a stream that is only reading.
@@ -32,7 +34,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -77,7 +79,7 @@ class Agent:
     def __init__(
         self,
         *,
-        target: str,
+        target: str | Sequence[str],
         credentials: grpc.ChannelCredentials,
         node_name: str,
         inventory: Callable[[], Inventory],
@@ -93,7 +95,11 @@ class Agent:
         drain_seconds: float = 30.0,
         device_ids: Callable[[Inventory, tuple[int, ...]], tuple[str, ...] | None] | None = None,
     ) -> None:
-        self._target = target
+        self._targets = [target] if isinstance(target, str) else list(target)
+        if not self._targets:
+            raise ValueError("no control plane address")
+        self._next = 0
+        self._target = self._targets[0]
         self._credentials = credentials
         self._options = channel_options or []
         self.node_name = node_name
@@ -157,12 +163,17 @@ class Agent:
                     break
                 self.last_error = "the control plane ended the stream"
             self.failures += 1
-            delay = self.backoff(self.failures)
+            rounds = -(-self.failures // len(self._targets))
+            delay = self.backoff(rounds)
+            failed = self._target
+            self._next = (self._next + 1) % len(self._targets)
+            self._target = self._targets[self._next]
             log.warning(
-                "control plane %s: %s; dialling again in %.1f s",
-                self._target,
+                "control plane %s: %s; dialling again in %.1f s (%s)",
+                failed,
                 self.last_error,
                 delay,
+                self._target,
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)

@@ -14,9 +14,10 @@ from typing import Self
 
 from fairgate.sim.process import ServerProcess
 
-__all__ = ["READY_PREFIX", "GatewayProcess"]
+__all__ = ["CONTROL_PLANE_PREFIX", "READY_PREFIX", "ControlPlaneProcess", "GatewayProcess"]
 
 READY_PREFIX = "fairgate listening on "
+CONTROL_PLANE_PREFIX = "fairgate control-plane listening on "
 
 
 class GatewayProcess(ServerProcess):
@@ -57,3 +58,35 @@ class GatewayProcess(ServerProcess):
         if self._proc is None:
             raise RuntimeError("the gateway was not started")
         return self._proc.wait(timeout)
+
+
+class ControlPlaneProcess(ServerProcess):
+    """``fairgate control-plane -c CONFIG``; ``.admin_url`` and ``.agents`` (HOST:PORT)."""
+
+    def __init__(
+        self,
+        config: str | Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        startup_timeout: float = 30.0,
+        stop_timeout: float = 30.0,
+        stderr: Path | None = None,
+    ) -> None:
+        self.config = Path(config)
+        argv = [sys.executable, "-m", "fairgate", "control-plane", "-c", str(config)]
+        super().__init__(
+            argv,
+            CONTROL_PLANE_PREFIX,
+            env=env,
+            startup_timeout=startup_timeout,
+            stop_timeout=stop_timeout,
+            stderr=stderr,
+        )
+        self.admin_url = ""
+        self.agents = ""
+
+    def start(self) -> Self:
+        super().start()
+        admin, _, agents = self.url.removeprefix("admin ").partition(" agents ")
+        self.admin_url, self.agents = admin.strip(), agents.strip()
+        return self
