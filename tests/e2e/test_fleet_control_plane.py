@@ -88,6 +88,8 @@ def test_gateways_route_to_a_separate_control_plane_and_a_standby_takes_over(
         processes.append(standby)
         assert admin(standby, "/admin/replicas") == []  # no lease: it places nothing
         assert admin(standby, "/admin/nodes") == []  # and the agents stay with A
+        [waiting] = admin(standby, "/admin/placement")
+        assert "on standby" in waiting["reason"]
 
         with Traffic(clients[0]) as one, Traffic(clients[1]) as two:
             until(lambda: one.ok > 3 and two.ok > 3, 30, "traffic through both gateways")

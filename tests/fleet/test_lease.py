@@ -53,6 +53,7 @@ async def test_only_the_holder_places_and_the_standby_takes_over_when_it_expires
     await second.load()
     assert (first.leading, second.leading) == (True, False)
     assert not second.service._accepting()  # the standby refuses the agents' streams
+    assert "on standby" in second.placement_view()[0]["reason"]
     gpu01 = await register(first, "gpu01")
     gpu02 = await register(first, "gpu02")
     clock.now += SETTINGS.unreachable_after

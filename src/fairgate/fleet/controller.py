@@ -69,6 +69,9 @@ log = logging.getLogger(__name__)
 _EMPTY = Inventory(source="none")
 _ROUTED_STATE = ROUTED_STATE
 _REFUSED_FOR = 30.0
+_STANDBY_REASON = (
+    "this control plane is on standby: another holds the store's lease and places the replicas"
+)
 
 
 class NodeFlagsError(LookupError):
@@ -142,12 +145,13 @@ _url = replica_url
 
 
 def holder_name(settings: ControlPlane) -> str:
-    """This control plane as a lease holder: its host and the agents' port, which no other
-    process on the host can hold at once, so a control plane restarted after a crash
-    renews its own lease at once instead of waiting for it to expire; with port 0 (any),
-    the host, pid and a random part."""
-    if settings.listen.port:
-        return f"{socket.gethostname()}:{settings.listen.port}"
+    """This control plane as a lease holder: its host and the agents' address, which no
+    other process on the host can listen on at once, so a control plane restarted after
+    a crash renews its own lease at once instead of waiting for it to expire; with port
+    0 (any), the host, pid and a random part."""
+    listen = settings.listen
+    if listen.port:
+        return f"{socket.gethostname()}:{listen.host}:{listen.port}"
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
@@ -876,7 +880,9 @@ class FleetController:
                     "missing": plan.missing if plan is not None else deploy.replicas,
                     "reason": plan.reason
                     if plan is not None
-                    else "waiting for the agents to register after the start",
+                    else "waiting for the agents to register after the start"
+                    if self.leading
+                    else _STANDBY_REASON,
                 }
             )
         return out
