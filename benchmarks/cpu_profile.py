@@ -37,6 +37,7 @@ import uvloop
 import targets
 from fairgate.app import Gateway
 from fairgate.config import load_config
+from fairgate.run import settle_heap
 
 BODY = (
     b'{"model":"sim-model","messages":[{"role":"user","content":"Say hello."}],'
@@ -47,6 +48,7 @@ BODY = (
 async def _run(config: Path, key: str, args: argparse.Namespace) -> None:
     gateway = Gateway(load_config(config))
     await gateway.start()
+    settle_heap()  # as `fairgate serve` does once started
     app = gateway.proxy_app
     headers = [
         (b"host", b"gateway"),
