@@ -137,3 +137,16 @@ async def test_a_gateway_without_a_control_plane_routes_the_stores_ready_replica
     await cp.set_flags("gpu01", draining=True)  # its node drains: out of routing
     await follower.sync()
     assert routed(follower) == []
+
+
+async def test_a_clean_stop_gives_the_lease_up_to_the_standby_at_once(store: Store) -> None:
+    clock, wall = Clock(), Wall()
+    first, second = controller(store, clock, wall, "cp-a"), controller(store, clock, wall, "cp-b")
+    await first.load()
+    await second.load()
+    await first.release()  # SIGTERM
+    clock.now += 1.0
+    wall.at += timedelta(seconds=1)
+    await first.tick()  # a tick still running as it stops takes nothing back
+    await second.tick()
+    assert (first.leading, second.leading) == (False, True)

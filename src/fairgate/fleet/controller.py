@@ -185,6 +185,8 @@ class FleetController:
         """Holds the lease: places, sends desired states, accepts the agents' streams."""
         self._lease_until = 0.0
         self._renewed_at: float | None = None
+        self._released = False
+        """Stopping: the lease was given up and is not taken again."""
         self.standby = StoreRoutes(models, store, registry, make_replica)
         self.nodes: dict[str, _Node] = {}
         self.replicas: dict[str, _Placed] = {}
@@ -278,6 +280,8 @@ class FleetController:
         """Renew the lease when a third of it has passed (or try to take it, on standby);
         whether this control plane acts now. A renewal that fails keeps acting until the
         lease taken last would expire: by then another may hold it."""
+        if self._released:
+            return False
         ttl = self.settings.lease_ttl
         started = self._clock()
         due = self._renewed_at is None or started - self._renewed_at >= (
@@ -330,7 +334,9 @@ class FleetController:
         self.service.evict()
 
     async def release(self) -> None:
-        """At a clean stop: give the lease up, so a standby takes over at its next try."""
+        """At a clean stop: give the lease up, so a standby takes over at its next try;
+        a tick still running does not take it again."""
+        self._released = True
         if not self.leading:
             return
         self.leading = False
