@@ -121,9 +121,22 @@ def test_the_agent_unit_leaves_the_engines_to_the_next_agent() -> None:
     assert "Environment" not in service and "EnvironmentFile" not in service
 
 
+def test_the_control_plane_unit_runs_it_unprivileged_with_its_keys_as_credentials() -> None:
+    """`fairgate control-plane` (no OpenAI API), stopped by SIGTERM, which gives the lease
+    up; restarted always (a standby takes over meanwhile); its TLS key a credential."""
+    service = unit("fairgate-control-plane.service")
+    assert service["ExecStart"][0].split()[1:3] == ["control-plane", "--config"]
+    assert service["User"] == ["fairgate"] and service["NoNewPrivileges"] == ["yes"]
+    assert service["KillSignal"] == ["SIGTERM"] and service["Restart"] == ["always"]
+    assert service["CapabilityBoundingSet"] == [""]
+    credentials = {c.split(":", 1)[0] for c in service["LoadCredential"]}
+    assert {"cp.crt", "cp.key", "fleet-ca.crt", "master.key", "pg.url"} <= credentials
+    assert "Environment" not in service and "EnvironmentFile" not in service
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
-def test_systemd_finds_nothing_wrong_with_the_agent_unit(tmp_path: Path) -> None:
-    name = "fairgate-agent.service"
+@pytest.mark.parametrize("name", ["fairgate-agent.service", "fairgate-control-plane.service"])
+def test_systemd_finds_nothing_wrong_with_the_fleet_units(name: str, tmp_path: Path) -> None:
     (tmp_path / name).write_text((UNITS / name).read_text())
     done = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", str(tmp_path / name)],
