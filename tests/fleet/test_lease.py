@@ -6,6 +6,7 @@ SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from tests.fleet.test_controller import SETTINGS, SIM, Clock, make_replica, regi
 from fairgate.fleet.controller import FleetController
 from fairgate.fleet.follow import StoreRoutes
 from fairgate.fleet.v1 import fleet_pb2
-from fairgate.store import Store
+from fairgate.store import Store, upgrade
 from fairgate.store import fleet as rows
 from fairgate.upstream import ReplicaRegistry
 
@@ -150,3 +151,36 @@ async def test_a_clean_stop_gives_the_lease_up_to_the_standby_at_once(store: Sto
     await first.tick()  # a tick still running as it stops takes nothing back
     await second.tick()
     assert (first.leading, second.leading) == (False, True)
+
+
+async def test_a_holder_that_cannot_renew_stops_acting_when_its_lease_would_expire(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "fleet.db"
+    store = Store(f"sqlite:///{path}", timeout=0.2)
+    await store.connect()
+    await upgrade(store)
+    clock, wall = Clock(), Wall()
+    holder = controller(store, clock, wall, "cp-a")
+    try:
+        await holder.load()
+        assert holder.leading
+        writer = sqlite3.connect(path)  # another process holds the write lock: no renewal
+        writer.execute("BEGIN IMMEDIATE")
+        clock.now += SETTINGS.lease_ttl / 2
+        wall.at += timedelta(seconds=SETTINGS.lease_ttl / 2)
+        await holder.tick()
+        assert holder.leading  # its lease runs until lease_ttl after its last renewal
+        clock.now += SETTINGS.lease_ttl / 2
+        wall.at += timedelta(seconds=SETTINGS.lease_ttl / 2)
+        await holder.tick()
+        assert not holder.leading  # by now another may hold it
+        assert not holder.service._accepting()
+        writer.rollback()
+        writer.close()
+        clock.now += 1.0
+        wall.at += timedelta(seconds=1)
+        await holder.tick()  # the store answers again: nobody took it, it is taken back
+        assert holder.leading
+    finally:
+        await store.close()

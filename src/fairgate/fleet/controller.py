@@ -298,6 +298,7 @@ class FleetController:
                 if self.leading:
                     log.warning("control plane: the lease was not renewed: %s", exc)
                 took = self.leading and started < self._lease_until
+                self._renewed_at = None  # tried again at the next tick, not a third later
             else:
                 if took:
                     self._lease_until = started + ttl
