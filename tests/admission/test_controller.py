@@ -402,3 +402,31 @@ async def test_has_room_says_what_admit_would_do_now_and_takes_nothing(
     assert controller.has_room("gold")
     with pytest.raises(ValueError):
         controller.has_room("tin")
+
+
+async def test_try_admit_grants_what_admit_would_grant_at_once_from_one_reading(
+    controller: AdmissionController, load: PoolLoad, observer: RecordingObserver
+) -> None:
+    load.in_flight = 7  # 0.7: bronze (0.8) has room
+    before = load.readings
+    lease = controller.try_admit(band="bronze", tenant="key-1")
+    assert lease is not None and (lease.band.name, lease.tenant, lease.waited) == (
+        "bronze",
+        "key-1",
+        0.0,
+    )
+    assert load.readings == before + 1  # has_room then admit read the pool twice
+    assert controller.pending == 1 and observer.saturations[-1] == 0.7
+    # (7 + 1 pending) / 10 = 0.8: bronze would wait, so nothing is granted or queued
+    assert controller.try_admit(band="bronze", tenant="key-2") is None
+    assert controller.pending == 1 and controller.leases == 1 and controller.depth() == 0
+    bronze = queue(controller, "bronze", "key-3")
+    await settle()
+    # a waiter anywhere: even gold, with room, is not granted ahead of it
+    assert controller.try_admit(band="gold", tenant="key-4") is None
+    assert controller.try_admit(band="platinum", tenant="key-5") is not None  # never held
+    await cancel_all([bronze])
+    with pytest.raises(ValueError):
+        controller.try_admit(band="tin", tenant="key-6")
+    with pytest.raises(ValueError):
+        controller.try_admit(band="gold", tenant="key-6", cost_hint=0)

@@ -141,6 +141,23 @@ class AdmissionController:
             return True
         return not self._arrivals and self._saturation_fn(self._pending) < the_band.ceiling
 
+    def try_admit(
+        self, *, band: str, tenant: str, priority: int = 0, cost_hint: int = 1
+    ) -> Lease | None:
+        """``admit`` when it would grant at once (``has_room``), from one saturation reading
+        (reported like ``admit``'s); None when the request would have to wait: nothing is
+        then granted or queued. What ``has_room`` and then ``admit`` with no ``await``
+        between them do, without reading the pool twice. Raises ``ValueError`` for an
+        unknown band or a cost below 1."""
+        the_band = self._band(band)
+        if cost_hint < 1:
+            raise ValueError(f"cost_hint must be >= 1, got {cost_hint!r}")
+        if the_band.never_held:
+            return self._grant(the_band, tenant, priority, cost_hint, 0.0)
+        if self._arrivals or not self.saturation() < the_band.ceiling:
+            return None
+        return self._grant(the_band, tenant, priority, cost_hint, 0.0)
+
     async def admit(
         self, *, band: str, tenant: str, priority: int = 0, cost_hint: int = 1
     ) -> Lease:

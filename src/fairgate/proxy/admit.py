@@ -191,14 +191,20 @@ class Admit:
                     waiting_priority = await self._provisional(
                         pool, principal.org, model, self._now()
                     )
-                if ticket.ahead and not controller.has_room(band):
-                    # the band filled since the claim rode along: wait holding no slot
-                    await self._drop_ahead(ticket)
-                ticket.lease = await controller.admit(
-                    band=band,
-                    tenant=principal.team,
-                    priority=waiting_priority,
-                )
+                lease = None
+                if ticket.ahead:
+                    # granted at once, or the band filled since the claim rode along:
+                    # then wait holding no slot
+                    lease = controller.try_admit(
+                        band=band, tenant=principal.team, priority=waiting_priority
+                    )
+                    if lease is None:
+                        await self._drop_ahead(ticket)
+                if lease is None:
+                    lease = await controller.admit(
+                        band=band, tenant=principal.team, priority=waiting_priority
+                    )
+                ticket.lease = lease
             if fair:
                 assert pool is not None
                 ticket.team = principal.team
