@@ -8,6 +8,8 @@ its engine killed): it goes unreachable, then lost, and its replica is placed on
 other node while traffic goes on (the failures are counted). An agent presenting
 another node's certificate is refused and the refusal is logged naming both. The
 gateway restarted: the agents register again and the engines are adopted, same pids.
+The dead node's agent back, the other node is drained while a client keeps sending:
+its replicas are replaced on the first before they leave routing, and no request fails.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import os
 import signal
 import time
 
+import httpx
 import openai
 import pytest
 from tests.e2e.conftest import TEST_KEY
 from tests.e2e.fleet_helpers import (
+    ADMIN,
     Fleet,
     Traffic,
     admin,
@@ -119,5 +123,35 @@ def test_replicas_are_placed_replaced_refused_and_adopted(fleet: Fleet) -> None:
         client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=TEST_KEY, max_retries=0)
         for _ in range(4):
             assert chat(client)
+
+        # gpu01 comes back; gpu02 is drained under traffic: make before break, each
+        # replacement ready on gpu01 before a replica on gpu02 leaves routing.
+        fleet.agent("gpu01")
+        until(
+            lambda: any(
+                n["name"] == "gpu01" and n["state"] == "healthy" and n["connected"]
+                for n in admin(gateway, "/admin/nodes")
+            ),
+            30,
+            "gpu01 registered again",
+        )
+        with Traffic(client) as traffic:
+            time.sleep(1)
+            drained = httpx.post(
+                gateway.admin_url + "/admin/nodes/gpu02/drain", headers=ADMIN, timeout=10
+            )
+            assert drained.status_code == 200, drained.text
+            until(
+                lambda: (
+                    [r["node"] for r in admin(gateway, "/admin/replicas")] == ["gpu01", "gpu01"]
+                    and len(ready_replicas(gateway)) == 2
+                ),
+                90,
+                "both replicas moved to gpu01",
+            )
+            served = traffic.ok
+            until(lambda: traffic.ok >= served + 5, 30, "traffic after the drain")
+        assert traffic.failed == []
+        assert traffic.ok > 10
     finally:
         gateway.stop()

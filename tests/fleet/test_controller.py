@@ -137,19 +137,36 @@ async def test_drain_moves_the_replicas_and_the_flags_survive_a_restart(
     clock = Clock()
     controller = await started(store, clock)
     gpu01 = await register(controller, "gpu01")
-    await register(controller, "gpu02")
+    gpu02 = await register(controller, "gpu02")
     await settled(controller, clock)
     on01 = next(r["id"] for r in controller.replicas_view() if r["node"] == "gpu01")
+    on02 = next(r["id"] for r in controller.replicas_view() if r["node"] == "gpu02")
     await report(controller, gpu01, on01, "ready", pid=7)
+    await report(controller, gpu02, on02, "ready", pid=8)
     view = await controller.set_flags("gpu01", cordoned=True, draining=True)
     assert (view["cordoned"], view["draining"]) == (True, True)
-    assert controller.registry.replicas("chat") == ()  # out of routing at once
+    # Make before break: the replacement is placed on gpu02, the old one keeps serving.
+    assert sorted(r.name for r in controller.registry.replicas("chat")) == sorted([on01, on02])
+    [spec] = controller.service.desired("gpu01").replicas
+    assert not spec.drain
+    [new] = [r for r in controller.replicas_view() if r["id"] not in (on01, on02)]
+    assert new["node"] == "gpu02"
+    [old] = [r for r in controller.replicas_view() if r["id"] == on01]
+    assert (old["replacing"], old["routed"]) == (True, True)
+    [placement] = controller.placement_view()
+    assert (placement["missing"], placement["replacing"]) == (0, [on01])
+    await controller.tick()
+    assert not controller.service.desired("gpu01").replicas[0].drain  # not while loading
+    await report(controller, gpu02, new["id"], "loading", pid=9)
+    await controller.tick()
+    assert not controller.service.desired("gpu01").replicas[0].drain
+
+    # The replacement is ready: the old one leaves routing, then drains and stops.
+    await report(controller, gpu02, new["id"], "ready", pid=9)
+    await controller.tick()
+    assert sorted(r.name for r in controller.registry.replicas("chat")) == sorted([on02, new["id"]])
     [spec] = controller.service.desired("gpu01").replicas
     assert spec.drain
-    assert sorted(r["node"] for r in controller.replicas_view() if not r["draining"]) == [
-        "gpu02",
-        "gpu02",
-    ]
     await report(controller, gpu01, on01, "stopped")
     assert on01 not in {r["id"] for r in controller.replicas_view()}
 
@@ -342,3 +359,56 @@ async def test_without_an_acknowledged_stop_a_silent_node_keeps_its_replica_unti
     await controller.tick()
     assert controller.nodes["gpu01"].state == "unreachable"
     assert on01 in {r["id"] for r in controller.replicas_view()}
+
+
+async def test_a_drained_replica_keeps_serving_while_no_node_fits_its_replacement(
+    store: Store,
+) -> None:
+    clock = Clock()
+    controller = await started(store, clock)
+    gpu01 = await register(controller, "gpu01")
+    await settled(controller, clock)
+    ids = [r["id"] for r in controller.replicas_view()]
+    for replica_id in ids:
+        await report(controller, gpu01, replica_id, "ready", pid=7)
+    await controller.set_flags("gpu01", cordoned=True, draining=True)
+    clock.now += SETTINGS.replacement_deadline + 1
+    controller.nodes["gpu01"].last_seen = clock.now
+    await controller.tick()
+    assert sorted(r.name for r in controller.registry.replicas("chat")) == sorted(ids)
+    assert not any(spec.drain for spec in controller.service.desired("gpu01").replicas)
+    [placement] = controller.placement_view()
+    assert placement["missing"] == 2
+    assert placement["reason"] == (
+        "2 replica(s) on draining nodes keep serving until a replacement fits: gpu01: is draining"
+    )
+
+
+async def test_a_replacement_not_ready_by_the_deadline_drains_the_old_replica_anyway(
+    store: Store,
+) -> None:
+    one = Model.model_validate(
+        {"name": "chat", "deploy": {"engine": "sim", "model": "sim", "gpus_per_replica": 0}}
+    )
+    clock = Clock()
+    controller = await started(store, clock, one)
+    gpu01 = await register(controller, "gpu01")
+    await settled(controller, clock)
+    [old] = controller.replicas_view()
+    await report(controller, gpu01, old["id"], "ready", pid=7)
+    gpu02 = await register(controller, "gpu02")
+    await controller.set_flags("gpu01", cordoned=True, draining=True)
+    [new] = [r for r in controller.replicas_view() if r["id"] != old["id"]]
+    await report(controller, gpu02, new["id"], "crash_loop", pid=0)
+    clock.now += SETTINGS.replacement_deadline / 2
+    for node in controller.nodes.values():
+        node.last_seen = clock.now
+    await controller.tick()
+    assert [r.name for r in controller.registry.replicas("chat")] == [old["id"]]
+    clock.now += SETTINGS.replacement_deadline / 2 + 1
+    for node in controller.nodes.values():
+        node.last_seen = clock.now
+    await controller.tick()
+    assert controller.registry.replicas("chat") == ()
+    [spec] = controller.service.desired("gpu01").replicas
+    assert spec.drain

@@ -121,7 +121,7 @@ async def test_a_gateway_without_a_control_plane_routes_the_stores_ready_replica
     cp = controller(store, clock, wall, "cp-a")
     await cp.load()
     gpu01 = await register(cp, "gpu01")
-    await register(cp, "gpu02")
+    gpu02 = await register(cp, "gpu02")
     clock.now += SETTINGS.unreachable_after
     for node in cp.nodes.values():
         node.last_seen = clock.now
@@ -135,9 +135,15 @@ async def test_a_gateway_without_a_control_plane_routes_the_stores_ready_replica
     await follower.sync()
     assert routed(follower) == [on01]
     assert follower.registry.replicas("chat")[0].url == f"http://127.0.0.1:{cp.replicas[on01].port}"
-    await cp.set_flags("gpu01", draining=True)  # its node drains: out of routing
+    await cp.set_flags("gpu01", draining=True)  # its node drains: replaced first
     await follower.sync()
-    assert routed(follower) == []
+    assert routed(follower) == [on01]  # serving until its replacement is ready
+    for rid in [rid for rid in cp.replicas if "gpu02" in rid]:
+        await report(cp, gpu02, rid, "ready", pid=8)
+    await cp.tick()
+    await follower.sync()
+    assert routed(follower) == sorted(rid for rid in cp.replicas if rid != on01)
+    assert on01 not in routed(follower) and len(routed(follower)) == 2
 
 
 async def test_a_clean_stop_gives_the_lease_up_to_the_standby_at_once(store: Store) -> None:

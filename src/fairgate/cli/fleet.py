@@ -105,9 +105,11 @@ def uncordon(node: Node, config: ConfigOption = None) -> None:
 
 @nodes_app.command("drain")
 def drain(node: Node, config: ConfigOption = None) -> None:
-    """Cordon the node and drain its replicas: each leaves routing, is placed on another
-    node, and is stopped by its agent once its requests in flight finish."""
-    _flag(config, node, True, True, "drains: its replicas move to other nodes")
+    """Cordon the node and move its replicas: each is replaced on another node and, once
+    the replacement is ready (or after control_plane.replacement_deadline), leaves
+    routing and is stopped by its agent when its requests in flight finish. While no
+    node fits a replacement it keeps serving (GET /admin/placement says why)."""
+    _flag(config, node, True, True, "drains: its replicas are replaced on other nodes first")
 
 
 @replicas_app.command("list")

@@ -9,6 +9,8 @@ control_plane:
   ports: {first: 20000, last: 20999}      # the engines' ports the control plane hands out
   engine_host: 0.0.0.0                    # where engines listen on their node
   allocation_margin: 10m                  # drain a Slurm node's replicas this long before its end
+  replacement_deadline: 10m               # a draining replica serves this long at most while
+                                          # its replacement starts
 
 models:
   - name: chat
@@ -67,7 +69,9 @@ class ControlPlane(Section):
     TLS (``tls``), send a heartbeat every ``heartbeat_interval``; a node silent for
     ``unreachable_after`` is unreachable (its engines stay in routing while they pass
     their health checks), silent for ``lost_after`` with no engine of it answering it is
-    lost and its replicas are placed elsewhere. Engines listen on ``engine_host`` of
+    lost and its replicas are placed elsewhere. A draining node's replica keeps serving
+    until its replacement is ready elsewhere, at most ``replacement_deadline`` once the
+    replacement is placed (for ever while none fits). Engines listen on ``engine_host`` of
     their node (``0.0.0.0``: the gateway reaches them at the node's address; ``127.0.0.1``
     when every agent runs on the gateway's machine). Of the control planes on one store
     only the holder of the store's lease places and commands; it renews the lease every
@@ -82,6 +86,7 @@ class ControlPlane(Section):
     engine_host: Name = "0.0.0.0"  # noqa: S104 - the gateway reaches engines on other nodes
     allocation_margin: PositiveDuration = 600.0
     lease_ttl: PositiveDuration = 15.0
+    replacement_deadline: PositiveDuration = 600.0
 
     @model_validator(mode="after")
     def _ordered(self) -> ControlPlane:

@@ -14,11 +14,14 @@ model's node labels) and sends each node whose replicas changed its whole desire
 state, with a version kept in the store so it only grows.
 
 A replica joins routing (`ReplicaRegistry.add`: health checks, breaker, metrics scrape)
-when its agent reports it `ready`, and leaves when it reports anything else, when its
-node drains, or when its node is lost. A restarted control plane loads the replicas
-the store holds, routes those that were ready at once (the health checks judge them),
-and when their agents register again it sends the same replica ids: the agents keep
-the engines they run, nothing is relaunched.
+when its agent reports it `ready`, and leaves when it reports anything else, when it
+drains, or when its node is lost. A draining node's replicas are replaced first (make
+before break): each keeps serving until its replacement elsewhere is ready, at most
+`replacement_deadline` once the replacement is placed, for ever while none fits.
+
+A restarted control plane loads the replicas the store holds, routes those that were
+ready at once (the health checks judge them), and when their agents register again it
+sends the same replica ids: the agents keep the engines they run, nothing is relaunched.
 
 Of several control planes on one store only the holder of the store's lease
 (``fleet_lease``, renewed every third of ``lease_ttl``) acts. The others are on
@@ -118,6 +121,9 @@ class _Placed:
     detail: str = ""
     drain: bool = False
     generation: int = 0
+    replacing_since: float | None = None
+    """Its node drains: since when a replacement is wanted elsewhere; it keeps serving
+    until the replacement is ready (make before break)."""
     routed: Replica | None = field(default=None, repr=False)
 
 
@@ -638,14 +644,23 @@ class FleetController:
     async def _place(self) -> None:
         if self._clock() < self._settle_until:
             return
-        for placed in self.replicas.values():
-            node = self.nodes[placed.node]
-            if (node.draining or self._ending(node)) and not placed.drain:
-                placed.drain = True
-                self._unroute(placed)
-                why = "its node drains" if node.draining else "its Slurm allocation ends soon"
-                log.info("replica %s on %s drains (%s)", placed.id, placed.node, why)
         now = self._clock()
+        for placed in self.replicas.values():
+            if placed.drain:
+                continue
+            node = self.nodes[placed.node]
+            leaving = node.draining or self._ending(node)
+            if leaving and placed.replacing_since is None:
+                placed.replacing_since = now
+                why = "its node drains" if node.draining else "its Slurm allocation ends soon"
+                log.info(
+                    "replica %s on %s is replaced elsewhere before it drains (%s)",
+                    placed.id,
+                    placed.node,
+                    why,
+                )
+            elif not leaving and placed.replacing_since is not None:
+                placed.replacing_since = None  # uncordoned: it stays
         for model in self.models.values():
             deploy = model.deploy
             assert deploy is not None
@@ -660,7 +675,11 @@ class FleetController:
                 )
                 for node in self.nodes.values()
             ]
-            active = [p for p in self.replicas.values() if p.model == model.name and not p.drain]
+            active = [
+                p
+                for p in self.replicas.values()
+                if p.model == model.name and not p.drain and p.replacing_since is None
+            ]
             for extra in sorted(active, key=lambda p: p.id)[deploy.replicas :]:
                 extra.drain = True  # fewer wanted than run
                 self._unroute(extra)
@@ -704,6 +723,7 @@ class FleetController:
                     for n in nodes
                 ]
                 log.info("replica %s placed on %s (GPUs %s)", replica_id, new.node, new.gpus)
+            await self._release(model.name, deploy.replicas, plan, now)
             said = (plan.missing, plan.reason)
             if plan.missing and self._said.get(model.name) != said:
                 log.warning(
@@ -714,6 +734,55 @@ class FleetController:
                     plan.reason,
                 )
             self._said[model.name] = said
+
+    def _replacing(self, model: str) -> list[_Placed]:
+        return sorted(
+            (
+                p
+                for p in self.replicas.values()
+                if p.model == model and not p.drain and p.replacing_since is not None
+            ),
+            key=lambda p: (p.replacing_since, p.id),
+        )
+
+    async def _release(self, model: str, wanted: int, plan: Plan, now: float) -> None:
+        """Make before break: drain a replaced replica once the model keeps `wanted`
+        replicas in routing without it, or once its replacement was placed and
+        `replacement_deadline` has passed; while no replacement fits, it keeps serving.
+        The store says `draining` at once, so the gateways that follow it stop routing
+        there too."""
+        replacing = self._replacing(model)
+        if not replacing:
+            return
+        ready = sum(
+            1
+            for p in self.replicas.values()
+            if p.model == model
+            and not p.drain
+            and p.replacing_since is None
+            and p.routed is not None
+        )
+        serving = sum(1 for p in replacing if p.routed is not None)
+        deadline = self.settings.replacement_deadline
+        for placed in replacing:
+            assert placed.replacing_since is not None
+            routed = placed.routed is not None
+            overdue = not plan.missing and now - placed.replacing_since >= deadline
+            if not routed:
+                why = "it was not serving"
+            elif ready + serving - 1 >= wanted:
+                why = "its replacement is ready"
+            elif overdue:
+                why = f"its replacement was not ready within {deadline:g} s"
+            else:
+                continue
+            placed.drain = True
+            placed.state = "draining"
+            self._unroute(placed)
+            serving -= routed
+            async with self.store.write() as conn:
+                await rows.update_replica(conn, placed.id, now=self._now(), state="draining")
+            log.info("replica %s on %s drains: %s", placed.id, placed.node, why)
 
     def _free_port(self) -> int | None:
         """The next port after the last one handed out that no replica holds: a port
@@ -856,6 +925,7 @@ class FleetController:
             "routed": placed.routed is not None,
             "healthy": placed.routed.healthy if placed.routed is not None else None,
             "draining": placed.drain,
+            "replacing": placed.replacing_since is not None and not placed.drain,
             "generation": placed.generation,
             "restarts": placed.restarts,
             "pid": placed.pid,
@@ -871,6 +941,19 @@ class FleetController:
             deploy = model.deploy
             assert deploy is not None
             plan = self.plans.get(name)
+            replacing = self._replacing(name)
+            reason = (
+                plan.reason
+                if plan is not None
+                else "waiting for the agents to register after the start"
+                if self.leading
+                else _STANDBY_REASON
+            )
+            if replacing and plan is not None and plan.missing:
+                reason = (
+                    f"{len(replacing)} replica(s) on draining nodes keep serving until a "
+                    f"replacement fits: {plan.reason}"
+                )
             out.append(
                 {
                     "model": name,
@@ -885,11 +968,8 @@ class FleetController:
                         if p.model == name
                     ],
                     "missing": plan.missing if plan is not None else deploy.replicas,
-                    "reason": plan.reason
-                    if plan is not None
-                    else "waiting for the agents to register after the start"
-                    if self.leading
-                    else _STANDBY_REASON,
+                    "replacing": [p.id for p in replacing],
+                    "reason": reason,
                 }
             )
         return out

@@ -8,8 +8,10 @@ The control plane that holds the lease writes each replica's state as its agent 
 it (``fleet_replicas``) and the nodes' flags and states (``fleet_nodes``). Every
 ``interval`` this reads both and makes the registry agree, through
 ``ReplicaRegistry.add``/``remove`` like the control plane does: a replica of a
-``deploy:`` model joins routing when it is ``ready`` on a node that is neither lost nor
-draining, at ``http://ADDRESS:PORT`` of its node, and leaves it on any other state, when
+``deploy:`` model joins routing when it is ``ready`` on a node that is not lost (on a
+draining node too: it serves until its replacement is ready, when the control plane
+writes it ``draining``), at ``http://ADDRESS:PORT`` of its node, and leaves it on any
+other state, when
 its row is gone, or when its node's address changed (it joins again at the new one). A
 store that does not answer leaves the routes as they are: the engines are judged by the
 gateway's own health checks meanwhile.
@@ -72,7 +74,7 @@ class StoreRoutes:
             model = self.models.get(r.model)
             if model is None or node is None or r.state != ROUTED_STATE:
                 continue
-            if node.state == "lost" or node.draining:
+            if node.state == "lost":
                 continue
             wanted[r.id] = (model, replica_url(node.address, r.port))
         for rid, replica in list(self.routed.items()):
