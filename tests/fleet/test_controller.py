@@ -87,8 +87,9 @@ async def register(
     name: str,
     inventory: Inventory = NO_GPU,
     running: list[fleet_pb2.ReplicaStatus] | None = None,
+    address: str = "127.0.0.1",
 ) -> NodeSeen:
-    seen = NodeSeen(name, inventory, {}, running or [], 0.0, address="127.0.0.1")
+    seen = NodeSeen(name, inventory, {}, running or [], 0.0, address=address)
     controller.service.nodes[name] = seen
     await controller.registered(seen)
     return seen
@@ -412,3 +413,55 @@ async def test_a_replacement_not_ready_by_the_deadline_drains_the_old_replica_an
     assert controller.registry.replicas("chat") == ()
     [spec] = controller.service.desired("gpu01").replicas
     assert spec.drain
+
+
+async def test_ports_are_unique_per_machine_not_across_the_fleet(store: Store) -> None:
+    clock = Clock()
+    three = Model.model_validate(
+        {
+            "name": "chat",
+            "deploy": {"engine": "sim", "model": "sim", "gpus_per_replica": 0, "replicas": 3},
+        }
+    )
+    controller = await started(store, clock, three)
+    await register(controller, "gpu01", address="10.0.0.1")
+    await register(controller, "gpu02", address="10.0.0.2")
+    await register(controller, "gpu03", address="10.0.0.2")
+    await settled(controller, clock)
+    ports = {r["node"]: r["port"] for r in controller.replicas_view()}
+    assert ports["gpu01"] == SETTINGS.ports.first
+    assert ports["gpu02"] != ports["gpu03"]  # one machine: its ports are shared
+    assert SETTINGS.ports.first in (ports["gpu02"], ports["gpu03"])
+
+
+async def test_a_replica_that_fitted_nowhere_is_placed_on_a_node_that_joins_later(
+    store: Store,
+) -> None:
+    one_gpu = Model.model_validate(
+        {
+            "name": "big",
+            "deploy": {"engine": "vllm", "model": "m", "gpus_per_replica": 1, "replicas": 2},
+        }
+    )
+    clock = Clock()
+    controller = await started(store, clock, one_gpu)
+    await register(controller, "gpu01", _gpus([0]))
+    await settled(controller, clock)
+    [placement] = controller.placement_view()
+    assert placement["missing"] == 1
+    await register(controller, "gpu02", _gpus([0]))
+    [placement] = controller.placement_view()
+    assert placement["missing"] == 0
+    assert sorted(r["node"] for r in controller.replicas_view()) == ["gpu01", "gpu02"]
+
+
+async def test_running_replicas_are_not_moved_onto_a_node_that_joins_later(store: Store) -> None:
+    clock = Clock()
+    controller = await started(store, clock)
+    await register(controller, "gpu01")
+    await settled(controller, clock)
+    before = sorted(r["id"] for r in controller.replicas_view())
+    assert [r["node"] for r in controller.replicas_view()] == ["gpu01", "gpu01"]
+    await register(controller, "gpu02")
+    await controller.tick()
+    assert sorted(r["id"] for r in controller.replicas_view()) == before

@@ -202,7 +202,8 @@ class FleetController:
         self.port: int | None = None
         self._settle_until = 0.0
         self._said: dict[str, tuple[int, str]] = {}
-        self._next_port = settings.ports.first
+        self._next_port: dict[str, int] = {}
+        """Per node address: the port after the last one handed out there."""
         self._refused: dict[tuple[str, str], float] = {}
         """(model, node) → until when the node takes no replica of the model: its agent
         refused one before launching it (port taken, engine missing, …)."""
@@ -694,10 +695,13 @@ class FleetController:
             plan = place(want, nodes, [Placement(p.model, p.node, p.gpus) for p in active])
             self.plans[model.name] = plan
             for new in plan.new:
-                port = self._free_port()
+                port = self._free_port(new.node)
                 if port is None:
-                    log.error("control plane: no free port left in control_plane.ports")
-                    break
+                    log.error(
+                        "control plane: no free port left in control_plane.ports on %s",
+                        new.node,
+                    )
+                    continue
                 replica_id = f"{model.name}-{new.node}-{port}"
                 node = self.nodes[new.node]
                 async with self.store.write() as conn:
@@ -784,16 +788,24 @@ class FleetController:
                 await rows.update_replica(conn, placed.id, now=self._now(), state="draining")
             log.info("replica %s on %s drains: %s", placed.id, placed.node, why)
 
-    def _free_port(self) -> int | None:
-        """The next port after the last one handed out that no replica holds: a port
-        just freed (its engine lost, a socket in TIME_WAIT) is the last to be reused."""
-        used = {p.port for p in self.replicas.values()}
+    def _free_port(self, node: str) -> int | None:
+        """The next port on `node`'s machine after the last one handed out there that no
+        replica there holds: a port just freed (its engine lost, a socket in TIME_WAIT)
+        is the last to be reused. Ports are per machine, by the nodes' address: nodes
+        on one host (agents on loopback, two Slurm jobs on one node) share its ports."""
+        address = self.nodes[node].address
+        used = {
+            p.port
+            for p in self.replicas.values()
+            if p.node in self.nodes and self.nodes[p.node].address == address
+        }
         first, last = self.settings.ports.first, self.settings.ports.last
         span = last - first + 1
+        start = self._next_port.get(address, first)
         for step in range(span):
-            port = first + (self._next_port - first + step) % span
+            port = first + (start - first + step) % span
             if port not in used:
-                self._next_port = first + (port - first + 1) % span
+                self._next_port[address] = first + (port - first + 1) % span
                 return port
         return None
 
