@@ -130,9 +130,10 @@ class Authority:
         days: float = 30,
         not_before: datetime | None = None,
         dns_names: tuple[str, ...] = (),
+        ip_addresses: tuple[str, ...] = (),
     ) -> Issued:
-        """A certificate for ``name``: a server one (SAN 127.0.0.1, ::1, localhost) or a
-        client one (with ``dns_names`` as its DNS SANs, if any)."""
+        """A certificate for ``name``: a server one (SAN 127.0.0.1, ::1, localhost and
+        ``ip_addresses``) or a client one (with ``dns_names`` as its DNS SANs, if any)."""
         key = _key()
         start = not_before or datetime.now(UTC) - timedelta(days=1)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
@@ -158,6 +159,7 @@ class Authority:
                         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
                         x509.IPAddress(ipaddress.ip_address("::1")),
                         x509.DNSName("localhost"),
+                        *(x509.IPAddress(ipaddress.ip_address(a)) for a in ip_addresses),
                     ]
                 ),
                 critical=False,

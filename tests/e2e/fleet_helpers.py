@@ -62,22 +62,40 @@ class Fleet:
     def certificate(self, name: str) -> tuple[Path, Path]:
         return self.pki.ca.issue(name, dns_names=(name,)).write(self.directory, name)
 
-    def agent(self, node: str, *, cert_of: str | None = None) -> subprocess.Popen[bytes]:
+    def agent(
+        self,
+        node: str,
+        *,
+        cert_of: str | None = None,
+        prefix: Sequence[str] = (),
+        addresses: Sequence[str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """``fairgate agent`` for ``node``, run behind ``prefix`` (``ip netns exec NS``: on
+        a host of its own) and given ``addresses`` (else the fleet's) as --control-plane."""
         cert, key = self.certificate(cert_of or node)
         with (self.directory / f"agent-{node}.log").open("ab") as log:
-            proc = self._popen(node, cert, key, log)
+            proc = self._popen(node, cert, key, log, prefix, addresses or self.addresses)
         self.agents[node] = proc
         return proc
 
-    def _popen(self, node: str, cert: Path, key: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    def _popen(
+        self,
+        node: str,
+        cert: Path,
+        key: Path,
+        log: IO[bytes],
+        prefix: Sequence[str],
+        addresses: Sequence[str],
+    ) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "fairgate",
                 "agent",
                 "--control-plane",
-                ",".join(self.addresses),
+                ",".join(addresses),
                 "--cert",
                 str(cert),
                 "--key",
