@@ -10,15 +10,17 @@ its two wanted replicas, organisation A with share 0.75, B with 0.25.
 - (c) both organisations saturating it with 48 clients each (the load of
   ``test_fairshare_replicas.py``, homes together): B's part of the sequences the
   two engines run is its share, 0.25 ± 0.03, of all and of the within-share ones;
-- (b) gpu02 cordoned and gpu01 drained: gpu01's replica leaves routing and cannot be
-  placed elsewhere, C drops to 8 (reservations 6 / 2) while a client's requests go on
-  being served by gpu02, none failing; gpu02 uncordoned: the replica is placed there
+- (b) gpu02 cordoned and gpu01's agent stopped (with its engine, which it reports):
+  gpu01's replica leaves routing and cannot be placed elsewhere, C drops to 8
+  (reservations 6 / 2) while a client's requests go on being served by gpu02, none
+  failing; gpu02 uncordoned: the replica is placed there
   and C is 16 again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 from typing import Any
 
 import httpx
@@ -99,12 +101,13 @@ def test_a_pool_follows_its_placed_replicas(fleet: Fleet) -> None:
         assert run.running() >= 2 * SEATS - 1
         _assert_shares(run)
 
-        # (b) gpu01 drained while gpu02 takes no new replica: half the seats leave
+        # (b) gpu01 stops while gpu02 takes no new replica: half the seats leave (a drain
+        # would keep gpu01's replica serving until a replacement is ready somewhere)
         client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=TEST_KEY, max_retries=0)
         with Traffic(client) as traffic:
-            until(lambda: traffic.ok >= 3, 30, "traffic before the drain")
+            until(lambda: traffic.ok >= 3, 30, "traffic before the stop")
             post(gateway, "/admin/nodes/gpu02/cordon")
-            post(gateway, "/admin/nodes/gpu01/drain")
+            fleet.agents["gpu01"].send_signal(signal.SIGTERM)  # stops its engine, says so
             until(lambda: routed(gateway, ["gpu02"]), 30, "gpu01's replica out of routing")
             until(lambda: pool(gateway)[0] == SEATS, 10, "the pool down to one replica's seats")
             assert pool(gateway) == (SEATS, {"A": 6, "B": 2})
