@@ -20,7 +20,34 @@ READY_PREFIX = "fairgate listening on "
 CONTROL_PLANE_PREFIX = "fairgate control-plane listening on "
 
 
-class GatewayProcess(ServerProcess):
+class _Command(ServerProcess):
+    """``fairgate COMMAND -c CONFIG *args``, ready once it prints ``prefix``."""
+
+    def __init__(
+        self,
+        command: str,
+        prefix: str,
+        config: str | Path,
+        args: Sequence[str],
+        env: Mapping[str, str] | None,
+        startup_timeout: float,
+        stop_timeout: float,
+        stderr: Path | None,
+    ) -> None:
+        self.config = Path(config)
+        argv = [sys.executable, "-m", "fairgate", command, "-c", str(config), *args]
+        super().__init__(
+            argv,
+            prefix,
+            env=env,
+            startup_timeout=startup_timeout,
+            stop_timeout=stop_timeout,
+            stderr=stderr,
+        )
+        self.admin_url = ""
+
+
+class GatewayProcess(_Command):
     """``fairgate serve -c CONFIG *args``; ``.url`` (client listener) and ``.admin_url``."""
 
     def __init__(
@@ -32,17 +59,9 @@ class GatewayProcess(ServerProcess):
         stop_timeout: float = 30.0,
         stderr: Path | None = None,
     ) -> None:
-        self.config = Path(config)
-        argv: Sequence[str] = [sys.executable, "-m", "fairgate", "serve", "-c", str(config), *args]
         super().__init__(
-            argv,
-            READY_PREFIX,
-            env=env,
-            startup_timeout=startup_timeout,
-            stop_timeout=stop_timeout,
-            stderr=stderr,
+            "serve", READY_PREFIX, config, args, env, startup_timeout, stop_timeout, stderr
         )
-        self.admin_url = ""
 
     def start(self) -> Self:
         super().start()
@@ -60,7 +79,7 @@ class GatewayProcess(ServerProcess):
         return self._proc.wait(timeout)
 
 
-class ControlPlaneProcess(ServerProcess):
+class ControlPlaneProcess(_Command):
     """``fairgate control-plane -c CONFIG``; ``.admin_url`` and ``.agents`` (HOST:PORT)."""
 
     def __init__(
@@ -72,17 +91,16 @@ class ControlPlaneProcess(ServerProcess):
         stop_timeout: float = 30.0,
         stderr: Path | None = None,
     ) -> None:
-        self.config = Path(config)
-        argv = [sys.executable, "-m", "fairgate", "control-plane", "-c", str(config)]
         super().__init__(
-            argv,
+            "control-plane",
             CONTROL_PLANE_PREFIX,
-            env=env,
-            startup_timeout=startup_timeout,
-            stop_timeout=stop_timeout,
-            stderr=stderr,
+            config,
+            (),
+            env,
+            startup_timeout,
+            stop_timeout,
+            stderr,
         )
-        self.admin_url = ""
         self.agents = ""
 
     def start(self) -> Self:
