@@ -10,9 +10,10 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from tests.fleet.test_controller import SETTINGS, SIM, Clock, make_replica, register, report
 
-from fairgate.fleet.controller import FleetController
+from fairgate.fleet.controller import FleetController, ReplicaNotFound
 from fairgate.fleet.follow import StoreRoutes
 from fairgate.fleet.v1 import fleet_pb2
 from fairgate.store import Store, upgrade
@@ -144,6 +145,30 @@ async def test_a_gateway_without_a_control_plane_routes_the_stores_ready_replica
     await follower.sync()
     assert routed(follower) == sorted(rid for rid in cp.replicas if rid != on01)
     assert on01 not in routed(follower) and len(routed(follower)) == 2
+
+
+async def test_a_restart_asked_of_the_standby_reaches_the_holder(store: Store) -> None:
+    # an operator's `fairgate replicas restart` may reach either control plane's admin API
+    clock, wall = Clock(), Wall()
+    first, second = controller(store, clock, wall, "cp-a"), controller(store, clock, wall, "cp-b")
+    await first.load()
+    await second.load()
+    gpu01 = await register(first, "gpu01")
+    clock.now += SETTINGS.unreachable_after
+    first.nodes["gpu01"].last_seen = clock.now
+    await first.tick()
+    [rid, *_] = sorted(first.replicas)
+    await report(first, gpu01, rid, "ready", pid=7)
+    view = await second.restart(rid, actor="ops")
+    assert (view["id"], view["generation"]) == (rid, 1)
+    assert second.replicas == {}  # the standby placed nothing for it
+    first.nodes["gpu01"].last_seen = clock.now
+    await first.tick()
+    assert first.replicas[rid].generation == 1
+    sent = {r.replica_id: r.generation for r in first.service.desired("gpu01").replicas}
+    assert sent[rid] == 1  # the holder sends the new generation to the agent
+    with pytest.raises(ReplicaNotFound):  # the store knows no such replica: 404
+        await second.restart("no-such-replica", actor="ops")
 
 
 async def test_a_clean_stop_gives_the_lease_up_to_the_standby_at_once(store: Store) -> None:

@@ -891,8 +891,10 @@ class FleetController:
     ) -> dict[str, Any]:
         """An operator's restart (persisted and audited): a higher generation, sent at
         once; its agent stops what runs, a crash loop included, and launches it afresh
-        with a fresh restart count. Its view after the change."""
-        if replica_id not in self.replicas:
+        with a fresh restart count. Its view after the change. On standby the store
+        decides (this control plane holds no replicas): the holder sends it at its next
+        tick."""
+        if self.leading and replica_id not in self.replicas:
             raise ReplicaNotFound(replica_id)
         async with self.store.write() as conn:
             row = await rows.restart_replica(
@@ -902,7 +904,16 @@ class FleetController:
             raise ReplicaNotFound(replica_id)
         await self.tick()
         placed = self.replicas.get(replica_id)
-        return self.replica_view(placed) if placed is not None else {"id": replica_id}
+        if placed is not None:
+            return self.replica_view(placed)
+        return {
+            "id": row.id,
+            "model": row.model,
+            "node": row.node,
+            "state": row.state,
+            "generation": row.generation,
+            "restarts": row.restarts,
+        }
 
     def node_view(self, node: _Node) -> dict[str, Any]:
         return {
