@@ -30,6 +30,7 @@ from typing import Any
 import aiohttp
 import pytest
 from tests.e2e.conftest import TEST_KEY, model, write_config
+from tests.steady_client import steady_client
 
 from fairgate.config import load_config
 from fairgate.server.process import GatewayProcess
@@ -220,7 +221,8 @@ async def _without_admission(sim: SimProcess, gateway: GatewayProcess, key: str)
 def test_with_admission_a_high_band_request_keeps_its_idle_latency(tmp_path: Path) -> None:
     with SimProcess(*SIM_ARGS) as sim:
         config, key = _gateway(tmp_path, sim, admission=BANDS)
-        with GatewayProcess(config) as gateway:
+        # steady_client: the probes time the gateway, not this process's collector
+        with GatewayProcess(config) as gateway, steady_client():
             seen = asyncio.run(_with_admission(sim, gateway, key))
     idle, loaded = p99(seen["idle"]), p99(seen["loaded"])
     print(
@@ -242,7 +244,8 @@ def test_without_admission_a_high_band_request_waits_behind_the_flood(tmp_path: 
         config, key = _gateway(
             tmp_path, sim, fairshare={"send_priority": False, "hold_borrowers": False}
         )
-        with GatewayProcess(config) as gateway:
+        # steady_client: the probes time the gateway, not this process's collector
+        with GatewayProcess(config) as gateway, steady_client():
             seen = asyncio.run(_without_admission(sim, gateway, key))
     idle, loaded = p99(seen["idle"]), p99(seen["loaded"])
     print(
