@@ -451,10 +451,8 @@ class FleetController:
             self._unroute(placed)
         if status.state == "failed" and not status.pid and not status.restarts:
             # refused before launch: placed again elsewhere (or here, on a new port, later)
-            del self.replicas[placed.id]
             self._refused[(placed.model, placed.node)] = self._clock() + _REFUSED_FOR
-            async with self.store.write() as conn:
-                await rows.delete_replica(conn, placed.id)
+            await self._delete(placed)
             log.warning(
                 "replica %s refused by %s before launch: %s; %s takes no replica of %s for %g s",
                 placed.id,
@@ -467,20 +465,16 @@ class FleetController:
             self._wake.set()
             return
         if status.state == "stopped" and placed.drain:
-            del self.replicas[placed.id]
-            async with self.store.write() as conn:
-                await rows.delete_replica(conn, placed.id)
+            await self._delete(placed)
             log.info("replica %s on %s drained and stopped", placed.id, placed.node)
             return
         if status.state == "stopped":
             # Stopped unasked (still wanted, this generation): its agent stops its engines
             # as it shuts down (--stop-engines). The acknowledged stop is the fence: the
             # replica is placed elsewhere at once, without waiting for the node to be lost.
-            del self.replicas[placed.id]
             if not registering:
                 node.stopping = True
-            async with self.store.write() as conn:
-                await rows.delete_replica(conn, placed.id)
+            await self._delete(placed)
             log.warning(
                 "replica %s: its agent on %s stopped it: placing it again at once",
                 placed.id,
@@ -609,9 +603,7 @@ class FleetController:
         """A lost node's replicas: out of routing and the store, to be placed elsewhere."""
         for placed in self._on(node.name):
             self._unroute(placed)
-            del self.replicas[placed.id]
-            async with self.store.write() as conn:
-                await rows.delete_replica(conn, placed.id)
+            await self._delete(placed)
             log.warning("replica %s was on lost node %s: placing it again", placed.id, node.name)
 
     def _ending(self, node: _Node) -> bool:
@@ -934,6 +926,12 @@ class FleetController:
 
     def nodes_view(self) -> list[dict[str, Any]]:
         return [self.node_view(node) for _, node in sorted(self.nodes.items())]
+
+    async def _delete(self, placed: _Placed) -> None:
+        """``placed`` is no replica any more: out of memory and out of the store."""
+        del self.replicas[placed.id]
+        async with self.store.write() as conn:
+            await rows.delete_replica(conn, placed.id)
 
     def replica_view(self, placed: _Placed) -> dict[str, Any]:
         node = self.nodes.get(placed.node)
