@@ -15,7 +15,6 @@ import asyncio
 import csv
 import io
 import sqlite3
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from redis.asyncio import Redis
 from tests.e2e.conftest import AUTH, StartSim, add_key, model, state_section
 from tests.e2e.robust_wire import until
 from tests.e2e.test_limits import PRICES, chat, configure, refusal
@@ -59,6 +59,21 @@ def spend(gateway: GatewayProcess, group_by: str, fmt: str = "json") -> httpx.Re
     )
     assert answer.status_code == 200, answer.text
     return answer
+
+
+def stored_records(directory: Path) -> int:
+    """How many usage records the gateway's SQLite store in ``directory`` holds."""
+    with sqlite3.connect(directory / "fairgate.db") as db:
+        count: int = db.execute("SELECT count(*) FROM usage_records").fetchone()[0]
+    return count
+
+
+async def key_exists(url: str, key: str) -> bool:
+    client = Redis.from_url(url)
+    try:
+        return bool(await client.exists(key))
+    finally:
+        await client.aclose()
 
 
 def written(gateway: GatewayProcess, requests: int) -> dict[str, Any]:
@@ -183,9 +198,12 @@ def test_spend_is_restored_again_when_redis_loses_its_data(
     with GatewayProcess(config) as gateway:
         assert [chat(gateway, 10).status_code for _ in range(2)] == [200, 200]
         budget_refusal(chat(gateway, 10), "team 't'")
-        time.sleep(2.0)  # the records reach the store (flushed every second)
+        until(lambda: stored_records(tmp_path) == 3, 20, "the 3 records in the store")
         asyncio.run(delete_prefix(redis_url, redis_state["prefix"]))
-        time.sleep(3.0)  # a refresh or two
+        # a refresh (every second) finds the restore mark gone and restores the spend: the
+        # mark is written back after the counters
+        mark = redis_state["prefix"] + "restored-spend"
+        until(lambda: asyncio.run(key_exists(redis_url, mark)), 20, "the restore mark back")
         budget_refusal(chat(gateway, 10), "team 't'")
     assert len(sim.requests("/v1/chat/completions")) == 2
 
