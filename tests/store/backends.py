@@ -48,9 +48,13 @@ def _admin_dsn(url: str) -> str:
 
 
 async def _create_database(url: str, name: str) -> None:
+    """Create ``name``, whose commits do not wait for the WAL flush: a test database needs no
+    durability against a crash of the shared server (8 ms a commit against 2.5 here); what
+    the store does, and what each test reads back, is the same."""
     conn = await asyncpg.connect(_admin_dsn(url), timeout=10)
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
+        await conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
     finally:
         await conn.close()
 
@@ -85,9 +89,18 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 async def _empty_tables(store: Store) -> None:
-    names = ", ".join(table.name for table in metadata.sorted_tables)
+    """Every table emptied and every sequence back at 1, as a new database has them.
+
+    DELETE, children first, rather than one TRUNCATE of every table: on tables of a few rows
+    TRUNCATE's new files cost about a second a test, DELETE a tenth of that."""
     async with store.write() as conn:
-        await conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+        for table in reversed(metadata.sorted_tables):
+            await conn.execute(table.delete())
+        sequences = await conn.execute(
+            text("SELECT schemaname, sequencename FROM pg_sequences WHERE last_value IS NOT NULL")
+        )
+        for schema, sequence in sequences:
+            await conn.execute(text(f'ALTER SEQUENCE "{schema}"."{sequence}" RESTART'))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
