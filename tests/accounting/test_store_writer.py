@@ -70,3 +70,55 @@ async def test_a_nul_character_cannot_make_postgresql_refuse_the_batch(store: St
     async with store.read() as conn:
         assert (await conn.execute(select(usage_records.c.model))).scalar_one() == "llama-70b"
         assert (await conn.execute(select(usage_record_tags.c.tag))).scalar_one() == "ab"
+
+
+async def test_every_field_lands_in_its_own_column(store: Store) -> None:
+    # The writer lays a record out in the table's column order: a field in the wrong
+    # place would land in another column (all distinct values here, so it would show).
+    rec = record(
+        project="p",
+        pool="gpu-pool",
+        replica="r-9",
+        route="/v1/chat/completions",
+        status=201,
+        outcome="truncated",
+        prompt_tokens=11,
+        completion_tokens=12,
+        cached_tokens=13,
+        cost_micro=14,
+        estimated=True,
+        ttft_ms=15,
+        total_ms=16,
+        attempts=3,
+        client_addr="10.0.0.7",
+    )
+    assert await StoreUsageWriter(store).write([rec]) == 1
+    async with store.read() as conn:
+        row = (await conn.execute(select(usage_records))).one()._mapping
+    assert dict(row) == {
+        name: getattr(rec, name) for name in (c.name for c in usage_records.columns)
+    }
+
+
+async def test_numbers_out_of_their_columns_range_are_bounded(store: Store) -> None:
+    rec = record(status=-1, prompt_tokens=-5, cost_micro=-1, ttft_ms=-3, total_ms=-2, attempts=-1)
+    big = record(status=1200, ttft_ms=10**12, attempts=10**12)
+    assert await StoreUsageWriter(store).write([rec, big]) == 2
+    async with store.read() as conn:
+        rows = {
+            r.request_id: r
+            for r in await conn.execute(
+                select(
+                    usage_records.c.request_id,
+                    usage_records.c.status,
+                    usage_records.c.prompt_tokens,
+                    usage_records.c.cost_micro,
+                    usage_records.c.ttft_ms,
+                    usage_records.c.total_ms,
+                    usage_records.c.attempts,
+                )
+            )
+        }
+    assert tuple(rows[rec.request_id])[1:] == (0, 0, 0, 0, 0, 0)
+    assert (rows[big.request_id].status, rows[big.request_id].ttft_ms) == (999, 2**31 - 1)
+    assert rows[big.request_id].attempts == 2**31 - 1
