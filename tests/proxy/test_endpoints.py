@@ -13,7 +13,7 @@ import pytest
 from fairgate.config import load_config
 from fairgate.core.errors import NotFound
 from fairgate.core.principal import Principal
-from fairgate.engines import adapter_for
+from fairgate.engines import FieldRefused, adapter_for
 from fairgate.proxy.endpoints import EndpointTable
 from fairgate.proxy.exchange import Exchange
 
@@ -104,3 +104,29 @@ def test_a_model_the_key_may_not_use_answers_as_one_that_does_not_exist(
         table.model_for(unknown)
     assert refusal(refused.value) == refusal(missing.value) == (404, "model_not_found")
     assert "only-vllm" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("fields", "refused"),
+    [
+        ({}, None),
+        ({"temperature": 0.5, "stream": False}, None),
+        ({"id_slot": 3}, "id_slot"),  # denied by the fallback's engine only (llama-server)
+        ({"chat_template": "x"}, "chat_template"),  # denied by the model's own (vLLM)
+        ({"extra_body": {"prompt_embeds": "x"}}, "prompt_embeds"),
+        ({"extra_body": {"temperature": 1}}, None),
+        ({"top_logprobs": 50}, "top_logprobs"),
+    ],
+)
+def test_every_model_of_the_chain_checks_the_body_fields(
+    table: EndpointTable, fields: dict[str, object], refused: str | None
+) -> None:
+    ex = request(table, b"/v1/chat/completions", "chat")
+    ex.parsed = {**(ex.parsed or {}), **fields}
+    entry = table.model_for(ex)
+    if refused is None:
+        entry.check_fields(ex)
+        return
+    with pytest.raises(FieldRefused) as caught:
+        entry.check_fields(ex)
+    assert caught.value.field == refused

@@ -91,3 +91,19 @@ def test_caps_refuse_with_a_named_reason(payload: dict[str, Any], code: str) -> 
 
 def test_values_within_the_caps_pass() -> None:
     check_caps({"n": 4, "max_tokens": 1000, "stream": True, "guided_regex": "a+"}, CAPS)
+
+
+def test_with_several_fields_out_of_bounds_the_first_in_order_is_named() -> None:
+    # counts before "stream", "stream" before grammars, whatever the body's own order
+    with pytest.raises(BadRequest) as caught:
+        check_caps({"guided_regex": "a" * 51, "stream": "yes", "n": 0}, CAPS)
+    assert (caught.value.code, caught.value.message) == (
+        "invalid_value",
+        "'n' must be a positive integer",
+    )
+    with pytest.raises(BadRequest) as caught:
+        check_caps({"guided_regex": "a" * 51, "stream": 1}, CAPS)
+    assert (caught.value.code, caught.value.message) == (
+        "invalid_value",
+        "'stream' must be true or false",
+    )

@@ -13,6 +13,7 @@ boundary, so the ``Content-Type`` header stays valid.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -80,6 +81,7 @@ class Form:
         return bytes(out)
 
 
+@functools.lru_cache(maxsize=256)  # per header value, as engines.model_field.is_json
 def is_form(content_type: str | bytes | None) -> bool:
     media_type, _ = parse_options_header(content_type)
     return media_type == b"multipart/form-data"

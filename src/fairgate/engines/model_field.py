@@ -22,6 +22,7 @@ a model:
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any
 
 import orjson
@@ -41,6 +42,9 @@ class ModelUnreadable(enum.Enum):
 MODEL_UNREADABLE = ModelUnreadable.UNREADABLE
 
 
+# Remembered per header value: a client sends the same few, and the reading is asked for
+# twice a request (the body's parse, the model's); bounded, so no client can grow it.
+@functools.lru_cache(maxsize=256)
 def is_json(content_type: str | bytes | None) -> bool:
     """``application/json`` or any ``application/…+json`` media type, parameters ignored."""
     media_type, _ = parse_options_header(content_type)

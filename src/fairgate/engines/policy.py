@@ -92,6 +92,16 @@ class RequestPolicy:
     deny: frozenset[str] = frozenset()
     caps: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     max_bytes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    names: frozenset[str] = field(init=False, repr=False, compare=False)
+    """Every field a rule names: a body (or ``extra_body``) holding none of them passes."""
+    fields: frozenset[str] = field(init=False, repr=False, compare=False)
+    """Every top-level key ``check`` reads (``names`` and ``extra_body``): a body holding
+    none of them passes, so a chain of policies can skip them all with one look."""
+
+    def __post_init__(self) -> None:
+        names = self.deny | self.caps.keys() | self.max_bytes.keys()
+        object.__setattr__(self, "names", frozenset(names))
+        object.__setattr__(self, "fields", frozenset((*names, _EXTRA_BODY)))
 
     def merged(
         self,
@@ -118,11 +128,12 @@ class RequestPolicy:
     def check(self, body: Mapping[str, Any]) -> None:
         """Refuse a JSON body breaking the policy: ``FieldRefused`` (400) naming the field."""
         self._check_object(body)
-        nested = body.get(_EXTRA_BODY)
-        if isinstance(nested, dict):
-            # SDKs flatten extra_body; a client writing it on the wire still means the
-            # fields inside, and a pass-through engine may read them.
-            self._check_object(nested)
+        if _EXTRA_BODY in body:
+            nested = body[_EXTRA_BODY]
+            if isinstance(nested, dict):
+                # SDKs flatten extra_body; a client writing it on the wire still means the
+                # fields inside, and a pass-through engine may read them.
+                self._check_object(nested)
 
     def check_form(self, form: Form) -> None:
         """Refuse a multipart form breaking the policy; text fields are read as the
@@ -139,6 +150,8 @@ class RequestPolicy:
                 raise _too_large_bytes(name, limit)
 
     def _check_object(self, body: Mapping[str, Any]) -> None:
+        if self.names.isdisjoint(body):
+            return  # the common body: no field any rule names
         for name in self.deny:
             if name in body:
                 raise _not_allowed(name)

@@ -116,11 +116,19 @@ class Candidate:
 @dataclass(frozen=True, slots=True)
 class ModelEntry:
     chain: Sequence[Candidate]  # the model itself first, then its fallbacks in order
+    # every top-level key a policy of the chain reads, gathered once (not per request)
+    _fields: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fields = frozenset().union(*(c.policy.fields for c in self.chain))
+        object.__setattr__(self, "_fields", fields)
 
     def check_fields(self, ex: Exchange) -> None:
         """Refuse a body that any model of the chain would refuse (``FieldRefused``, 400):
         whichever of them serves, the engine gets no field its policy denies."""
         if ex.parsed is not None:
+            if self._fields.isdisjoint(ex.parsed):
+                return  # no key any policy of the chain reads: every one would pass it
             for candidate in self.chain:
                 candidate.policy.check(ex.parsed)
             return

@@ -274,13 +274,14 @@ class Pipeline:
         # Any spelling the model check reads as JSON (``Application/JSON``,
         # ``application/…+json``) is parsed here, so the caps cannot be sidestepped.
         if ex.content_type is None or is_json(ex.content_type):
-            ex.parsed = parse_json(ex.body)
-            check_caps(ex.parsed, self._caps)
-            ex.stream = ex.parsed.get("stream") is True
-            options = ex.parsed.get("stream_options")
-            ex.client_wants_usage = (
-                isinstance(options, dict) and options.get("include_usage") is True
-            )
+            ex.parsed = parsed = parse_json(ex.body)
+            check_caps(parsed, self._caps)
+            ex.stream = "stream" in parsed and parsed["stream"] is True
+            if "stream_options" in parsed:
+                options = parsed["stream_options"]
+                ex.client_wants_usage = (
+                    isinstance(options, dict) and options.get("include_usage") is True
+                )
 
 
 def _check_fields(ex: Exchange, entry: ModelEntry) -> None:

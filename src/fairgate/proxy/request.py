@@ -33,6 +33,8 @@ _GRAMMAR_FIELDS = (
     "response_format",
     "regex",
 )
+_COUNTS = ("n", "best_of", "n_cmpl")  # n_cmpl: llama-server's own name for n, read before it
+_CAPPED = frozenset((*_COUNTS, *_GRAMMAR_FIELDS))  # a body with none of them: only "stream"
 
 
 class ClientGone(Exception):
@@ -87,8 +89,12 @@ def parse_json(body: bytes) -> dict[str, Any]:
 
 def check_caps(parsed: dict[str, Any], caps: Caps) -> None:
     """Refuse values the operator capped; the message names the field and the cap."""
-    # n_cmpl: llama-server's own name for n, read before it
-    for field in ("n", "best_of", "n_cmpl"):
+    if _CAPPED.isdisjoint(parsed):
+        # the common body: nothing capped in it, so only "stream" can be refused
+        if "stream" in parsed:
+            _check_stream(parsed["stream"])
+        return
+    for field in _COUNTS:
         n = parsed.get(field)
         if n is None:
             continue
@@ -96,9 +102,7 @@ def check_caps(parsed: dict[str, Any], caps: Caps) -> None:
             raise BadRequest(f"'{field}' must be a positive integer", code="invalid_value")
         if n > caps.max_n:
             raise BadRequest(f"'{field}' must be at most {caps.max_n}", code="n_too_large")
-    stream = parsed.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise BadRequest("'stream' must be true or false", code="invalid_value")
+    _check_stream(parsed.get("stream"))
     for field in _GRAMMAR_FIELDS:
         value = parsed.get(field)
         if value is None:
@@ -108,3 +112,8 @@ def check_caps(parsed: dict[str, Any], caps: Caps) -> None:
             raise BadRequest(
                 f"'{field}' is larger than {caps.max_grammar_bytes} bytes", code="grammar_too_large"
             )
+
+
+def _check_stream(stream: Any) -> None:
+    if stream is not None and stream is not True and stream is not False:
+        raise BadRequest("'stream' must be true or false", code="invalid_value")
