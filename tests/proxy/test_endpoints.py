@@ -130,3 +130,27 @@ def test_every_model_of_the_chain_checks_the_body_fields(
     with pytest.raises(FieldRefused) as caught:
         entry.check_fields(ex)
     assert caught.value.field == refused
+
+
+def test_a_path_resolves_the_same_when_asked_again(table: EndpointTable) -> None:
+    for _ in range(2):
+        assert table.resolve_path(b"/v1//chat/completions").name == "/v1/chat/completions"
+        with pytest.raises(NotFound):
+            table.resolve_path(b"/v1/../slots")  # a refusal is refused every time
+    long = b"/v1/chat/completions" + b"/." * 400  # not held, resolved each time alike
+    assert table.resolve_path(long).name == table.resolve_path(long).name
+
+
+def test_the_chain_is_cut_to_the_models_the_key_may_use(table: EndpointTable) -> None:
+    ex = request(table, b"/v1/chat/completions", "chat")
+    assert [c.name for c in table.model_for(ex).chain] == ["chat", "local"]
+    ex.principal = Principal("k", "o", "t", models=frozenset({"chat"}))
+    assert [c.name for c in table.model_for(ex).chain] == ["chat"]
+    # the route's cut is remembered, the key's is made per request
+    ex.principal = Principal("k", "o", "t")
+    assert [c.name for c in table.model_for(ex).chain] == ["chat", "local"]
+    ex = request(table, b"/v1/infill", "chat")
+    ex.principal = Principal("k", "o", "t", models=frozenset({"chat"}))
+    with pytest.raises(NotFound) as refused:
+        table.model_for(ex)  # the only model serving /v1/infill is one the key may not use
+    assert refusal(refused.value) == (404, "unknown_route")

@@ -39,6 +39,8 @@ __all__ = ["Candidate", "EndpointTable", "LocalHandler", "ModelEntry", "send_jso
 LocalHandler = Callable[[Scope, Exchange, Send], Awaitable[None]]
 _MODEL_PREFIX = b"/v1/models/"
 _MODEL_ROUTE = "/v1/models/{model}"
+_MAX_PATHS = 1024  # resolved paths remembered at most (all forgotten past that)
+_PATH_BYTES = 512  # a longer path is resolved each time, never held
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +120,25 @@ class ModelEntry:
     chain: Sequence[Candidate]  # the model itself first, then its fallbacks in order
     # every top-level key a policy of the chain reads, gathered once (not per request)
     _fields: frozenset[str] = field(init=False, repr=False, compare=False)
+    # route → this entry's candidates that serve it (None: none does), found once per route
+    _routes: dict[str, ModelEntry | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         fields = frozenset().union(*(c.policy.fields for c in self.chain))
         object.__setattr__(self, "_fields", fields)
+
+    def serving(self, route: str) -> ModelEntry | None:
+        """The entry of this chain's models whose engine serves ``route`` (this entry when
+        all do), in chain order; None when none does."""
+        try:
+            return self._routes[route]
+        except KeyError:
+            chain = tuple(c for c in self.chain if c.upstream_path(route) is not None)
+            entry = self if len(chain) == len(self.chain) else ModelEntry(chain) if chain else None
+            self._routes[route] = entry
+            return entry
 
     def check_fields(self, ex: Exchange) -> None:
         """Refuse a body that any model of the chain would refuse (``FieldRefused``, 400):
@@ -174,8 +191,21 @@ class EndpointTable:
         created = int(time.time())
         self._listings: dict[frozenset[str] | None, bytes] = {}
         self._created = created
+        self._paths: dict[bytes, Endpoint] = {}
 
     def resolve_path(self, raw_path: bytes) -> Endpoint:
+        """The endpoint ``raw_path`` calls, or 404; remembered per path (bounded, refusals
+        not kept): clients call the same few paths, and normalising one takes a dozen steps."""
+        endpoint = self._paths.get(raw_path)
+        if endpoint is None:
+            endpoint = self._resolve(raw_path)
+            if len(raw_path) <= _PATH_BYTES:
+                if len(self._paths) >= _MAX_PATHS:
+                    self._paths.clear()
+                self._paths[raw_path] = endpoint
+        return endpoint
+
+    def _resolve(self, raw_path: bytes) -> Endpoint:
         tail = raw_path[len(_MODEL_PREFIX) :]
         if raw_path.startswith(_MODEL_PREFIX) and tail and b"/" not in tail:
             # One model id; ``org/name`` arrives as ``org%2Fname`` (the SDK encodes
@@ -199,9 +229,7 @@ class EndpointTable:
 
     def model_for(self, ex: Exchange) -> ModelEntry:
         """The entry for the model the body names; fills the exchange's model fields."""
-        name = extract_model(
-            ex.content_type.decode("latin-1") if ex.content_type else None, ex.body, ex.parsed
-        )
+        name = extract_model(ex.content_type, ex.body, ex.parsed)
         if isinstance(name, ModelUnreadable):
             raise BadRequest("the request's model could not be read", code="model_unreadable")
         if name is None:
@@ -211,17 +239,16 @@ class EndpointTable:
         if entry is None or (principal is not None and not allows(principal, entry.chain[0].name)):
             # A model the key may not use answers exactly like one that does not exist.
             raise NotFound(f"The model '{_printable(name)}' does not exist", code="model_not_found")
-        chain = [
-            c
-            for c in entry.chain
-            if c.upstream_path(ex.endpoint) is not None
-            and (principal is None or allows(principal, c.name))
-        ]
-        if not chain:
+        serving = entry.serving(ex.endpoint)
+        if serving is not None and principal is not None and principal.models is not None:
+            chain = tuple(c for c in serving.chain if allows(principal, c.name))
+            if len(chain) != len(serving.chain):
+                serving = ModelEntry(chain) if chain else None
+        if serving is None:
             raise NotFound("unknown route for this model", code="unknown_route")
         ex.client_model = name
         ex.requested_model = ex.model = entry.chain[0].name
-        return ModelEntry(tuple(chain)) if len(chain) != len(entry.chain) else entry
+        return serving
 
     async def _list_models(self, scope: Scope, ex: Exchange, send: Send) -> None:
         await send_json(send, 200, self._listing(ex.principal), ex)

@@ -17,6 +17,8 @@ from fairgate.core.principal import Principal
 __all__ = ["TagPolicy"]
 
 _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}")
+_MAX_DECIDED = 4096  # header values remembered at most (all forgotten past that)
+_DECIDED_BYTES = 1024  # a longer value is checked each time, never held
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,11 @@ class TagPolicy:
     allowed: frozenset[str] = frozenset()
     by_org: Mapping[str, frozenset[str]] = field(default_factory=dict)
     header: str = "x-fairgate-tags"
+    # (header value, org, key's tags) → the request's tags: a tenant sends the same few
+    # values, so each is parsed and checked once (bounded; a refusal is never kept)
+    _decided: dict[tuple[bytes, str, tuple[str, ...]], tuple[str, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def parse(self, raw: bytes, org: str = "") -> tuple[str, ...]:
         """The header's comma-separated tags, de-duplicated in order; ``BadRequest``
@@ -64,5 +71,13 @@ class TagPolicy:
         apply). Refuses as ``parse`` does."""
         if raw is None:
             return None
-        added = self.parse(raw, principal.org)
-        return tuple(dict.fromkeys((*principal.tags, *added)))
+        decision = (raw, principal.org, principal.tags)
+        tags = self._decided.get(decision)
+        if tags is None:
+            added = self.parse(raw, principal.org)
+            tags = tuple(dict.fromkeys((*principal.tags, *added)))
+            if len(raw) <= _DECIDED_BYTES:
+                if len(self._decided) >= _MAX_DECIDED:
+                    self._decided.clear()
+                self._decided[decision] = tags
+        return tags
