@@ -161,7 +161,8 @@ class Journal:
         if self._current is None:
             return None
         line = encode(record)
-        if self._bytes + len(line) > self._max_bytes:
+        size = len(line)
+        if self._bytes + size > self._max_bytes:
             self._refused += 1
             if self._refused == 1 or self._refused % 1000 == 0:
                 log.error(
@@ -177,9 +178,9 @@ class Journal:
         except OSError as exc:
             log.error("accounting: a journal write failed (%s)", exc.strerror or exc)
             return None
-        segment.size += len(line)
+        segment.size += size
         segment.pending += 1
-        self._bytes += len(line)
+        self._bytes += size
         if segment.size >= self._segment_bytes:
             self._rotate()
         return seq

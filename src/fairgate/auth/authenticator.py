@@ -116,8 +116,12 @@ class Authenticator:
         digest = sha256(secret)
         grant = self._cache.hit(digest)
         if grant is not None:
-            if self._clock.wall() < grant.until:
-                return self._placed(grant.principal, client_addr)
+            # most keys never expire: no clock to read for them
+            if grant.until == math.inf or self._clock.wall() < grant.until:
+                principal = grant.principal
+                if principal.addresses is None:
+                    return principal  # no IP allowlist: nothing to place
+                return self._placed(principal, client_addr)
             self._cache.invalidate(digest)  # expired or grace over since it was cached
         if self._cache.is_miss(digest):
             log.debug("authentication refused from %s: known miss", client_addr)

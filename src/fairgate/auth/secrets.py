@@ -39,6 +39,7 @@ PREFIX_CHARS = 8
 
 _RANDOM_BYTES = 32
 _ENCODED_CHARS = 43  # ceil(256 / 6)
+_KEY_PREFIX_CHARS = len(KEY_PREFIX)
 _ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 # 43 characters carry 258 bits; the last character of a canonical encoding of 32
 # bytes has its two low bits zero, so only these 16 characters can end a secret.
@@ -94,11 +95,12 @@ def looks_like_key(s: str, *, prefix: str = KEY_PREFIX) -> bool:
     refusal of junk before hashing and before any lookup: it says nothing about
     whether such a key exists.
     """
+    skip = _KEY_PREFIX_CHARS if prefix is KEY_PREFIX else len(prefix)
     return (
-        len(s) == len(prefix) + _ENCODED_CHARS
+        len(s) == skip + _ENCODED_CHARS
         and s.startswith(prefix)
         and s[-1] in _LAST
-        and _ALPHABET.issuperset(s[len(prefix) :])
+        and _ALPHABET.issuperset(s[skip:])
     )
 
 

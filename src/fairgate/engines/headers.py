@@ -22,6 +22,7 @@ the internal key (``proxy.relay``). A coding it could not read (``br``,
 
 from __future__ import annotations
 
+import functools
 import re
 
 from fairgate.core.errors import BadRequest
@@ -37,15 +38,21 @@ def _valid(value: bytes) -> bool:
     return _FIELD_VALUE.fullmatch(value) is not None
 
 
-def _client_value(name: str, value: bytes | None) -> bytes | None:
-    if value is None:
-        return None
+# Remembered per value (bounded; a refusal raises and is never kept): a client sends the
+# same few content types and accepts, and a replica's host and key are its own.
+@functools.lru_cache(maxsize=256)
+def _client_value(name: str, value: bytes) -> bytes | None:
     value = value.strip(b" \t")
     if not value:
         return None
     if not _valid(value):
         raise BadRequest(f"the {name} header holds characters that are not allowed")
     return value
+
+
+@functools.lru_cache(maxsize=256)
+def _replica_value(name: str, value: str | bytes) -> bytes:
+    return _gateway_value(name, value)
 
 
 def _gateway_value(name: str, value: str | bytes) -> bytes:
@@ -100,13 +107,16 @@ def upstream_headers(
     client's content type or accept value holds control characters, and
     ``ValueError`` when a gateway-made value does (a configuration error).
     """
-    headers = [(b"host", _gateway_value("host", host))]
-    if (ctype := _client_value("Content-Type", content_type)) is not None:
+    headers = [(b"host", _replica_value("host", host))]
+    if (
+        content_type is not None
+        and (ctype := _client_value("Content-Type", content_type)) is not None
+    ):
         headers.append((b"content-type", ctype))
-    if (acc := _client_value("Accept", accept)) is not None:
+    if accept is not None and (acc := _client_value("Accept", accept)) is not None:
         headers.append((b"accept", acc))
     if internal_key:
-        key = _gateway_value("internal key", internal_key)
+        key = _replica_value("internal key", internal_key)
         headers.append((b"authorization", b"Bearer " + key))
     headers.append((b"x-request-id", _gateway_value("request id", request_id)))
     if priority is not None:

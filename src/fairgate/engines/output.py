@@ -93,7 +93,9 @@ def count_prompts(value: Any) -> int:
 def _present(body: Mapping[str, Any], fields: tuple[str, ...], ceiling: int | None) -> list[int]:
     caps = []
     for field in fields:
-        value = body.get(field)
+        if field not in body:
+            continue
+        value = body[field]
         if value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -130,7 +132,10 @@ def bound(
         )
     # llama-server reads n_cmpl before n; no other engine has it, so counting it costs
     # the others nothing a client does not ask for
-    choices = max(_positive(body, "n"), _positive(body, "best_of"), _positive(body, "n_cmpl"))
+    if "n" in body or "best_of" in body or "n_cmpl" in body:
+        choices = max(_positive(body, "n"), _positive(body, "best_of"), _positive(body, "n_cmpl"))
+    else:
+        choices = 1  # the common body: one sequence per prompt
     sequences = prompts * choices
     if not output.fields:
         return Bound(sequences, None)
@@ -149,7 +154,8 @@ def bound(
         raise BadRequest(
             f"this model needs an output cap: set {names}{limit}", code="max_tokens_required"
         )
-    minimum = body.get("min_tokens")
-    if isinstance(minimum, int) and not isinstance(minimum, bool) and minimum > cap:
-        raise BadRequest(f"'min_tokens' must be at most {cap}", code="invalid_value")
+    if "min_tokens" in body:
+        minimum = body["min_tokens"]
+        if isinstance(minimum, int) and not isinstance(minimum, bool) and minimum > cap:
+            raise BadRequest(f"'min_tokens' must be at most {cap}", code="invalid_value")
     return Bound(sequences, cap)

@@ -75,8 +75,9 @@ class VllmAdapter(EndpointTableAdapter):
         if req.parsed is None and not req.raw:
             return b""
         document = req.json_object()
-        for key in STRIPPED_FIELDS:
-            document.pop(key, None)
+        if not STRIPPED_FIELDS.isdisjoint(document):  # most bodies hold none of them
+            for key in STRIPPED_FIELDS:
+                document.pop(key, None)
         document["model"] = req.upstream_model
         if req.max_tokens is not None:
             for field in req.cap_fields:
