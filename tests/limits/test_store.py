@@ -234,3 +234,21 @@ async def test_a_cancelled_settle_still_gives_the_slot_back(
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert await eventually_zero(store, slot) == 0
+
+
+async def test_the_refusal_names_the_first_charge_that_does_not_fit_whatever_its_kind(
+    store: CounterStore,
+) -> None:
+    assert (await store.acquire([rpm(1, "rpm:full")], T0)).admitted
+    assert (await store.acquire([day("rpd:full", 1, 1)], T0)).admitted
+    charges = [
+        WindowCharge("tpm:k", 5, 10),  # fits
+        InFlightCharge("inflight:k", 1),  # fits
+        day("rpd:full", 1, 1),  # the first that does not
+        rpm(1, "rpm:full"),  # does not fit either, but comes later
+    ]
+    verdict = await store.acquire(charges, T0 + 1)
+    assert verdict.refused == 2 and verdict.retry_after == pytest.approx(3599.0, abs=0.01)
+    # nothing was charged: the charges that fitted still fit in full
+    later = await store.acquire(charges[:2], T0 + 1)
+    assert later.admitted and later.totals == (5, 1)

@@ -9,7 +9,7 @@ the month or the window has moved on since.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from fairgate.limits.fairshare_state import Claim
@@ -18,12 +18,15 @@ from fairgate.limits.window import DEFAULT_GRANULES
 __all__ = [
     "IN_FLIGHT_RETRY_AFTER",
     "Charge",
+    "Charges",
     "InFlightCharge",
+    "Layout",
     "Lease",
     "PeriodCharge",
     "Verdict",
     "WindowCharge",
     "check_distinct",
+    "layout_of",
 ]
 
 # Retry-After for a refused in-flight slot: nobody knows when one frees, so a short pause.
@@ -74,6 +77,59 @@ class InFlightCharge:
 
 
 Charge = WindowCharge | PeriodCharge | InFlightCharge
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where each kind of charge sits in one acquisition's sequence, worked out once.
+
+    ``windows`` holds, per window shape (length, granules), the positions of the window
+    charges cut so; ``periods`` and ``in_flight`` the positions of the others. A store
+    then walks typed lists instead of asking each charge its kind, and computes a
+    window's current bucket once per shape. The charges' keys are distinct (checked when
+    the layout is made).
+    """
+
+    windows: tuple[tuple[float, int, tuple[int, ...]], ...]
+    periods: tuple[int, ...]
+    in_flight: tuple[int, ...]
+
+    @classmethod
+    def of(cls, charges: Sequence[Charge]) -> Layout:
+        """The layout of ``charges``; ``ValueError`` unless their keys are distinct."""
+        check_distinct(charges)
+        shapes: dict[tuple[float, int], list[int]] = {}
+        periods: list[int] = []
+        in_flight: list[int] = []
+        for index, charge in enumerate(charges):
+            if isinstance(charge, WindowCharge):
+                shapes.setdefault((charge.window, charge.granules), []).append(index)
+            elif isinstance(charge, PeriodCharge):
+                periods.append(index)
+            else:
+                in_flight.append(index)
+        windows = tuple((length, granules, tuple(at)) for (length, granules), at in shapes.items())
+        return cls(windows, tuple(periods), tuple(in_flight))
+
+
+class Charges(tuple[Charge, ...]):
+    """A tuple of charges that carries its ``Layout``: what the planner hands a store.
+
+    It is a tuple in every other respect (a store that does not read the layout, such
+    as the Redis one, sees the charges in their order); ``layout`` must describe them.
+    """
+
+    layout: Layout
+
+    def __new__(cls, charges: Iterable[Charge], layout: Layout) -> Charges:
+        planned = super().__new__(cls, charges)
+        planned.layout = layout
+        return planned
+
+
+def layout_of(charges: Sequence[Charge]) -> Layout:
+    """The layout ``charges`` carry, or the one worked out for them now."""
+    return charges.layout if isinstance(charges, Charges) else Layout.of(charges)
 
 
 @dataclass(frozen=True, slots=True)

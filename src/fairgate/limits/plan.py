@@ -24,7 +24,14 @@ from fairgate.core.errors import RateLimited
 from fairgate.core.limits import Limits
 from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
-from fairgate.limits.charges import Charge, InFlightCharge, PeriodCharge, WindowCharge
+from fairgate.limits.charges import (
+    Charge,
+    Charges,
+    InFlightCharge,
+    Layout,
+    PeriodCharge,
+    WindowCharge,
+)
 from fairgate.limits.demand import Demand
 from fairgate.limits.periods import Calendar, PeriodSpan
 
@@ -37,9 +44,10 @@ Refusal = Callable[[float | None], RateLimited]
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """The charges of one demand; ``refusals[i]`` explains a refusal of ``charges[i]``."""
+    """The charges of one demand (with their layout); ``refusals[i]`` explains a refusal
+    of ``charges[i]``."""
 
-    charges: tuple[Charge, ...]
+    charges: Charges
     refusals: tuple[Refusal, ...]
     tpm_keys: tuple[str, ...]  # the key's and the team's token windows, corrected at settle
     rates: dict[str, int]  # "rpm" … "inflight", "team-rpm" … "team-inflight" → its index
@@ -54,6 +62,7 @@ class _Shape:
     go, and when it holds (it is rebuilt once one of its periods rolls over)."""
 
     charges: tuple[Charge, ...]
+    layout: Layout
     refusals: tuple[Refusal, ...]
     tpm_keys: tuple[str, ...]
     rates: dict[str, int]
@@ -114,7 +123,7 @@ class Planner:
             for index, counter, limit, resets_at, keep_until in shape.budget_counters:
                 charges[index] = PeriodCharge(counter, micro, limit, resets_at, keep_until, True)
         return Plan(
-            tuple(charges),
+            Charges(charges, shape.layout),
             shape.refusals,
             shape.tpm_keys,
             shape.rates,
@@ -157,6 +166,7 @@ class Planner:
             spans.append(self._days.span("day", now))
         return _Shape(
             charges=tuple(charges),
+            layout=Layout.of(charges),
             refusals=tuple(refusals),
             tpm_keys=tpm_keys,
             rates=rates,

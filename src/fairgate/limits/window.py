@@ -83,6 +83,16 @@ class SlidingWindow:
         self.low = min(self.buckets, default=_NONE_LOW)
         self.high = max(self.buckets, default=_NONE_HIGH)
 
+    def counted(self, current: int) -> int:
+        """``prune_at(current)``, then ``usage_at(current)``: the check of an acquisition,
+        in one call."""
+        lowest = current - self.granules
+        if self.low < lowest:
+            self.prune_at(current)
+        if self.high <= current:  # every bucket held is countable: low >= lowest now
+            return self.total
+        return sum(v for b, v in self.buckets.items() if lowest <= b <= current)
+
     def usage(self, now: float) -> int:
         """Weight counted by a check at ``now``."""
         return self.usage_at(self.bucket(now))

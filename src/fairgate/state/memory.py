@@ -22,19 +22,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from fairgate.fairshare.decay import DecayedUsage
 from fairgate.limits.charges import (
     IN_FLIGHT_RETRY_AFTER,
     Charge,
+    Charges,
     InFlightCharge,
+    Layout,
     Lease,
     PeriodCharge,
     Verdict,
     WindowCharge,
-    check_distinct,
+    layout_of,
 )
 from fairgate.limits.fairshare_state import Claim, ClaimRequest, Split, UsageCharge, lease_team
 from fairgate.limits.snapshot import SavedCounter
@@ -80,73 +82,101 @@ class MemoryCounterStore:
         if claim is None or verdict.lease is None:
             return verdict
         taken = self._claim(claim.pool, claim.org, claim.reservation, now, claim.split, claim.team)
-        return replace(verdict, claim=taken)
+        return Verdict(verdict.lease, totals=verdict.totals, claim=taken)
 
     def _acquire(self, charges: Sequence[Charge], now: float) -> Verdict:
-        # One pass finds each counter once, reads it and checks it (the first charge that
-        # does not fit is the refused one), a second charges the counters found.
-        # The windows of one acquisition mostly share a shape (60 s in 60 granules): the
-        # bucket of ``now`` is computed once per shape, not three times per window.
-        check_distinct(charges)
+        # One pass per kind of charge (the layout says where each kind sits, so no charge
+        # is asked its kind) finds each counter once, reads it and checks it; a second
+        # charges the counters found. The bucket of ``now`` is computed once per window
+        # shape (60 s in 60 granules, mostly), not once per window. When a charge does not
+        # fit, ``_refusal`` names the first one in the order given.
+        if isinstance(charges, Charges):
+            layout = charges.layout
+        else:  # kept with the lease, so that its settle finds the layout
+            layout = Layout.of(charges)
+            charges = Charges(charges, layout)
         self._maybe_sweep(now)
-        used: list[int] = []
-        found: list[SlidingWindow | _Period | set[str] | None] = []
+        count = len(charges)
+        used = [0] * count
+        found: list[Any] = [None] * count
+        windows, periods, in_flight = self._windows, self._periods, self._in_flight
         buckets: list[int] = []
-        shape: tuple[float, int] | None = None
-        current = 0
-        windows = self._windows
-        for index, charge in enumerate(charges):
-            if isinstance(charge, WindowCharge):
-                if shape != (charge.window, charge.granules):
-                    shape = (charge.window, charge.granules)
-                    current = bucket_of(now, charge.window, charge.granules)
+        for length, granules, positions in layout.windows:
+            current = bucket_of(now, length, granules)
+            buckets.append(current)
+            for i in positions:
+                charge: WindowCharge = charges[i]  # type: ignore[assignment]  # as laid out
                 window = windows.get(charge.key)
-                if window is None or window.length != shape[0] or window.granules != shape[1]:
-                    window = None  # absent, or cut differently (configuration changed)
-                    usage = 0
+                if window is None or window.length != length or window.granules != granules:
+                    usage = 0  # absent, or cut differently (configuration changed)
                 else:
-                    window.prune_at(current)  # time moves on with acquisitions: usage O(1)
-                    usage = window.usage_at(current)
-                fits = usage + charge.amount <= charge.limit
-                found.append(window)
-                buckets.append(current)
-            elif isinstance(charge, InFlightCharge):
-                held = self._in_flight.get(charge.key)
-                usage = 0 if held is None else len(held)
-                fits = usage < charge.limit
-                found.append(held)
-                buckets.append(0)
+                    usage = window.counted(current)  # prunes too: usage stays O(1)
+                    found[i] = window
+                if usage + charge.amount > charge.limit:
+                    return self._refusal(charges, now)
+                used[i] = usage
+        for i in layout.periods:
+            counter: PeriodCharge = charges[i]  # type: ignore[assignment]  # as laid out
+            period = periods.get(counter.key)
+            if period is None or now >= period.keep_until:
+                usage = 0
             else:
-                period = self._period(charge.key, now)
-                usage = 0 if period is None else period.value
+                usage = period.value
+                found[i] = period
+            if (
+                usage >= counter.limit
+                if counter.overdraft
+                else usage + counter.amount > counter.limit
+            ):
+                return self._refusal(charges, now)
+            used[i] = usage
+        for i in layout.in_flight:
+            held = in_flight.get(charges[i].key)
+            usage = 0 if held is None else len(held)
+            if usage >= charges[i].limit:
+                return self._refusal(charges, now)
+            found[i] = held
+            used[i] = usage
+        lease = Lease(f"m{next(self._ids)}", charges, now)
+        for (_, _, positions), current in zip(layout.windows, buckets, strict=True):
+            for i in positions:
+                charge = charges[i]  # type: ignore[assignment]  # as laid out
+                window = found[i] or self._window(charge)
+                window.add(current, charge.amount)
+                used[i] += charge.amount
+        for i in layout.periods:
+            counter = charges[i]  # type: ignore[assignment]  # as laid out
+            period = found[i]
+            if period is None:
+                period = periods[counter.key] = _Period(0, counter.keep_until)
+            period.value += counter.amount
+            used[i] += counter.amount
+        for i in layout.in_flight:
+            held = found[i]
+            if held is None:
+                held = in_flight[charges[i].key] = set()
+            held.add(lease.id)
+            used[i] += 1
+        return Verdict(lease=lease, totals=tuple(used))
+
+    def _refusal(self, charges: Sequence[Charge], now: float) -> Verdict:
+        """The refusal of an acquisition some charge of which does not fit: the first
+        one, in the order given, and when it would."""
+        for index, charge in enumerate(charges):
+            usage = self._usage(charge, now)
+            if isinstance(charge, WindowCharge):
+                fits = usage + charge.amount <= charge.limit
+            elif isinstance(charge, InFlightCharge):
+                fits = usage < charge.limit
+            else:
                 fits = (
                     usage < charge.limit
                     if charge.overdraft
                     else usage + charge.amount <= charge.limit
                 )
-                found.append(period)
-                buckets.append(0)
             if not fits:
                 return Verdict(lease=None, refused=index, retry_after=self._wait(charge, now))
-            used.append(usage)
-        lease = Lease(f"m{next(self._ids)}", tuple(charges), now)
-        totals: list[int] = []
-        for charge, counter, usage, bucket in zip(charges, found, used, buckets, strict=True):
-            if isinstance(charge, WindowCharge):
-                window = counter if isinstance(counter, SlidingWindow) else self._window(charge)
-                window.add(bucket, charge.amount)
-                totals.append(usage + charge.amount)
-            elif isinstance(charge, InFlightCharge):
-                if not isinstance(counter, set):
-                    counter = self._in_flight[charge.key] = set()
-                counter.add(lease.id)
-                totals.append(usage + 1)
-            else:
-                if not isinstance(counter, _Period):
-                    counter = self._periods[charge.key] = _Period(0, charge.keep_until)
-                counter.value += charge.amount
-                totals.append(usage + charge.amount)
-        return Verdict(lease=lease, totals=tuple(totals))
+        raise AssertionError("an acquisition was refused but every charge fits")
 
     async def settle(
         self,
@@ -165,18 +195,28 @@ class MemoryCounterStore:
             self._charge_usage(c.pool, c.org, c.cost_units, now, c.half_life, c.team)
 
     def _settle(self, lease: Lease, actual: Mapping[str, int], now: float) -> None:
-        for charge in lease.charges:
-            if isinstance(charge, InFlightCharge):
-                self._in_flight.get(charge.key, set()).discard(lease.id)
-                continue
-            if charge.key not in actual:
-                continue
-            delta = actual[charge.key] - charge.amount
-            if isinstance(charge, WindowCharge):
-                self._correct_window(charge, delta, lease.charged_at, now)
-            else:
-                period = self._period(charge.key, now)
-                if period is not None:
+        charges = lease.charges
+        layout = layout_of(charges)
+        for i in layout.in_flight:
+            held = self._in_flight.get(charges[i].key)
+            if held is not None:
+                held.discard(lease.id)
+        if not actual:
+            return
+        for _, _, positions in layout.windows:
+            for i in positions:
+                window_charge: WindowCharge = charges[i]  # type: ignore[assignment]  # as laid out
+                if window_charge.key in actual:
+                    delta = actual[window_charge.key] - window_charge.amount
+                    if delta:
+                        self._correct_window(window_charge, delta, lease.charged_at, now)
+        periods = self._periods
+        for i in layout.periods:
+            counter: PeriodCharge = charges[i]  # type: ignore[assignment]  # as laid out
+            if counter.key in actual:
+                delta = actual[counter.key] - counter.amount
+                period = periods.get(counter.key)
+                if delta and period is not None and now < period.keep_until:
                     period.value = max(0, period.value + delta)
 
     async def read(self, counters: Sequence[Charge], now: float) -> tuple[int, ...]:
@@ -415,18 +455,6 @@ class MemoryCounterStore:
         if isinstance(charge, InFlightCharge):
             return IN_FLIGHT_RETRY_AFTER
         return max(0.0, charge.resets_at - now)
-
-    def _charge(self, charge: Charge, lease_id: str, now: float) -> None:
-        if isinstance(charge, WindowCharge):
-            window = self._window(charge)
-            window.add(window.bucket(now), charge.amount)
-        elif isinstance(charge, InFlightCharge):
-            self._in_flight.setdefault(charge.key, set()).add(lease_id)
-        else:
-            period = self._period(charge.key, now)
-            if period is None:
-                period = self._periods[charge.key] = _Period(0, charge.keep_until)
-            period.value += charge.amount
 
     def _usage(self, counter: Charge, now: float) -> int:
         if isinstance(counter, WindowCharge):
