@@ -113,6 +113,54 @@ async def test_a_fallback_chain_reserves_every_models_budget_and_charges_the_one
     assert [b.spent for b in usage.budgets] == [Money(0), real, real]
 
 
+async def test_a_new_budget_book_binds_the_next_request_of_a_key_already_seen() -> None:
+    books = [BudgetBook()]
+    g = Stages(
+        limiter=Limiter(MemoryCounterStore()),
+        budgets=lambda: books[-1],
+        prices=PRICES,
+        pools={"m": None},
+        classes={"m": "interactive"},
+        clock=SystemClock(),
+    )
+    principal = Principal("k1", "a", "ta")
+    for _ in range(2):  # seen, and its terms remembered, under the empty book
+        await g.leave(await g.enter(exchange(principal)), exchange(principal))
+    books.append(BudgetBook([Budget("key", "k1", None, "day", max=Money(0))]))
+    with pytest.raises(RateLimited, match="key 'k1'"):
+        await g.enter(exchange(principal))
+    books.append(BudgetBook())  # the budget deleted: served again
+    await g.leave(await g.enter(exchange(principal)), exchange(principal))
+
+
+async def test_a_key_whose_limits_change_is_held_to_the_new_ones_at_once() -> None:
+    g = stages(MemoryCounterStore())
+    before = Principal("k1", "a", "ta", limits=Limits(rpm=5))
+    await g.enter(exchange(before))  # seen with rpm 5, one request counted
+    after = Principal("k1", "a", "ta", limits=Limits(rpm=1))  # the key cache's new principal
+    with pytest.raises(RateLimited, match="1 requests per minute"):
+        await g.enter(exchange(after))
+    await g.enter(exchange(before))  # the old principal still carries its own limits
+
+
+async def test_the_terms_of_one_key_differ_by_chain_and_tags() -> None:
+    spent = (
+        Budget("team", "ta", "y", "day", max=Money(0)),
+        Budget("tag", "nightly", None, "day", max=Money(0)),
+    )
+    policy = TagPolicy(allowed=frozenset({"nightly"}))
+    g = stages(MemoryCounterStore(), budgets=spent, tags=policy)
+    principal = Principal("k1", "a", "ta")
+    await g.enter(exchange(principal))  # model m alone, no tag: neither budget applies
+    ex = exchange(principal)
+    ex.chain = ("m", "y")  # y may serve it: y's budget binds it
+    with pytest.raises(RateLimited, match="for model 'y'"):
+        await g.enter(ex)
+    with pytest.raises(RateLimited, match="tag 'nightly'"):
+        await g.enter(exchange(principal), b"nightly")
+    await g.enter(exchange(principal))
+
+
 def test_tag_policy() -> None:
     policy = TagPolicy(limit=2, allowed=frozenset({"x", "y", "z"}))
     assert policy.parse(b" x , y,x ") == ("x", "y")

@@ -86,9 +86,18 @@ class Prices:
         price and the rest of the prompt at the input price. A count below zero
         counts as zero, and cached tokens beyond the prompt count as prompt.
         """
-        prompt = max(0, usage.prompt_tokens)
-        cached = min(max(0, usage.cached_tokens), prompt)
-        completion = max(0, usage.completion_tokens)
+        # comparisons, not max/min: this runs twice for every request
+        prompt = usage.prompt_tokens
+        if prompt < 0:
+            prompt = 0
+        cached = usage.cached_tokens
+        if cached < 0:
+            cached = 0
+        elif cached > prompt:
+            cached = prompt
+        completion = usage.completion_tokens
+        if completion < 0:
+            completion = 0
         scaled = (
             (prompt - cached) * self.input_micro
             + cached * self.cached_micro

@@ -26,6 +26,11 @@ class Demand:
     ``limits`` bind the key; ``team_limits`` the subject's team, all its keys
     together (charged in the same atomic step, so keys of one team share one
     count on every gateway of the back end).
+
+    ``memo``, when set, is what the planner keys the demand's cached plan shape by
+    instead of its subject, limits and budgets (a cheaper look-up): the caller vouches
+    that every demand with this memo (compared by identity) has the same subject,
+    limits, team limits and budgets.
     """
 
     subject: Subject
@@ -35,6 +40,7 @@ class Demand:
     cost: Money
     budgets: tuple[Budget, ...] = ()
     team_limits: Limits = field(default_factory=Limits)
+    memo: object | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)

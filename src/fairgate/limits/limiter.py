@@ -151,9 +151,11 @@ class Limiter:
             return True
         actual: dict[str, int] = {}
         if tokens is not None:
-            actual.update((key, max(0, tokens)) for key in admission.tpm_keys)
+            used = tokens if tokens > 0 else 0
+            for key in admission.tpm_keys:
+                actual[key] = used
         if cost is not None:
-            spent = max(0, cost.micro)
+            spent = cost.micro if cost.micro > 0 else 0
             for key, of in zip(admission.budget_keys, admission.budget_models, strict=True):
                 actual[key] = spent if model is None or of is None or of == model else 0
         try:

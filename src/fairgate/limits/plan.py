@@ -92,21 +92,24 @@ class Planner:
         self._days = day_calendar
         self._utc = Calendar(UTC)
         self._grace = grace
-        self._shapes: dict[tuple[object, ...], _Shape] = {}
+        self._shapes: dict[object, _Shape] = {}
         self._cache_size = cache_size
 
     def plan(self, demand: Demand, now: float) -> Plan:
         subject = demand.subject
         budgets = demand.budgets
         # Budgets by identity: the entry holds them, so no other object can take their ids
-        # while it lives; limits by value (they may be built per request).
-        key = (
-            subject.key,
-            subject.team,
-            demand.limits,
-            demand.team_limits,
-            *[id(b) for b in budgets],
-        )
+        # while it lives; limits by value (they may be built per request). A demand's memo
+        # stands for all of them (``Demand.memo``).
+        key: object = demand.memo
+        if key is None:
+            key = (
+                subject.key,
+                subject.team,
+                demand.limits,
+                demand.team_limits,
+                *[id(b) for b in budgets],
+            )
         shape = self._shapes.get(key)
         if shape is None or not shape.start <= now < shape.end:
             shape = self._shape(demand, now)
@@ -117,7 +120,7 @@ class Planner:
         charges = list(shape.charges)
         tokens = demand.tokens
         for index, counter, limit in shape.tpm:
-            charges[index] = WindowCharge(counter, min(tokens, limit), limit)
+            charges[index] = WindowCharge(counter, tokens if tokens < limit else limit, limit)
         micro = demand.cost.micro
         if micro != 0:
             for index, counter, limit, resets_at, keep_until in shape.budget_counters:

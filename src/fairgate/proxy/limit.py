@@ -26,6 +26,7 @@ the gateway answers itself against the key's requests per minute and per day.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from fairgate.accounting import Prices, TokenCounts
 from fairgate.core.clock import Clock
@@ -45,6 +46,28 @@ Alert = Callable[[Budget, float, Money], None]
 """Called once per budget whose soft limit a reservation crossed: (budget, now, spent)."""
 
 _NO_LIMITS = Limits()
+
+_TERMS_SIZE = 4096
+"""How many (principal, model, chain, tags) the stage remembers the terms of."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity: a memo
+class _Terms:
+    """What requests of one principal for one model (with its chain and tags) are
+    charged under: who, which limits and budgets, and the chain's prices (models without
+    any left out). ``free`` when nothing limits them. Valid while the budget book is
+    the same (a key whose record changes gets a new principal object from the key
+    cache). The stage's memo keys it by the principal's identity: the entry keeps the
+    principal alive, so no other principal can take its id while the entry lives."""
+
+    principal: Principal
+    subject: Subject
+    model: str
+    limits: Limits
+    team_limits: Limits
+    budgets: tuple[Budget, ...]
+    prices: tuple[Prices, ...]
+    free: bool
 
 
 class Limit:
@@ -69,6 +92,8 @@ class Limit:
         self._clock = clock
         self._on_soft_limit = on_soft_limit
         self._head = HeadGate()
+        self._terms: dict[tuple[object, ...], _Terms] = {}
+        self._book: BudgetBook | None = None
 
     @property
     def available(self) -> bool:
@@ -94,30 +119,72 @@ class Limit:
         ``ticket.ahead`` says so (a refused request claims nothing)."""
         principal = ex.principal
         assert principal is not None
-        model = ex.requested_model
-        # Whichever model of the chain serves, its per-model budgets bind the request
-        # and its prices bound the reservation; only the one that served is charged.
-        chain = ex.chain or (model,)
         now = self._clock.wall()
-        book = self._budgets()
-        subject = subject_of(principal, ex.tags or principal.tags) if len(book) else None
-        budgets = book.applicable(subject, model, chain) if subject is not None else ()
-        limits, team_limits = key_limits(principal)
-        if claim is None and not budgets and limits == _NO_LIMITS and team_limits == _NO_LIMITS:
+        terms = self._terms_of(principal, ex)
+        if claim is None and terms.free:
             return
         reservation = ex.reservation
         assert reservation is not None  # reserved when the model was resolved
-        subject = subject or subject_of(principal, ex.tags or principal.tags)
-        cost = max(self.cost(m, reservation.usage()) for m in chain)
-        demand = Demand(subject, limits, model, reservation.tokens, cost, budgets, team_limits)
+        # Whichever model of the chain serves, its per-model budgets bind the request
+        # and its prices bound the reservation; only the one that served is charged.
+        cost = 0
+        for prices in terms.prices:
+            micro = prices.cost_of(reservation).micro
+            if micro > cost:
+                cost = micro
+        demand = Demand(
+            terms.subject,
+            terms.limits,
+            terms.model,
+            reservation.tokens,
+            Money(cost),
+            terms.budgets,
+            terms.team_limits,
+            memo=terms,
+        )
         admitted = ticket.limits = await self._admit(demand, principal, now, claim)
         ticket.ahead = claim is not None
-        if admitted.lease is not None and limits.max_in_flight is not None:
+        if admitted.lease is not None and terms.limits.max_in_flight is not None:
             self._head.entered(principal.key_id)
             ticket.head_key = principal.key_id
-        if self._on_soft_limit is not None:
+        if self._on_soft_limit is not None and admitted.soft_crossed:
             for budget, spent in zip(admitted.soft_crossed, admitted.soft_spent, strict=True):
                 self._on_soft_limit(budget, now, spent)
+
+    def _terms_of(self, principal: Principal, ex: Exchange) -> _Terms:
+        """What ``ex`` is charged under, worked out once per principal, model, chain and
+        tags and kept while the budget book is the same (the caps in force, which move
+        with temporary increases, are the limiter's to work out)."""
+        book = self._budgets()
+        if book is not self._book:  # a new book: every entry was worked out under the old
+            self._terms.clear()
+            self._book = book
+        model = ex.requested_model
+        chain = ex.chain or (model,)
+        tags = ex.tags or principal.tags
+        memo = (id(principal), model, chain, tags)
+        terms = self._terms.get(memo)
+        if terms is None or terms.principal is not principal:
+            terms = self._work_out(principal, model, chain, tags, book)
+            if len(self._terms) >= _TERMS_SIZE:
+                self._terms.clear()
+            self._terms[memo] = terms
+        return terms
+
+    def _work_out(
+        self,
+        principal: Principal,
+        model: str,
+        chain: tuple[str, ...],
+        tags: tuple[str, ...],
+        book: BudgetBook,
+    ) -> _Terms:
+        subject = subject_of(principal, tags)
+        budgets = book.applicable(subject, model, chain) if len(book) else ()
+        limits, team_limits = key_limits(principal)
+        prices = tuple(p for m in chain if (p := self._prices.get(m)) is not None)
+        free = not budgets and limits == _NO_LIMITS and team_limits == _NO_LIMITS
+        return _Terms(principal, subject, model, limits, team_limits, budgets, prices, free)
 
     async def leave(self, ticket: Ticket, ex: Exchange) -> None:
         """Give back the in-flight slot ``ticket`` holds and charge the real usage:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fairgate.core.errors import BadRequest
 from fairgate.engines.output import bound
@@ -37,10 +38,14 @@ __all__ = ["OutputPolicy", "Reservation", "charge"]
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """The tokens a request is admitted for: the most it can be charged per attempt."""
+    """The tokens a request is admitted for: the most it can be charged per attempt.
+
+    It is a ``TokenCounts`` (none of its prompt is cached), so its cost is priced
+    without building a usage first."""
 
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: ClassVar[int] = 0
 
     @property
     def tokens(self) -> int:

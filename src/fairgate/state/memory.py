@@ -203,13 +203,28 @@ class MemoryCounterStore:
                 held.discard(lease.id)
         if not actual:
             return
-        for _, _, positions in layout.windows:
+        windows = self._windows
+        for length, granules, positions in layout.windows:
+            charged_in = None  # the bucket of the reservation, computed once per shape
             for i in positions:
                 window_charge: WindowCharge = charges[i]  # type: ignore[assignment]  # as laid out
-                if window_charge.key in actual:
-                    delta = actual[window_charge.key] - window_charge.amount
-                    if delta:
-                        self._correct_window(window_charge, delta, lease.charged_at, now)
+                key = window_charge.key
+                if key not in actual:
+                    continue
+                delta = actual[key] - window_charge.amount
+                if delta < 0:  # a refund goes back where the estimate was charged
+                    window = windows.get(key)
+                    if (
+                        window is not None
+                        and window.length == length
+                        and window.granules == granules
+                    ):
+                        if charged_in is None:
+                            charged_in = bucket_of(lease.charged_at, length, granules)
+                        window.add(charged_in, delta)
+                elif delta > 0:  # an excess weighs for a full window from now on
+                    window = self._window(window_charge)
+                    window.add(window.bucket(now), delta)
         periods = self._periods
         for i in layout.periods:
             counter: PeriodCharge = charges[i]  # type: ignore[assignment]  # as laid out
@@ -217,7 +232,8 @@ class MemoryCounterStore:
                 delta = actual[counter.key] - counter.amount
                 period = periods.get(counter.key)
                 if delta and period is not None and now < period.keep_until:
-                    period.value = max(0, period.value + delta)
+                    value = period.value + delta
+                    period.value = value if value > 0 else 0
 
     async def read(self, counters: Sequence[Charge], now: float) -> tuple[int, ...]:
         return tuple(self._usage(counter, now) for counter in counters)
@@ -478,17 +494,6 @@ class MemoryCounterStore:
             window = self._windows[charge.key] = SlidingWindow(charge.window, charge.granules)
         return window
 
-    def _correct_window(
-        self, charge: WindowCharge, delta: int, charged_at: float, now: float
-    ) -> None:
-        if delta < 0:
-            window = self._shaped(charge)
-            if window is not None:  # a refund goes back where the estimate was charged
-                window.add(bucket_of(charged_at, charge.window, charge.granules), delta)
-        elif delta > 0:  # an excess weighs for a full window from now on
-            window = self._window(charge)
-            window.add(window.bucket(now), delta)
-
     def _period(self, key: str, now: float) -> _Period | None:
         period = self._periods.get(key)
         if period is None or now >= period.keep_until:
@@ -509,5 +514,8 @@ class MemoryCounterStore:
 def _charged(
     stored: DecayedUsage | None, cost_units: float, now: float, half_life: float
 ) -> DecayedUsage:
-    record = DecayedUsage(0.0, now, half_life) if stored is None else stored
-    return DecayedUsage(record.value, record.at, half_life).charged(cost_units, now)
+    if stored is None:
+        return DecayedUsage(0.0, now, half_life).charged(cost_units, now)
+    if stored.half_life != half_life:  # the configured half-life changed
+        stored = DecayedUsage(stored.value, stored.at, half_life)
+    return stored.charged(cost_units, now)
