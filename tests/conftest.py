@@ -15,7 +15,9 @@ failure.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -60,3 +62,22 @@ def pg_url() -> str:
 def redis_url() -> str:
     _require("Redis", "127.0.0.1", 6379)
     return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_url: str) -> Iterator[str]:
+    """A database migrated once per session (per worker), that each ``pg_database``
+    (tests/e2e/conftest.py) is copied from: a migration costs seconds, a copy a fraction."""
+    import asyncio
+
+    from tests.e2e.conftest import _database_url, _drop, _on_server
+
+    from fairgate.store import upgrade
+
+    name = f"fairgate_e2e_template_{secrets.token_hex(4)}"
+    asyncio.run(_on_server(pg_url, f"CREATE DATABASE {name}"))
+    try:
+        asyncio.run(upgrade(_database_url(pg_url, name)))
+        yield name
+    finally:
+        _drop(pg_url, name)

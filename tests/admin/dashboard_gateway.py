@@ -56,9 +56,11 @@ class Board:
         return (await tenancy.admin_tokens.create(OPERATOR, user=user)).secret
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def sim() -> Iterator[SimProcess]:
-    """An engine slow enough that 40 tokens keep a request in flight for about 2 s."""
+    """An engine slow enough that 40 tokens keep a request in flight for about 2 s; one for
+    the module: the tests read only what their own gateway says, and each gateway's stop
+    cancels what it still had on the engine."""
     with SimProcess("--model", "m", "--speed", "20", "--ttft", "0", "--record", "0") as engine:
         yield engine
 

@@ -171,33 +171,47 @@ def start_gateway(tmp_path: Path) -> Iterator[StartGateway]:
         gateway.stop()
 
 
-@pytest.fixture
-def pg_database(pg_url: str) -> Iterator[str]:
-    """A database of its own on the PostgreSQL server, dropped afterwards."""
-    name = f"fairgate_e2e_{secrets.token_hex(4)}"
-    admin = pg_url
-
-    async def run(*statements: str) -> None:
-        conn = await asyncpg.connect(admin)
-        try:
-            for statement in statements:
-                await conn.execute(statement)
-        finally:
-            await conn.close()
-
-    asyncio.run(run(f"CREATE DATABASE {name}"))
-    parts = urllib.parse.urlsplit(pg_url)
-    url = urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+async def _on_server(url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(url)
     try:
-        yield url
+        for statement in statements:
+            await conn.execute(statement)
     finally:
-        asyncio.run(
-            run(
-                f"ALTER DATABASE {name} ALLOW_CONNECTIONS true",
-                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'",
-                f"DROP DATABASE IF EXISTS {name}",
-            )
+        await conn.close()
+
+
+def _database_url(pg_url: str, name: str) -> str:
+    parts = urllib.parse.urlsplit(pg_url)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def _drop(pg_url: str, name: str) -> None:
+    asyncio.run(
+        _on_server(
+            pg_url,
+            f"ALTER DATABASE {name} ALLOW_CONNECTIONS true",
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'",
+            f"DROP DATABASE IF EXISTS {name}",
         )
+    )
+
+
+@pytest.fixture
+def pg_database(pg_url: str, pg_template: str) -> Iterator[str]:
+    """A migrated, empty database of its own on the PostgreSQL server, dropped afterwards.
+    Its commits do not wait for the WAL flush (no test crashes the shared server)."""
+    name = f"fairgate_e2e_{secrets.token_hex(4)}"
+    asyncio.run(
+        _on_server(
+            pg_url,
+            f"CREATE DATABASE {name} TEMPLATE {pg_template}",
+            f"ALTER DATABASE {name} SET synchronous_commit = off",
+        )
+    )
+    try:
+        yield _database_url(pg_url, name)
+    finally:
+        _drop(pg_url, name)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
