@@ -1,6 +1,7 @@
 """The gateway's full path in one process: CPU time and Python calls per request.
 
-    python benchmarks/cpu_profile.py [--requests 4000] [--concurrency 32] [--profile [--save FILE]]
+    python benchmarks/cpu_profile.py [--requests 4000] [--concurrency 32] [--state memory|redis]
+                                     [--profile [--save FILE]]
 
 The benchmark's full configuration (targets.FULL_CONFIG, the key, limits and budgets
 ``provision_full`` sets) and its two instant upstreams, but the Gateway runs in this
@@ -10,6 +11,9 @@ server): what is left is the request path's own work. Printed: CPU µs per reque
 changes it far less than it changes a wall-clock figure) and, with ``--profile``, the
 number of Python function calls per request and cProfile's table sorted by own time,
 measured in the thread's CPU time (``time.thread_time``) instead of wall time.
+``--state redis`` starts a private redis-server on a free loopback port (as
+``overhead.py --state redis`` does, never the shared 6379) and points the Gateway at it;
+Redis's own CPU per request is printed beside the gateway's.
 
 Why it exists beside ``overhead.py profile``: py-spy samples say where the wall time
 of a running thread goes, so on a loaded machine a socket write that gets the process
@@ -38,6 +42,7 @@ import targets
 from fairgate.app import Gateway
 from fairgate.config import load_config
 from fairgate.run import settle_heap
+from services import RedisServer
 
 BODY = (
     b'{"model":"sim-model","messages":[{"role":"user","content":"Say hello."}],'
@@ -45,7 +50,7 @@ BODY = (
 )
 
 
-async def _run(config: Path, key: str, args: argparse.Namespace) -> None:
+async def _run(config: Path, key: str, args: argparse.Namespace, redis: RedisServer | None) -> None:
     gateway = Gateway(load_config(config))
     await gateway.start()
     settle_heap()  # as `fairgate serve` does once started
@@ -105,6 +110,7 @@ async def _run(config: Path, key: str, args: argparse.Namespace) -> None:
     try:
         await asyncio.gather(*[client(20) for _ in range(args.concurrency)])  # warm-up
         profile = cProfile.Profile(time.thread_time) if args.profile else None
+        redis_before = redis.cpu_seconds() if redis is not None else 0.0
         before, start = os.times(), time.perf_counter()
         if profile is not None:
             profile.enable()
@@ -112,12 +118,15 @@ async def _run(config: Path, key: str, args: argparse.Namespace) -> None:
         if profile is not None:
             profile.disable()
         after, wall = os.times(), time.perf_counter() - start
+        redis_cpu = redis.cpu_seconds() - redis_before if redis is not None else 0.0
     finally:
         await gateway.stop()
     user = 1e6 * (after.user - before.user) / total
     system = 1e6 * (after.system - before.system) / total
     print(f"{total} requests, {args.concurrency} at a time, {total / wall:.0f} req/s")
     print(f"CPU per request: {user + system:.0f} µs ({user:.0f} user, {system:.0f} system)")
+    if redis is not None:
+        print(f"Redis CPU per request: {1e6 * redis_cpu / total:.0f} µs")
     if profile is not None:
         stats = pstats.Stats(profile)
         calls: int = stats.total_calls  # type: ignore[attr-defined]
@@ -131,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--state", choices=("memory", "redis"), default="memory")
     parser.add_argument("--profile", action="store_true", help="cProfile in CPU time")
     parser.add_argument("--top", type=int, default=40, help="--profile: lines of the table")
     parser.add_argument("--save", metavar="FILE", help="--profile: also write the pstats file")
@@ -138,15 +148,24 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         first = stack.enter_context(targets.instant_upstream())
         second = stack.enter_context(targets.instant_upstream())
+        redis = stack.enter_context(RedisServer()) if args.state == "redis" else None
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairgate-cpu-")))
         # provisions the store (the key, its limits, the budgets); the service is not started
         service = targets.gateway(
-            first.url, workdir, targets.FULL_CONFIG, upstream2=second.url, full=True
+            first.url,
+            workdir,
+            targets.FULL_CONFIG,
+            upstream2=second.url,
+            redis_url=redis.url if redis is not None else "",
+            full=True,
         )
         config = next(workdir.glob("*.yaml"))
+        if redis is not None:  # cProfile on a shared machine can pass the 0.5 s default
+            text = config.read_text().replace("backend: redis,", "backend: redis, timeout: 10s,")
+            config.write_text(text)
         stack.callback(os.chdir, os.getcwd())
         os.chdir(workdir)  # the configuration names its files relative to it
-        uvloop.run(_run(config, service.api_key, args))
+        uvloop.run(_run(config, service.api_key, args, redis))
     return 0
 
 
