@@ -71,6 +71,7 @@ from fairgate.limits.charges import (
 from fairgate.limits.fairshare_state import Claim, ClaimRequest, Split, UsageCharge
 from fairgate.limits.store import StateUnavailable
 from fairgate.limits.window import bucket_of
+from fairgate.state.scripts import Script, ScriptRunner
 from fairgate.state.target import RedisTarget, close_client
 
 __all__ = ["RedisCounterStore"]
@@ -128,20 +129,21 @@ class RedisCounterStore:
         target = RedisTarget(url) if isinstance(url, str) else url
         pool = target.pool(max_connections=max_connections, timeout=timeout)
         self._redis: Redis = Redis.from_pool(pool)
-        self._acquire = self._redis.register_script(_lua("acquire"))
-        self._settle = self._redis.register_script(_lua("settle"))
-        self._read = self._redis.register_script(_lua("read"))
-        self._seed = self._redis.register_script(_lua("seed"))
-        self._refresh = self._redis.register_script(_lua("refresh"))
-        self._claim = self._redis.register_script(_lua("claim"))
-        self._team_claim = self._redis.register_script(_lua("team_claim"))
-        self._in_flight = self._redis.register_script(_lua("in_flight"))
-        self._charge = self._redis.register_script(_lua("charge"))
+        # the scripts run on connections of their own (``fairgate.state.scripts``); a
+        # quarter of the pool stays for the other commands
+        self._scripts = ScriptRunner(pool, pinned=max_connections - max_connections // 4)
+        self._acquire = Script(_lua("acquire"))
+        self._settle = Script(_lua("settle"))
+        self._read = Script(_lua("read"))
+        self._seed = Script(_lua("seed"))
+        self._refresh = Script(_lua("refresh"))
+        self._claim = Script(_lua("claim"))
+        self._team_claim = Script(_lua("team_claim"))
+        self._in_flight = Script(_lua("in_flight"))
+        self._charge = Script(_lua("charge"))
         # a request's way in and way out, each one script (one round trip)
-        self._enter = self._redis.register_script(
-            _functions("acquire", "claim", "team_claim") + _lua("enter")
-        )
-        self._leave = self._redis.register_script(_functions("settle", "charge") + _lua("leave"))
+        self._enter = Script(_functions("acquire", "claim", "team_claim") + _lua("enter"))
+        self._leave = Script(_functions("settle", "charge") + _lua("leave"))
         # lease id → the (sorted set, member) pairs its refresh extends
         self._held: dict[str, tuple[tuple[str, str], ...]] = {}
         self._pending: set[asyncio.Future[Any]] = set()  # work of cancelled callers
@@ -421,6 +423,7 @@ class RedisCounterStore:
     async def aclose(self) -> None:
         while self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
+        await self._scripts.aclose()
         await close_client(self._redis)
 
     def _give_back(
@@ -505,9 +508,9 @@ class RedisCounterStore:
     def _usage_key(self, pool: str) -> str:
         return f"{self.prefix}fairshare:usage:{_escape(pool)}"
 
-    async def _call(self, script: Any, keys: list[str], args: list[str | int | float]) -> Any:
+    async def _call(self, script: Script, keys: list[str], args: list[str | int | float]) -> Any:
         """Run one script under the timeout and the breaker."""
-        return await self._guarded(lambda: script(keys=keys, args=args))
+        return await self._guarded(lambda: self._scripts.run(script, keys, args))
 
     @property
     def client(self) -> Redis:
@@ -540,6 +543,7 @@ class RedisCounterStore:
         comes round (each a 503), long after Redis is back. They reconnect when next used."""
         with contextlib.suppress(RedisError, OSError, TimeoutError):
             async with asyncio.timeout(self._timeout):
+                await self._scripts.disconnect_idle()
                 await self._redis.connection_pool.disconnect(inuse_connections=False)
 
 

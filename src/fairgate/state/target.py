@@ -54,12 +54,17 @@ class RedisTarget:
             raise ValueError("a Redis URL or Sentinels are needed")
 
     def pool(self, *, max_connections: int, timeout: float) -> ConnectionPool:
-        """A blocking pool of at most ``max_connections``, every connect, read and wait
-        for a free connection bounded by ``timeout``; redis-py never retries."""
+        """A blocking pool of at most ``max_connections``, every connect and wait for a
+        free connection bounded by ``timeout``; redis-py never retries.
+
+        Reads and writes carry no timeout of redis-py's: every caller bounds its whole
+        call (``RedisCounterStore._guarded``), and a socket timeout under it only added a
+        timer for the read and a task for the write (``asyncio.wait_for``) to every call.
+        A connection whose call was cut short is disconnected by redis-py."""
         options: dict[str, Any] = {
             "max_connections": max_connections,
             "timeout": timeout,
-            "socket_timeout": timeout,
+            "socket_timeout": None,
             "socket_connect_timeout": timeout,
             "retry": Retry(NoBackoff(), 0),
             "health_check_interval": 0,

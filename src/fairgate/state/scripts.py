@@ -1,0 +1,113 @@
+"""Lua scripts run by EVALSHA on connections the store keeps to itself.
+
+Why not redis-py's ``Script`` and its pooled ``execute_command``: measured on the
+full path (``benchmarks/cpu_profile.py --state redis``), one script call cost
+~300 µs of the gateway's CPU, of which packing its ~95 arguments through redis-py's
+encoder ~90 µs, the blocking pool's checkout and release (a condition, a timeout,
+a readiness probe, observability records) ~10 µs or more, and the command's own
+machinery (retry wrapper, a timer for the write and one for the read on top of the
+caller's) the rest beside the socket work. Here the command is packed in one pass,
+and a call takes a connection from a free list of connections this runner took
+out of the pool once and keeps (``pinned``), so the pool is not touched again.
+
+What stays redis-py's: connecting (TLS, AUTH, SELECT, the Sentinel-managed
+connection that asks for the primary and drops itself on ``READONLY``), the write
+and the reply parser (hiredis when it is installed). A connection whose write or
+read failed or was cancelled is disconnected by redis-py itself and is connected
+again at its next use, through ``connect`` as the pool would (a Sentinel-managed one
+asks for the primary again). The caller bounds every call (``RedisCounterStore._guarded``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio import ConnectionPool
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import NoScriptError
+
+__all__ = ["Script", "ScriptRunner"]
+
+Arg = str | int | float
+
+
+class Script:
+    """One Lua script: its text and SHA1 (EVALSHA's name for it)."""
+
+    __slots__ = ("sha", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+    def pack(self, keys: Sequence[str], args: Sequence[Arg]) -> bytes:
+        """``EVALSHA sha len(keys) *keys *args`` in RESP, as redis-py would encode it
+        (``str`` as UTF-8, numbers by ``repr``)."""
+        words = [self.sha, str(len(keys)), *keys]
+        words += [arg if isinstance(arg, str) else repr(arg) for arg in args]
+        text = "".join([f"${len(word)}\r\n{word}\r\n" for word in words])
+        if not text.isascii():  # a length in RESP counts bytes, not characters
+            text = "".join([f"${len(word.encode())}\r\n{word}\r\n" for word in words])
+        return b"*%d\r\n$7\r\nEVALSHA\r\n%s" % (len(words) + 1, text.encode())
+
+
+class ScriptRunner:
+    """Runs ``Script``s on at most ``pinned`` connections kept out of ``pool``.
+
+    Past ``pinned`` calls at once, a call borrows a connection from the pool as any
+    other command does (and gives it back), so the pool's other users (the board,
+    the response owners, the usage reads) always find the rest of it."""
+
+    def __init__(self, pool: ConnectionPool, pinned: int) -> None:
+        self._pool = pool
+        self._cap = max(1, pinned)
+        self._mine: set[AbstractConnection] = set()
+        self._free: list[AbstractConnection] = []
+
+    async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """The script's reply (raises redis-py's errors; NOSCRIPT loads it, once)."""
+        conn = self._free.pop() if self._free else await self._take()
+        try:
+            payload = script.pack(keys, args)
+            if not conn.is_connected:
+                # connect() as the pool does: a Sentinel-managed connection asks the
+                # Sentinels for the primary there (a send would reconnect to the old one)
+                await conn.connect()  # type: ignore[no-untyped-call]  # redis-py's
+            await conn.send_packed_command(payload, check_health=False)
+            try:
+                return await conn.read_response()
+            except NoScriptError:  # a restarted or flushed Redis: load it and run it again
+                await conn.send_packed_command(_load(script.text), check_health=False)
+                await conn.read_response()
+                await conn.send_packed_command(payload, check_health=False)
+                return await conn.read_response()
+        finally:
+            if conn in self._mine:
+                self._free.append(conn)
+            else:
+                await self._pool.release(conn)
+
+    async def _take(self) -> AbstractConnection:
+        conn: AbstractConnection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+        if len(self._mine) < self._cap:
+            self._mine.add(conn)
+        return conn
+
+    async def disconnect_idle(self) -> None:
+        """Disconnect the kept connections not in use (they reconnect when next used)."""
+        for conn in list(self._free):
+            await conn.disconnect()
+
+    async def aclose(self) -> None:
+        """Give every kept connection back to the pool (before the pool closes)."""
+        free, self._free = self._free, []
+        for conn in free:
+            self._mine.discard(conn)
+            await self._pool.release(conn)
+
+
+def _load(text: str) -> bytes:
+    body = text.encode()
+    return b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$%d\r\n%s\r\n" % (len(body), body)
