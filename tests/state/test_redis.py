@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from fairgate.core.money import Money
 from fairgate.limits import (
     Budget,
+    Charge,
     Demand,
     InFlightCharge,
     Limiter,
@@ -109,6 +110,42 @@ async def test_every_key_expires_so_redis_does_not_grow_forever(
     assert ttls[f"{store.prefix}tpm:k"] <= 62_000
     assert 115_000 < ttls[f"{store.prefix}budget:b:today"] <= 120_000
     assert ttls[f"{store.prefix}inflight:k"] <= 2 * store.lease_ttl * 1000
+
+
+async def test_expiries_are_set_when_a_write_creates_what_they_must_outlive(
+    private_redis: RedisProcess,
+) -> None:
+    """A window's hash gets its expiry when a bucket is created, a period counter when
+    it is created; a further write to either runs no PEXPIRE (Redis's one thread runs
+    every request's commands), and a new bucket extends the window's expiry again."""
+    store = RedisCounterStore(private_redis.url, timeout=5.0)
+    admin = Redis.from_url(private_redis.url)
+
+    async def pexpires() -> int:
+        stats = await admin.info("commandstats")
+        return int(stats.get("cmdstat_pexpire", {}).get("calls", 0))
+
+    def charges(now: float) -> list[Charge]:
+        day = PeriodCharge("rpd:k:d", 1, 100, now + 60, now + 120)
+        return [WindowCharge("tpm:k", 10, 1_000), day]
+
+    try:
+        first = await store.acquire(charges(T0), T0)
+        assert first.lease is not None and await pexpires() == 2
+        second = await store.acquire(charges(T0), T0 + 0.5)  # the same bucket and day
+        assert second.lease is not None and second.totals == (20, 2)
+        await store.settle(second.lease, {"tpm:k": 15}, T0 + 0.5)  # excess into that bucket
+        assert await pexpires() == 2
+        await admin.pexpire("fairgate:tpm:k", 5_000)  # so that an extension shows
+        await store.acquire([WindowCharge("tpm:k", 10, 1_000)], T0 + 0.7)
+        assert 0 < await admin.pttl("fairgate:tpm:k") <= 5_000  # not extended
+        await store.acquire([WindowCharge("tpm:k", 10, 1_000)], T0 + 5)  # a new bucket
+        assert await pexpires() == 4  # the test's own PEXPIRE and the new bucket's
+        assert await admin.pttl("fairgate:tpm:k") > 60_000  # a window and two granules
+        assert 115_000 < await admin.pttl("fairgate:rpd:k:d") <= 120_000  # set once
+    finally:
+        await admin.aclose()
+        await store.aclose()
 
 
 async def test_a_correction_never_recreates_an_expired_period(

@@ -73,18 +73,30 @@ for i = 1, n do
   end
 end
 
+-- Expiries are set when a write creates what they must outlive, not on every write:
+-- a window's hash when a bucket is created (the bucket is counted until one granule
+-- past a window after it starts, and the hash lives a window and two granules from
+-- its first write, so a later write to the same bucket needs no longer), a period's
+-- counter when it is created (its keep_until is the same for every charge of one key,
+-- the key naming its period). A write that returns exactly its own amount may have
+-- created it: that one sets the expiry.
 local totals = {0}
 for i = 1, n do
   local kind, key = arg(i, 1), KEYS[i]
   if kind == 'w' then
-    redis.call('HINCRBY', key, current[i], arg(i, 2))
-    local length, granules = tonumber(arg(i, 4)), tonumber(arg(i, 5))
-    redis.call('PEXPIRE', key, math.ceil((length + 2 * length / granules) * 1000))
-    totals[i + 1] = used[i] + tonumber(arg(i, 2))
+    local amount = tonumber(arg(i, 2))
+    if redis.call('HINCRBY', key, current[i], amount) == amount then
+      local length, granules = tonumber(arg(i, 4)), tonumber(arg(i, 5))
+      redis.call('PEXPIRE', key, math.ceil((length + 2 * length / granules) * 1000))
+    end
+    totals[i + 1] = used[i] + amount
   elseif kind == 'p' then
-    totals[i + 1] = redis.call('INCRBY', key, arg(i, 2))
-    local keep = math.max(1000, math.ceil((tonumber(arg(i, 5)) - now) * 1000))
-    redis.call('PEXPIRE', key, keep)
+    local total = redis.call('INCRBY', key, arg(i, 2))
+    if total == tonumber(arg(i, 2)) then
+      local keep = math.max(1000, math.ceil((tonumber(arg(i, 5)) - now) * 1000))
+      redis.call('PEXPIRE', key, keep)
+    end
+    totals[i + 1] = total
   else
     redis.call('ZADD', key, now + ttl, lease)
     redis.call('PEXPIRE', key, math.ceil(2 * ttl * 1000))

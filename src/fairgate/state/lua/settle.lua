@@ -19,8 +19,8 @@ for i = 1, #KEYS do
         redis.call('HDEL', key, arg(i, 2))
       end
     end
-    if excess > 0 then
-      redis.call('HINCRBY', key, arg(i, 4), arg(i, 5))
+    -- the expiry is set when the write creates the bucket (as in acquire.lua)
+    if excess > 0 and redis.call('HINCRBY', key, arg(i, 4), excess) == excess then
       redis.call('PEXPIRE', key, arg(i, 6))
     end
   elseif kind == 'p' then
