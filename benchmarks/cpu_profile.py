@@ -42,6 +42,7 @@ import targets
 from fairgate.app import Gateway
 from fairgate.config import load_config
 from fairgate.run import settle_heap
+from roundtrips import command_delta, commandstats
 from services import RedisServer
 
 BODY = (
@@ -111,6 +112,7 @@ async def _run(config: Path, key: str, args: argparse.Namespace, redis: RedisSer
         await asyncio.gather(*[client(20) for _ in range(args.concurrency)])  # warm-up
         profile = cProfile.Profile(time.thread_time) if args.profile else None
         redis_before = redis.cpu_seconds() if redis is not None else 0.0
+        stats_before = commandstats(redis.client()) if redis is not None else None
         before, start = os.times(), time.perf_counter()
         if profile is not None:
             profile.enable()
@@ -119,6 +121,7 @@ async def _run(config: Path, key: str, args: argparse.Namespace, redis: RedisSer
             profile.disable()
         after, wall = os.times(), time.perf_counter() - start
         redis_cpu = redis.cpu_seconds() - redis_before if redis is not None else 0.0
+        stats_after = commandstats(redis.client()) if redis is not None else None
     finally:
         await gateway.stop()
     user = 1e6 * (after.user - before.user) / total
@@ -127,6 +130,10 @@ async def _run(config: Path, key: str, args: argparse.Namespace, redis: RedisSer
     print(f"CPU per request: {user + system:.0f} µs ({user:.0f} user, {system:.0f} system)")
     if redis is not None:
         print(f"Redis CPU per request: {1e6 * redis_cpu / total:.0f} µs")
+    if stats_before is not None and stats_after is not None:
+        ran = command_delta(stats_before, stats_after)
+        per = ", ".join(f"{name} {calls / total:.2f}" for name, calls in ran.most_common())
+        print(f"Redis commands per request (scripts' inner ones included): {per}")
     if profile is not None:
         stats = pstats.Stats(profile)
         calls: int = stats.total_calls  # type: ignore[attr-defined]

@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 __all__ = [
     "BENCH_DIR",
@@ -211,6 +212,12 @@ class RedisServer:
 
     def cpu_seconds(self) -> float:
         return _cpu_of(self._proc.pid) if self._proc is not None else 0.0
+
+    def client(self) -> Any:
+        """A (synchronous) redis-py client of this server."""
+        import redis  # the gateway's own dependency
+
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5.0)
 
     def stop(self, timeout: float = 10.0) -> None:
         proc, self._proc = self._proc, None
