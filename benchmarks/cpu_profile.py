@@ -2,6 +2,7 @@
 
     python benchmarks/cpu_profile.py [--requests 4000] [--concurrency 32] [--state memory|redis]
                                      [--profile [--save FILE]]
+    python benchmarks/cpu_profile.py --stream 64 [--gap 0.005] ...
 
 The benchmark's full configuration (targets.FULL_CONFIG, the key, limits and budgets
 ``provision_full`` sets) and its two instant upstreams, but the Gateway runs in this
@@ -20,6 +21,13 @@ of a running thread goes, so on a loaded machine a socket write that gets the pr
 preempted looks expensive; call counts and CPU-timed own time do not move with the load.
 A coroutine's cumulative time here includes what ran while it was suspended: read the
 own-time column (tottime).
+
+``--stream N``: each request asks for a stream, and the instant upstreams answer with N
+content events written ``--gap`` seconds apart (then ``[DONE]``; a usage event before it
+when the request asks for one, as the gateway does for vLLM), so the gateway reads each
+as a chunk of its own. Printed besides: the chunks relayed to the client (body messages
+with ``more_body``) and the CPU µs and Python calls per relayed chunk (the whole
+request's cost divided by its chunks: with N large, the per-token cost).
 """
 
 from __future__ import annotations
@@ -49,9 +57,15 @@ BODY = (
     b'{"model":"sim-model","messages":[{"role":"user","content":"Say hello."}],'
     b'"max_tokens":1,"temperature":0}'
 )
+STREAM_BODY = (
+    b'{"model":"sim-model","messages":[{"role":"user","content":"Say hello."}],'
+    b'"max_tokens":64,"temperature":0,"stream":true}'
+)
 
 
 async def _run(config: Path, key: str, args: argparse.Namespace, redis: RedisServer | None) -> None:
+    body = STREAM_BODY if args.stream else BODY
+    relayed = 0  # body messages with more_body: the chunks a stream relayed
     gateway = Gateway(load_config(config))
     await gateway.start()
     settle_heap()  # as `fairgate serve` does once started
@@ -60,7 +74,7 @@ async def _run(config: Path, key: str, args: argparse.Namespace, redis: RedisSer
         (b"host", b"gateway"),
         (b"authorization", f"Bearer {key}".encode()),
         (b"content-type", b"application/json"),
-        (b"content-length", str(len(BODY)).encode()),
+        (b"content-length", str(len(body)).encode()),
         (b"x-fairgate-tags", targets.TAG.encode()),
     ]
 
@@ -86,15 +100,17 @@ async def _run(config: Path, key: str, args: argparse.Namespace, redis: RedisSer
             nonlocal sent
             if not sent:
                 sent = True
-                return {"type": "http.request", "body": BODY, "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             await done.wait()
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
-            nonlocal status
+            nonlocal status, relayed
             if message["type"] == "http.response.start":
                 status = message["status"]
-            elif not message.get("more_body", False):
+            elif message.get("more_body", False):
+                relayed += 1
+            else:
                 done.set()
 
         await app(scope, receive, send)
@@ -109,10 +125,12 @@ async def _run(config: Path, key: str, args: argparse.Namespace, redis: RedisSer
     each = max(1, args.requests // args.concurrency)
     total = each * args.concurrency
     try:
-        await asyncio.gather(*[client(20) for _ in range(args.concurrency)])  # warm-up
+        warm = 2 if args.stream else 20  # a stream lasts N gaps
+        await asyncio.gather(*[client(warm) for _ in range(args.concurrency)])  # warm-up
         profile = cProfile.Profile(time.thread_time) if args.profile else None
         redis_before = redis.cpu_seconds() if redis is not None else 0.0
         stats_before = commandstats(redis.client()) if redis is not None else None
+        relayed = 0
         before, start = os.times(), time.perf_counter()
         if profile is not None:
             profile.enable()
@@ -134,10 +152,17 @@ async def _run(config: Path, key: str, args: argparse.Namespace, redis: RedisSer
         ran = command_delta(stats_before, stats_after)
         per = ", ".join(f"{name} {calls / total:.2f}" for name, calls in ran.most_common())
         print(f"Redis commands per request (scripts' inner ones included): {per}")
+    if args.stream:
+        print(
+            f"{relayed} chunks relayed ({relayed / total:.1f} a stream): CPU per chunk "
+            f"{(user + system) * total / max(1, relayed):.1f} µs"
+        )
     if profile is not None:
         stats = pstats.Stats(profile)
         calls: int = stats.total_calls  # type: ignore[attr-defined]
         print(f"(profiled) Python function calls per request: {calls / total:.0f}")
+        if args.stream:
+            print(f"(profiled) Python function calls per chunk: {calls / max(1, relayed):.1f}")
         stats.sort_stats("tottime").print_stats(args.top)
         if args.save:
             stats.dump_stats(args.save)  # for pstats: callers, callees
@@ -151,10 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile in CPU time")
     parser.add_argument("--top", type=int, default=40, help="--profile: lines of the table")
     parser.add_argument("--save", metavar="FILE", help="--profile: also write the pstats file")
+    parser.add_argument(
+        "--stream", type=int, default=0, metavar="N", help="streams of N paced content events"
+    )
+    parser.add_argument("--gap", type=float, default=0.005, help="--stream: seconds between events")
     args = parser.parse_args(argv)
+    paced = ("--stream-chunks", str(args.stream), "--chunk-gap", str(args.gap))
     with ExitStack() as stack:
-        first = stack.enter_context(targets.instant_upstream())
-        second = stack.enter_context(targets.instant_upstream())
+        first = stack.enter_context(targets.instant_upstream(0, *paced))
+        second = stack.enter_context(targets.instant_upstream(0, *paced))
         redis = stack.enter_context(RedisServer()) if args.state == "redis" else None
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairgate-cpu-")))
         # provisions the store (the key, its limits, the budgets); the service is not started

@@ -158,8 +158,9 @@ class Endpoint:
         return headers
 
 
-def instant_upstream(port: int = 0) -> Service:
-    argv = python(str(BENCH_DIR / "instant_upstream.py"), "--port", str(port))
+def instant_upstream(port: int = 0, *args: str) -> Service:
+    """The lean upstream (``instant_upstream.py``; ``args``: its options, e.g. paced streams)."""
+    argv = python(str(BENCH_DIR / "instant_upstream.py"), "--port", str(port), *args)
     return Service("upstream", argv)
 
 

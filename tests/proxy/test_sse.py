@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fairgate.proxy.sse import SseSplitter, classify, error_event
 
@@ -108,3 +110,47 @@ def test_a_native_llama_stop_event_carries_usage_that_adds_up() -> None:
     assert (event.usage.prompt_tokens, event.usage.completion_tokens) == (4, 9)
     partial = classify(b'data: {"content":"x","stop":false,"tokens_predicted":3}\n\n')
     assert partial.kind == "content" and partial.usage is None
+
+
+def test_a_chunk_of_token_events_is_counted_whole_without_splitting() -> None:
+    tokens = chunk({"choices": [{"delta": {"content": "a"}}]}) * 3
+    splitter = SseSplitter()
+    assert splitter.content(tokens) == 3
+    assert splitter.pending() == b""
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        chunk({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}),
+        b"data: [DONE]\n\n",
+        chunk({"error": {"message": "boom"}}),
+        chunk({"type": "response.completed", "response": {}}),
+        chunk({"content": "", "stop": True}),
+        b"data: {}\r\n\r\n",
+        b"data: {}\n\n\n",
+        b'data: {"choices":[]}',  # no end yet: an event is left pending
+    ],
+)
+def test_a_chunk_that_is_not_whole_content_is_left_to_feed(data: bytes) -> None:
+    token = chunk({"choices": [{"delta": {"content": "a"}}]})
+    assert SseSplitter().content(token + data) == -1
+
+
+def test_a_chunk_is_not_counted_while_an_event_is_pending() -> None:
+    splitter = SseSplitter()
+    splitter.feed(b'data: {"choices"')
+    assert splitter.content(b":[]}\n\n") == -1
+
+
+@given(st.lists(st.sampled_from([b"data: {}", b"\n", b"\r", b"x", b"data: [DONE]", b"\n\n"])))
+def test_a_counted_chunk_is_what_feed_and_classify_make_of_it(parts: list[bytes]) -> None:
+    data = b"".join(parts)
+    count = SseSplitter().content(data)
+    splitter = SseSplitter()
+    events = splitter.feed(data)
+    if count >= 0:
+        assert count == len(events)
+        assert b"".join(events) == data
+        assert splitter.pending() == b""
+        assert all(classify(event).kind == "content" for event in events)

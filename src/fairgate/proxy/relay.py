@@ -21,12 +21,16 @@ Deadlines (all from the configuration's ``limits``):
 - total        request arrival → last byte                      → 504 / truncation
 - slow reader  a write to the client blocked this long          → client cut off,
                                                                    upstream cancelled
+
+An attempt's deadlines are watched by one timer (``proxy.watchdog``), and a stream's
+by another: each phase moves the deadline, so a relayed chunk arms no timer of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -40,6 +44,7 @@ from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.responses import RESPONSES_ROUTE, ResponseScope
 from fairgate.proxy.sse import SseSplitter, classify, error_event
 from fairgate.proxy.usage import usage_in_body
+from fairgate.proxy.watchdog import Watchdog
 from fairgate.upstream import (
     UpstreamConnectError,
     UpstreamConnectTimeout,
@@ -173,32 +178,35 @@ class Relay:
         """Send the request and read up to the point of no return (see module docstring)."""
         d = self.deadlines
         start = time.monotonic()
+        dog = Watchdog(min(d.headers, d.first_token, d.idle))
         try:
             try:
-                async with asyncio.timeout(self._remaining(ex, d.headers, sent=False)):
-                    response = await self._pool.request(
-                        "POST",
-                        replica.host,
-                        replica.port,
-                        target,
-                        headers,
-                        body,
-                        tls=replica.tls,
-                    )
-            except UpstreamConnectTimeout:
-                raise AttemptFailed(
-                    "connect_timeout",
-                    GatewayTimeout("could not reach the model in time"),
-                    retryable=True,
-                    ran=False,
-                ) from None
-            except TimeoutError:
+                dog.start(start + self._remaining(ex, d.headers, sent=False))
+                response = await self._pool.request(
+                    "POST",
+                    replica.host,
+                    replica.port,
+                    target,
+                    headers,
+                    body,
+                    tls=replica.tls,
+                )
+            except asyncio.CancelledError:
+                if not dog.expired():
+                    raise
                 mine = not _past(ex, d.total)  # the engine's slowness, not the request's
                 raise AttemptFailed(
                     "headers_timeout" if mine else "total_timeout",
                     GatewayTimeout("the model did not answer in time"),
                     retryable=mine,
                     replica_at_fault=mine,
+                ) from None
+            except UpstreamConnectTimeout:
+                raise AttemptFailed(
+                    "connect_timeout",
+                    GatewayTimeout("could not reach the model in time"),
+                    retryable=True,
+                    ran=False,
                 ) from None
             except UpstreamConnectError as exc:
                 raise AttemptFailed(
@@ -211,12 +219,13 @@ class Relay:
                 raise AttemptFailed(
                     "broken_answer", BadGateway("the model broke off its answer"), retryable=True
                 ) from exc
-            return await self._read_head(ex, response, replica.internal_key)
+            return await self._read_head(ex, response, replica.internal_key, dog)
         finally:
+            dog.stop()
             ex.upstream_time += time.monotonic() - start
 
     async def _read_head(
-        self, ex: Exchange, response: UpstreamResponse, internal_key: str | None
+        self, ex: Exchange, response: UpstreamResponse, internal_key: str | None, dog: Watchdog
     ) -> Opened:
         status = response.status
         content_type = response.header(b"content-type") or b"application/json"
@@ -233,9 +242,9 @@ class Relay:
                         BadGateway("the model's answer could not be read"),
                         retryable=False,
                     )
-                first = await self._read_first_event(ex, response)
+                first = await self._read_first_event(ex, response, dog)
                 return Opened(response, status, content_type, first, True, key=key)
-            body = await self._read_whole(ex, response)
+            body = await self._read_whole(ex, response, dog)
         except BaseException:
             response.close()
             raise
@@ -274,11 +283,15 @@ class Relay:
         log.warning("an engine answer with Content-Encoding %r was not relayed: %s", shown, reason)
         raise AttemptFailed(reason, BadGateway(message), retryable=False, replica_at_fault=fault)
 
-    async def _read_first_event(self, ex: Exchange, response: UpstreamResponse) -> bytes:
+    async def _read_first_event(
+        self, ex: Exchange, response: UpstreamResponse, dog: Watchdog
+    ) -> bytes:
         try:
-            async with asyncio.timeout(self._remaining(ex, self.deadlines.first_token)):
-                first = await response.read_chunk()
-        except TimeoutError:
+            dog.move(time.monotonic() + self._remaining(ex, self.deadlines.first_token))
+            first = await response.read_chunk()
+        except asyncio.CancelledError:
+            if not dog.expired():
+                raise
             mine = not _past(ex, self.deadlines.total)
             raise AttemptFailed(
                 "first_token_timeout" if mine else "total_timeout",
@@ -296,7 +309,7 @@ class Relay:
             )
         return first
 
-    async def _read_whole(self, ex: Exchange, response: UpstreamResponse) -> bytes:
+    async def _read_whole(self, ex: Exchange, response: UpstreamResponse, dog: Watchdog) -> bytes:
         limit = self.deadlines.max_response_bytes
         declared = response.content_length
         if declared is not None and declared > limit:
@@ -309,8 +322,8 @@ class Relay:
         try:
             # One deadline for the whole body: engines send a plain answer at once, after
             # the headers, so it must arrive within the idle deadline (and the total).
-            async with asyncio.timeout(self._remaining(ex, self.deadlines.idle)):
-                return await response.read_all(limit)
+            dog.move(time.monotonic() + self._remaining(ex, self.deadlines.idle))
+            return await response.read_all(limit)
         except UpstreamTooLarge:
             raise AttemptFailed(
                 "response_too_large",
@@ -318,7 +331,9 @@ class Relay:
                 retryable=False,
                 replica_at_fault=False,
             ) from None
-        except TimeoutError:
+        except asyncio.CancelledError:
+            if not dog.expired():
+                raise
             mine = not _past(ex, self.deadlines.total)
             raise AttemptFailed(
                 "idle_timeout" if mine else "total_timeout",
@@ -365,114 +380,157 @@ class Relay:
         *,
         strip_usage: bool,
     ) -> None:
-        """Relay an SSE stream event by event until the engine ends it or a deadline fires."""
+        """Relay an SSE stream event by event until the engine ends it or a deadline fires.
+
+        One watchdog holds the deadline of the phase the relay is in: the idle one (and
+        the total) while it reads from the engine, the slow-reader one while it writes
+        to the client. A chunk of content events only (``SseSplitter.content``), what
+        nearly every chunk is, goes out as it came; any other is split into events
+        (``_events``)."""
+        d = self.deadlines
         response = opened.response
         key = opened.key
         watch = self._responses if ex.endpoint == RESPONSES_ROUTE else None
         splitter = SseSplitter()
-        terminal = False
-        completed = False
+        terminal = completed = False
         headers = [
             (b"content-type", opened.content_type),
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),
             *extra_headers,
         ]
+        idle, slow, end = d.idle, d.slow_reader, ex.started + d.total
+        dog = Watchdog(min(idle, slow))
         if self._streams_open is not None:
             self._streams_open.inc()
         try:
-            await self._send(
-                send, {"type": "http.response.start", "status": 200, "headers": headers}
-            )
-            ex.first_byte_at = time.monotonic()
-            ex.status = 200
-            chunk = opened.body
-            while chunk:
-                out: list[bytes] = []
-                try:
-                    events = splitter.feed(chunk)
-                except ValueError:  # one event past the size bound: not an SSE stream we relay
-                    raise _StreamBroken(Outcome.TRUNCATED, "event_too_large") from None
-                for raw in events:
-                    event = classify(raw)
-                    kind = event.kind
-                    if event.usage is not None:
-                        ex.usage = (
-                            event.usage
-                            if ex.usage is None or not event.adds
-                            else ex.usage.plus(event.usage)
+            try:
+                dog.start(time.monotonic() + slow)
+                head = {"type": "http.response.start", "status": 200, "headers": headers}
+                await self._write(dog, send, head)
+                ex.first_byte_at = now = time.monotonic()
+                ex.status = 200
+                chunk = opened.body
+                while chunk:
+                    events = -1 if watch is not None else splitter.content(chunk)
+                    if events >= 0:  # whole events: a key split across reads is caught
+                        ex.content_events += events
+                        body = scrub(chunk, key)
+                    else:
+                        body, ended, watch = await self._events(
+                            ex, splitter, chunk, key, watch, dog, strip_usage=strip_usage
                         )
-                    if kind == "content":
-                        ex.content_events += 1
-                    elif kind == "done" or kind == "final":
-                        terminal = True
-                    elif kind == "error":
-                        ex.outcome = Outcome.TRUNCATED
-                        ex.reason = "engine_error_event"
-                    elif kind == "usage" and strip_usage:
-                        continue
-                    if watch is not None and b'"response.created"' in raw:
-                        await watch.relayed_event(ex, raw)  # before the client can see it
-                        watch = None
-                    # an event is whole here, so a key split across reads is caught
-                    out.append(scrub(raw, key))
-                if out:
-                    await self._send(
-                        send,
-                        {
-                            "type": "http.response.body",
-                            "body": out[0] if len(out) == 1 else b"".join(out),
-                            "more_body": True,
-                        },
-                    )
-                chunk = await self._read_more(ex, response)
-            if not terminal and ex.outcome == Outcome.OK:
-                ex.outcome, ex.reason = Outcome.TRUNCATED, "engine_closed_stream"
-            completed = True
-        except _StreamBroken as broken:
-            ex.outcome, ex.reason = broken.outcome, broken.reason
+                        terminal = terminal or ended
+                        now = time.monotonic()
+                    if body:
+                        dog.move(now + slow)
+                        try:
+                            await send(
+                                {"type": "http.response.body", "body": body, "more_body": True}
+                            )
+                        except asyncio.CancelledError:
+                            if dog.expired():
+                                raise SlowReader() from None
+                            raise
+                    start = time.monotonic()
+                    at = start + idle
+                    dog.move(at if at < end else end)
+                    try:
+                        chunk = await response.read_chunk()
+                    except asyncio.CancelledError:
+                        if not dog.expired():
+                            raise
+                        late = _past(ex, d.total)
+                        reason = "total_timeout" if late else "idle_timeout"
+                        raise _StreamBroken(Outcome.TIMEOUT, reason) from None
+                    except (UpstreamError, OSError, ValueError):
+                        raise _StreamBroken(Outcome.TRUNCATED, "engine_broke_stream") from None
+                    finally:
+                        now = time.monotonic()
+                        ex.upstream_time += now - start
+                if not terminal and ex.outcome == Outcome.OK:
+                    ex.outcome, ex.reason = Outcome.TRUNCATED, "engine_closed_stream"
+                completed = True
+            except _StreamBroken as broken:
+                ex.outcome, ex.reason = broken.outcome, broken.reason
+            finally:
+                if self._streams_open is not None:
+                    self._streams_open.dec()
+                if completed and terminal:
+                    response.release()
+                else:
+                    response.close()  # cancels the engine's work: it sees the connection go
+            await self._end(ex, send, dog)
         finally:
-            if self._streams_open is not None:
-                self._streams_open.dec()
-            if completed and terminal:
-                response.release()
-            else:
-                response.close()  # cancels the engine's work: it sees the connection go
+            dog.stop()
+
+    async def _events(
+        self,
+        ex: Exchange,
+        splitter: SseSplitter,
+        chunk: bytes,
+        key: bytes | None,
+        watch: ResponseScope | None,
+        dog: Watchdog,
+        *,
+        strip_usage: bool,
+    ) -> tuple[bytes, bool, ResponseScope | None]:
+        """A chunk split into events and each taken for what it is: (what to relay, whether
+        the stream's end was among them, the Responses API watch until it has its id)."""
+        out: list[bytes] = []
+        terminal = False
+        try:
+            pieces = splitter.feed(chunk)
+        except ValueError:  # one event past the size bound: not an SSE stream we relay
+            raise _StreamBroken(Outcome.TRUNCATED, "event_too_large") from None
+        for raw in pieces:
+            event = classify(raw)
+            kind = event.kind
+            usage = event.usage
+            if usage is not None:
+                ex.usage = ex.usage.plus(usage) if event.adds and ex.usage is not None else usage
+            if kind == "content":
+                ex.content_events += 1
+            elif kind == "done" or kind == "final":
+                terminal = True
+            elif kind == "error":
+                ex.outcome = Outcome.TRUNCATED
+                ex.reason = "engine_error_event"
+            elif kind == "usage" and strip_usage:
+                continue
+            if watch is not None and b'"response.created"' in raw:
+                dog.move(math.inf)  # a store write: none of the stream's deadlines
+                await watch.relayed_event(ex, raw)  # before the client can see it
+                watch = None
+            # an event is whole here, so a key split across reads is caught
+            out.append(scrub(raw, key))
+        return (out[0] if len(out) == 1 else b"".join(out)), terminal, watch
+
+    async def _end(self, ex: Exchange, send: Send, dog: Watchdog) -> None:
+        """The stream's last message: an error event when it broke off (none after the
+        engine's own error event), else the end of the body."""
         if ex.outcome in (Outcome.TRUNCATED, Outcome.TIMEOUT):
             tail = (
                 b""
                 if ex.reason == "engine_error_event"
                 else error_event("the model's stream broke off before it ended", "upstream_error")
             )
-            await self._send(send, {"type": "http.response.body", "body": tail, "more_body": False})
         elif ex.outcome == Outcome.OK:
-            await self._send(send, {"type": "http.response.body", "body": b"", "more_body": False})
+            tail = b""
+        else:
+            return
+        dog.move(time.monotonic() + self.deadlines.slow_reader)
+        last = {"type": "http.response.body", "body": tail, "more_body": False}
+        await self._write(dog, send, last)
 
-    async def _read_more(self, ex: Exchange, response: UpstreamResponse) -> bytes:
-        start = time.monotonic()
+    async def _write(self, dog: Watchdog, send: Send, message: Message) -> None:
+        """``send`` within the watchdog's deadline (the caller set it), or ``SlowReader``."""
         try:
-            async with asyncio.timeout(self._remaining_stream(ex)):
-                return await response.read_chunk()
-        except TimeoutError:
-            raise _StreamBroken(
-                Outcome.TIMEOUT,
-                "idle_timeout" if not _past(ex, self.deadlines.total) else "total_timeout",
-            ) from None
-        except (UpstreamError, OSError, ValueError):
-            raise _StreamBroken(Outcome.TRUNCATED, "engine_broke_stream") from None
-        finally:
-            ex.upstream_time += time.monotonic() - start
-
-    def _remaining_stream(self, ex: Exchange) -> float:
-        left = ex.started + self.deadlines.total - time.monotonic()
-        return max(0.0, min(self.deadlines.idle, left))
-
-    async def _send(self, send: Send, message: Message) -> None:
-        try:
-            async with asyncio.timeout(self.deadlines.slow_reader):
-                await send(message)
-        except TimeoutError:
-            raise SlowReader() from None
+            await send(message)
+        except asyncio.CancelledError:
+            if dog.expired():
+                raise SlowReader() from None
+            raise
 
 
 class _StreamBroken(Exception):

@@ -12,7 +12,9 @@ until a blank line ends the event, then the event is classified:
 - ``content``  everything else (counted for the usage estimate)
 
 Classification looks at bytes first and parses JSON only for the few events that
-can carry usage or an error, so a token event costs a few substring checks.
+can carry usage or an error, so a token event costs a few substring checks. A chunk
+that holds whole events and none of the markers above (``SseSplitter.content``) is
+content through and through: it is counted and relayed as it came, never split.
 """
 
 from __future__ import annotations
@@ -64,6 +66,27 @@ class SseSplitter:
         if len(self._buffer) > self._max:
             raise ValueError("an SSE event exceeded the size limit")
         return events
+
+    def content(self, chunk: bytes) -> int:
+        """How many events ``chunk`` holds when ``feed`` would split it into whole events
+        that ``classify`` finds all ``content`` and keep nothing pending; else -1 (and
+        nothing fed: the caller feeds it). Only ``\n\n`` ends events here: a chunk that
+        ends in more newlines than two, or holds a ``\r``, is left to ``feed``."""
+        if (
+            self._buffer
+            or not chunk.endswith(b"\n\n")
+            or chunk.endswith(b"\n\n\n")
+            or b"\r" in chunk
+            # what every kind but content needs in its event (``classify``);
+            # ``"response.`` covers the three ``_FINAL`` markers
+            or b"[DONE]" in chunk
+            or b'"usage"' in chunk
+            or b'"response.' in chunk
+            or b'"stop":true' in chunk
+            or b'"error"' in chunk
+        ):
+            return -1
+        return chunk.count(b"\n\n")
 
     def pending(self) -> bytes:
         return self._buffer

@@ -190,7 +190,17 @@ class Http1Connection(asyncio.Protocol):
                 return b""
             if self._error is not None:
                 raise self._error
-            await self._wait()
+            # ``_wait`` written out: a stream's every chunk waits here, and one coroutine
+            # fewer in the chain is two Python calls fewer a chunk
+            waiter = self._loop.create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                self.abort()
+                raise
+            finally:
+                self._waiter = None
 
     def release(self) -> None:
         """Back to the pool if the whole answer arrived and keep-alive holds, else closed."""
@@ -364,7 +374,9 @@ class Http1Connection(asyncio.Protocol):
         if self._buffered > BODY_BUFFER_BYTES and not self._paused and self._open():
             self._paused = True
             cast(asyncio.Transport, self._transport).pause_reading()
-        self._wake()
+        waiter = self._waiter  # ``_wake`` written out: called for every chunk
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def on_message_complete(self) -> None:
         if self._phase == _BODY:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Protocol
 
 from fairgate.upstream.errors import UpstreamProtocolError, UpstreamTooLarge
@@ -60,16 +61,17 @@ class UpstreamResponse:
                 return value
         return None
 
-    async def read_chunk(self) -> bytes:
+    def read_chunk(self) -> Awaitable[bytes]:
         """The body received since the last read (de-chunked), waiting for some if none;
         ``b""`` at the end. Raises ``UpstreamProtocolError`` if the connection broke before
-        the end. Cancelled while waiting, the connection is closed."""
+        the end. Cancelled while waiting, the connection is closed.
+
+        Not a coroutine of its own: it hands over the connection's, so a stream's read
+        resumes one coroutine fewer for each chunk."""
         conn = self._conn
         if conn is None:
-            if self._ended:
-                return b""
-            raise UpstreamProtocolError("the response was closed before its end")
-        return await conn.read_chunk()
+            return _after_end(self._ended)
+        return conn.read_chunk()
 
     async def read_all(self, limit: int) -> bytes:
         """The whole body; past ``limit`` bytes raises ``UpstreamTooLarge`` and closes."""
@@ -99,3 +101,9 @@ class UpstreamResponse:
         if conn is not None:
             self._ended = conn.body_complete
             conn.abort()
+
+
+async def _after_end(complete: bool) -> bytes:
+    if complete:
+        return b""
+    raise UpstreamProtocolError("the response was closed before its end")
