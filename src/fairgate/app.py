@@ -258,8 +258,8 @@ class Gateway:
             admission=self.admission,
             bands=bands,
             send_priority=config.fairshare.send_priority,
-            on_claim=lambda pool, org, borrowing: fair_requests.labels(
-                pool, org, "borrowing" if borrowing else "within_share"
+            on_claim=lambda pool, org, borrowing: self.metrics.child(
+                fair_requests, pool, org, "borrowing" if borrowing else "within_share"
             ).inc(),
             dispatcher=self.dispatcher,
             # the limiter's back end is the fair-share state: claims ride with the limits

@@ -1,7 +1,8 @@
 """The gateway's Prometheus metric families, built once per Gateway on its own registry.
 
 Label children are cached per (model, route, …) so the hot path pays a dict
-lookup and an ``inc``/``observe``, never a label resolution. Replica state
+lookup and an ``inc``/``observe``, never a label resolution; the families the request
+path writes count without a lock (``observability.loop_metrics``). Replica state
 (health, in-flight, breaker) is not pushed on every change: a collector reads
 it from the registry when ``/metrics`` is scraped.
 """
@@ -11,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from fairgate.observability.loop_metrics import LoopCounter, LoopGauge, LoopHistogram
 
 __all__ = ["AdmissionMetrics", "GatewayMetrics", "ReplicaGauge"]
 
@@ -83,13 +86,13 @@ class AdmissionMetrics:
     """The admission controllers' observer (``fairgate.admission.AdmissionObserver``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._depth = Gauge(
+        self._depth = LoopGauge(
             "fairgate_admission_queue_depth",
             "Requests waiting for admission, by pool and band",
             ["pool", "band"],
             registry=registry,
         )
-        self._wait = Histogram(
+        self._wait = LoopHistogram(
             "fairgate_admission_wait_seconds",
             "Time admitted requests waited in the admission queue",
             ["pool", "band"],
@@ -102,7 +105,7 @@ class AdmissionMetrics:
             ["pool", "band", "reason"],
             registry=registry,
         )
-        self._saturation = Gauge(
+        self._saturation = LoopGauge(
             "fairgate_pool_saturation",
             "Pool saturation as admission last read it (1.0 = every batch slot taken)",
             ["pool"],
@@ -142,69 +145,69 @@ class GatewayMetrics:
     def __init__(self, replicas: Callable[[], Iterable[ReplicaGauge]] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
-        self.requests = Counter(
+        self.requests = LoopCounter(
             "fairgate_requests",
             "Client requests by model, route and status",
             ["model", "route", "status"],
             registry=r,
         )
-        self.duration = Histogram(
+        self.duration = LoopHistogram(
             "fairgate_request_duration_seconds",
             "Time from request arrival to the last byte sent",
             ["model", "route"],
             buckets=_LATENCY,
             registry=r,
         )
-        self.ttft = Histogram(
+        self.ttft = LoopHistogram(
             "fairgate_ttft_seconds",
             "Time from request arrival to the first byte sent to the client",
             ["model"],
             buckets=_LATENCY,
             registry=r,
         )
-        self.tokens = Counter(
+        self.tokens = LoopCounter(
             "fairgate_tokens",
             "Tokens by model and kind (prompt, completion, cached)",
             ["model", "kind"],
             registry=r,
         )
-        self.usage_estimated = Counter(
+        self.usage_estimated = LoopCounter(
             "fairgate_usage_estimated",
             "Requests whose usage was estimated (no usage from the engine)",
             ["model"],
             registry=r,
         )
-        self.retries = Counter(
+        self.retries = LoopCounter(
             "fairgate_upstream_retries",
             "Upstream attempts beyond the first, by model",
             ["model"],
             registry=r,
         )
-        self.fallbacks = Counter(
+        self.fallbacks = LoopCounter(
             "fairgate_fallbacks",
             "Requests served by a fallback model",
             ["model", "fallback"],
             registry=r,
         )
-        self.upstream_errors = Counter(
+        self.upstream_errors = LoopCounter(
             "fairgate_upstream_errors",
             "Failed upstream attempts by replica and reason",
             ["replica", "reason"],
             registry=r,
         )
-        self.denials = Counter(
+        self.denials = LoopCounter(
             "fairgate_denials",
             "Requests the gateway refused itself, by reason",
             ["reason"],
             registry=r,
         )
-        self.stream_aborts = Counter(
+        self.stream_aborts = LoopCounter(
             "fairgate_stream_aborts",
             "Streams ended early, by reason",
             ["reason"],
             registry=r,
         )
-        self.overhead = Histogram(
+        self.overhead = LoopHistogram(
             "fairgate_overhead_seconds",
             "Time the gateway itself added to a request (total minus time waiting on the upstream)",
             buckets=_OVERHEAD,
@@ -218,7 +221,7 @@ class GatewayMetrics:
             ["result"],
             registry=r,
         )
-        self.streams_open = Gauge(
+        self.streams_open = LoopGauge(
             "fairgate_streams_open",
             "Streams currently relayed to clients",
             registry=r,
@@ -235,7 +238,7 @@ class GatewayMetrics:
             "1 unless the last call to the state back end (limits, budgets, fair share) failed",
             registry=r,
         )
-        self.fairshare_requests = Counter(
+        self.fairshare_requests = LoopCounter(
             "fairgate_fairshare_requests",
             "Requests given a fair-share priority, by pool, organisation and kind "
             "(within_share, borrowing)",

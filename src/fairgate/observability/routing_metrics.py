@@ -9,18 +9,20 @@
     fairgate_routing_total_score{model, replica}                 the weighted total there
 
 The counters cost a dict lookup and an ``inc`` per decision (label children
-are cached). The scores are not pushed per request: the latest decision of
-each model is kept, and its rationale is read when ``/metrics`` is scraped.
+are cached, and count without a lock: ``observability.loop_metrics``). The scores
+are not pushed per request: the latest decision of each model is kept, and its
+rationale is read when ``/metrics`` is scraped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fairgate.observability.loop_metrics import LoopCounter
 from fairgate.routing import Decision
 
 __all__ = ["RoutingMetrics"]
@@ -36,19 +38,20 @@ class RoutingMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._decisions = Counter(
+        self._decisions = LoopCounter(
             "fairgate_routing_decisions",
             "Routing decisions by model, strategy and chosen replica ('none': no replica left)",
             ["model", "strategy", "replica"],
             registry=registry,
         )
-        self._drops = Counter(
+        self._drops = LoopCounter(
             "fairgate_routing_filter_drops",
             "Replicas removed by a routing filter, summed over decisions, by model and filter",
             ["model", "filter"],
             registry=registry,
         )
-        self._chosen: dict[tuple[str, str, str | None], Counter] = {}
+        self._chosen: dict[tuple[str, str, str | None], LoopCounter] = {}
+        self._dropped: dict[tuple[str, str], LoopCounter] = {}
         self._latest: dict[str, Decision] = {}
         registry.register(_LatestScores(self._latest))
 
@@ -61,7 +64,11 @@ class RoutingMetrics:
             self._chosen[key] = child
         child.inc()
         for drop in decision.dropped:
-            self._drops.labels(decision.model, drop.filter).inc(len(drop.replicas))
+            pair = (decision.model, drop.filter)
+            counter = self._dropped.get(pair)
+            if counter is None:
+                counter = self._dropped[pair] = self._drops.labels(*pair)
+            counter.inc(len(drop.replicas))
         self._latest[decision.model] = decision
 
 
