@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 __all__ = ["NEVER_HELD_ABOVE", "Band", "Bands"]
@@ -31,11 +31,12 @@ class Band:
     name: str
     ceiling: float
     rank: int
+    never_held: bool = field(init=False, repr=False, compare=False)
+    """True when the ceiling is above 1.0: the band is admitted whatever the saturation
+    (derived once: read twice a request)."""
 
-    @property
-    def never_held(self) -> bool:
-        """True when the ceiling is above 1.0: the band is admitted whatever the saturation."""
-        return self.ceiling > NEVER_HELD_ABOVE
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "never_held", self.ceiling > NEVER_HELD_ABOVE)
 
 
 class Bands:

@@ -99,26 +99,30 @@ class CapacityTracker:
 
     def observe(self, snapshots: Sequence[ReplicaSnapshot], now: float) -> None:
         """Learn from one set of snapshots taken at ``now``."""
+        # Read on the hot path (each saturation reading): the key (``replica_key``) and
+        # the learning step are written out rather than called.
+        learned, view, probe = self._learned, self._view, self.probe_fraction
         for replica in snapshots:
-            key = replica_key(replica)
-            entry = self._learned.get(key)
+            key = f"{replica.model}/{replica.name}"
+            entry = learned.get(key)
             if entry is None:
-                entry = self._learned[key] = _Learned(self.start(key), now)
-            if replica.running is None:
+                entry = learned[key] = _Learned(self.start(key), now)
+            running = replica.running
+            if running is None:
                 if now - entry.known_at >= self.reset_after:
                     entry.capacity = self.start(key)
             else:
                 entry.known_at = now
-                entry.capacity = self._learn(entry.capacity, replica.running, replica.waiting)
-            self._view[key] = entry.capacity
-        if len(self._learned) > len(snapshots):
+                capacity = entry.capacity
+                if running > capacity:
+                    capacity = running
+                waiting = replica.waiting
+                if probe and waiting is not None and waiting <= 0 and running >= capacity:
+                    capacity = running + max(1, math.ceil(running * probe))
+                entry.capacity = capacity
+            view[key] = entry.capacity
+        if len(learned) > len(snapshots):
             self._forget_absent({replica_key(r) for r in snapshots}, now)
-
-    def _learn(self, capacity: float, running: float, waiting: float | None) -> float:
-        capacity = max(capacity, running)
-        if self.probe_fraction and waiting is not None and waiting <= 0 and running >= capacity:
-            capacity = running + max(1, math.ceil(running * self.probe_fraction))
-        return capacity
 
     def _forget_absent(self, present: set[str], now: float) -> None:
         gone = [

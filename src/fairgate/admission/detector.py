@@ -40,6 +40,7 @@ class SaturationDetector:
             raise ValueError(f"kv_limit must be in (0, 1], got {kv_limit!r}")
         self._snapshots = snapshots
         self.tracker = tracker
+        self._capacities = tracker.capacities()  # a live view: taken once
         self._clock = clock
         self.kv_limit = kv_limit
 
@@ -48,7 +49,7 @@ class SaturationDetector:
         self.tracker.observe(replicas, self._clock.monotonic())
         return saturation(
             replicas,
-            self.tracker.capacities(),
+            self._capacities,
             pending,
             kv_limit=self.kv_limit,
             default_capacity=self.tracker.initial,

@@ -74,19 +74,22 @@ def saturation(
     capacity = 0.0
     kv_weighted = 0.0
     kv_capacity = 0.0
+    get = learned_capacity.get
+    # Two readings a request: the key (``replica_key``) and the clamp are written out.
     for replica in snapshots:
         if not replica.healthy or replica.breaker_open:
             continue
-        c = learned_capacity.get(replica_key(replica), default_capacity)
+        c = get(f"{replica.model}/{replica.name}", default_capacity)
         if not c > 0:
             raise ValueError(f"capacity of {replica_key(replica)} must be > 0, got {c!r}")
         capacity += c
         demand += replica.in_flight
-        if replica.kv_usage is not None:
-            kv_weighted += c * min(max(replica.kv_usage, 0.0), 1.0)
+        kv = replica.kv_usage
+        if kv is not None:
+            kv_weighted += c * (0.0 if kv < 0.0 else 1.0 if kv > 1.0 else kv)
             kv_capacity += c
     if capacity == 0.0:
         return math.inf
     queue_part = demand / capacity
     kv_part = kv_weighted / kv_capacity / kv_limit if kv_capacity else 0.0
-    return max(queue_part, kv_part)
+    return kv_part if kv_part > queue_part else queue_part  # max(), without the call

@@ -62,7 +62,7 @@ class DecayedUsage:
     def __post_init__(self) -> None:
         if not self.half_life > 0:
             raise ValueError(f"half_life must be positive, got {self.half_life!r}")
-        if not self.value >= 0 or not math.isfinite(self.value):
+        if not 0.0 <= self.value < math.inf:  # finite, not negative (NaN fails too)
             raise ValueError(f"usage must be finite and non-negative, got {self.value!r}")
 
     def value_at(self, now: float) -> float:
@@ -72,7 +72,12 @@ class DecayedUsage:
     def charged(self, amount: float | Money, now: float) -> DecayedUsage:
         """This usage decayed to ``now`` plus ``amount`` (a cost; ``Money`` is read in units)."""
         units = amount.micro / MICRO if isinstance(amount, Money) else float(amount)
-        if not units >= 0 or not math.isfinite(units):
+        if not 0.0 <= units < math.inf:  # finite, not negative (NaN fails too)
             raise ValueError(f"a charge must be finite and non-negative, got {amount!r}")
-        when = max(now, self.at)
-        return DecayedUsage(self.value_at(when) + units, when, self.half_life)
+        # max(now, at) and value_at(when), written out (twice a request): the half-life
+        # was checked at construction and the elapsed time is never negative here.
+        at = self.at
+        when = at if at > now else now
+        elapsed = when - at
+        value = self.value * math.exp(-_LN2 * (elapsed if elapsed > 0.0 else 0.0) / self.half_life)
+        return DecayedUsage(value + units, when, self.half_life)

@@ -105,6 +105,8 @@ class HeldBorrowers(Generic[T]):
         """``org``'s best held item by (class, arrival), whatever the ranks (a seat of its
         reservation came free): of ``team`` when given, else of any of its teams;
         ``None`` when it has none held. O(lines)."""
+        if not self._where:
+            return None  # nothing held (as nearly always): once a request
         heads = [
             (cls, next(iter(entries.values()))[0], (owner, cls))
             for (owner, cls), entries in self._lines.items()

@@ -104,9 +104,13 @@ def _conversation(messages: list[Any], limit: int) -> str:
         pieces.append(f"<{role}>" if isinstance(role, str) else "<>")
         size += len(pieces[-1])
         content = message.get("content")
-        if isinstance(content, str):
-            content = [{"type": "text", "text": content}]
-        elif not isinstance(content, list):
+        if isinstance(content, str):  # one text part, as most messages are: read as such
+            if size >= limit:
+                return "".join(pieces)
+            pieces.append(content[: limit - size])
+            size += len(pieces[-1])
+            continue
+        if not isinstance(content, list):
             break
         for part in content:
             text = part.get("text") if isinstance(part, dict) else None

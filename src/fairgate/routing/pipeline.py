@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from operator import mul
+from itertools import repeat
+from operator import attrgetter, mul
 
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.routing.decision import Decision, FilterDrop
@@ -28,6 +29,7 @@ from fairgate.routing.strategy import Strategy
 __all__ = ["route"]
 
 _NO_STATE = RoutingState()
+_name = attrgetter("name")
 
 
 def route(
@@ -44,16 +46,17 @@ def route(
     """
     state = _NO_STATE if state is None else state
     candidates = snapshots
+    count = len(candidates)
     dropped: list[FilterDrop] = []
     for plugin in strategy.filters:
         kept = plugin.filter(candidates, features)
         # A filter keeps a subset in order, so an equal length means nothing was removed.
-        if len(kept) != len(candidates):
+        left = len(kept)
+        if left != count:
             kept_ids = {id(r) for r in kept}
             removed = tuple(r.name for r in candidates if id(r) not in kept_ids)
             dropped.append(FilterDrop(plugin.name, removed))
-        candidates = kept
-    count = len(candidates)
+        candidates, count = kept, left
     if count <= 1:
         # Nothing to choose between: no scorer runs (the decision shows no scores).
         return Decision.from_pass(
@@ -68,19 +71,27 @@ def route(
             values=(),
             totals=(),
         )
-    values_by_scorer: list[list[float]] = []
-    for weighted in strategy.scorers:
-        values = weighted.scorer.score(candidates, features, state)
-        if len(values) != count:
-            raise ValueError(f"scorer {weighted.scorer.name} returned {len(values)} scores")
-        values_by_scorer.append(values)
-    # One weighted sum per replica over its column of scores, in C (map/sum).
+    scorers = strategy.scorers
+    values_by_scorer = [ws.scorer.score(candidates, features, state) for ws in scorers]
+    # One weighted sum per replica over its column of scores, all in C: for each
+    # column, sum(map(mul, shares, column)). The strict zip fails on scorers of
+    # unequal lengths; then, or when they all are off, say which scorer broke the
+    # contract.
     shares = strategy.shares
-    totals = (
-        [sum(map(mul, shares, column)) for column in zip(*values_by_scorer, strict=True)]
-        if values_by_scorer
-        else [0.0] * count
-    )
+    totals: list[float]
+    try:
+        if values_by_scorer:
+            columns = zip(*values_by_scorer, strict=True)
+            totals = list(map(sum, map(map, repeat(mul), repeat(shares), columns)))
+        else:
+            totals = [0.0] * count
+        if len(totals) != count:
+            raise ValueError("scores per replica")
+    except ValueError:
+        for ws, values in zip(scorers, values_by_scorer, strict=True):
+            if len(values) != count:
+                raise ValueError(f"scorer {ws.scorer.name} returned {len(values)} scores") from None
+        raise
     pick = strategy.picker.pick(list(zip(candidates, totals, strict=True)), rng, state.cursor)
     return Decision.from_pass(
         strategy.name,
@@ -89,7 +100,7 @@ def route(
         pick.cursor,
         filters=strategy.filter_names,
         dropped=tuple(dropped),
-        names=[r.name for r in candidates],
+        names=list(map(_name, candidates)),
         scorers=strategy.scorer_names,
         values=values_by_scorer,
         totals=totals,

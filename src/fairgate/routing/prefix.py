@@ -51,6 +51,8 @@ def prefix_hashes(
         raise ValueError("block_size must be positive and max_blocks not negative")
     limit = block_size * max_blocks
     head = prompt[:limit]  # a character is at least one byte: enough to encode `limit`
+    if 4 * len(head) < block_size:
+        return ()  # not one whole block, whatever it is (UTF-8 takes at most 4 bytes a character)
     if isinstance(head, str):
         data, step = head.encode("utf-8", "surrogatepass")[:limit], block_size
     elif isinstance(head, bytes):

@@ -21,10 +21,11 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
 
-__all__ = ["HashRing", "load_bound"]
+__all__ = ["HashRing", "load_bound", "point"]
 
 
-def _point(text: str) -> int:
+def point(text: str) -> int:
+    """Where ``text`` sits on every ring: its BLAKE2b hash, 64 bits."""
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
@@ -36,16 +37,18 @@ def load_bound(total_load: int, replicas: int, epsilon: float) -> int:
 class HashRing:
     """An immutable ring over ``names`` (duplicates ignored), ``vnodes`` points each."""
 
-    __slots__ = ("_names", "_owners", "_points")
+    __slots__ = ("_count", "_names", "_owners", "_points", "_size")
 
     def __init__(self, names: Iterable[str], vnodes: int = 64) -> None:
         if vnodes <= 0:
             raise ValueError("vnodes must be positive")
         unique = sorted(set(names))
-        ring = sorted((_point(f"{name}#{i}"), name) for name in unique for i in range(vnodes))
+        ring = sorted((point(f"{name}#{i}"), name) for name in unique for i in range(vnodes))
         self._names = frozenset(unique)
+        self._count = len(unique)
         self._points = [p for p, _ in ring]
         self._owners = [name for _, name in ring]
+        self._size = len(ring)
 
     @property
     def names(self) -> frozenset[str]:
@@ -55,7 +58,7 @@ class HashRing:
         """Every replica once, in clockwise order from the key's point."""
         if not self._points:
             return
-        start = bisect.bisect_left(self._points, _point(key))
+        start = bisect.bisect_left(self._points, point(key))
         seen: set[str] = set()
         size = len(self._points)
         for offset in range(size):
@@ -66,18 +69,22 @@ class HashRing:
                 if len(seen) == len(self._names):
                     return
 
-    def home(self, key: str, loads: Mapping[str, int], epsilon: float) -> str | None:
+    def home(
+        self, key: str, loads: Mapping[str, int], epsilon: float, *, at: int | None = None
+    ) -> str | None:
         """The first replica on the key's walk under the load bound; None for an empty ring.
 
-        ``loads`` gives each replica's current load (missing = 0).
+        ``loads`` gives each replica's current load (missing = 0); ``at`` is the key's
+        ``point`` when the caller has it already (it is then not hashed again).
         """
-        if not self._names:
+        if not self._count:
             return None
         total = sum(map(loads.get, self._names, repeat(0)))
-        bound = load_bound(total, len(self._names), epsilon)
+        # load_bound(total, n, epsilon), written out: once a request
+        bound = math.ceil((1.0 + epsilon) * (total + 1) / self._count)
         # The walk of ``walk()``, inlined: a key's home is nearly always its first owner.
-        owners, size = self._owners, len(self._owners)
-        start = bisect.bisect_left(self._points, _point(key))
+        owners, size = self._owners, self._size
+        start = bisect.bisect_left(self._points, point(key) if at is None else at)
         passed: set[str] = set()
         for offset in range(size):
             owner = owners[(start + offset) % size]

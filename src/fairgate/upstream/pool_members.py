@@ -148,7 +148,8 @@ class PoolMembers:
 
     def snapshots(self, group: str) -> Callable[[], list[ReplicaSnapshot]]:
         """What admission and the dispatcher read: the snapshots of the replicas now."""
-        return lambda: [r.snapshot() for r in self.now(group)]
+        now, snapshot = self._now, Replica.snapshot  # read at each saturation reading
+        return lambda: list(map(snapshot, now.get(group, ())))
 
     def follow(self, group: str, tracker: CapacityTracker, fixed: float | None = None) -> None:
         """Keep ``tracker``'s starts those of ``group``'s replicas now: ``fixed`` when given

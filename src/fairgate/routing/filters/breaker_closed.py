@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import filterfalse
+from operator import attrgetter
 from typing import ClassVar
 
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.routing.features import RequestFeatures
 
 __all__ = ["BreakerClosedFilter"]
+
+_open = attrgetter("breaker_open")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,4 +26,4 @@ class BreakerClosedFilter:
     def filter(
         self, replicas: Sequence[ReplicaSnapshot], request: RequestFeatures
     ) -> list[ReplicaSnapshot]:
-        return [r for r in replicas if not r.breaker_open]
+        return list(filterfalse(_open, replicas))  # in C: once a request

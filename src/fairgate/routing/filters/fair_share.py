@@ -30,7 +30,7 @@ from typing import ClassVar
 
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.routing.features import RequestFeatures
-from fairgate.routing.share import borrower_load, fits_borrower, fits_within_share
+from fairgate.routing.share import borrower_load, fits_borrower
 
 __all__ = ["FairShareFilter"]
 
@@ -50,8 +50,12 @@ class FairShareFilter:
         within = request.within_share
         if within is None:
             return list(replicas)
-        fits = fits_within_share if within else fits_borrower
-        kept = [r for r in replicas if fits(r)]
+        # fits_within_share / fits_borrower, written out: this runs for every request
+        kept = (
+            [r for r in replicas if (s := r.seats) is None or s - r.within_share > 0]
+            if within
+            else [r for r in replicas if fits_borrower(r)]
+        )
         if kept:
             return kept
         if within or not replicas:

@@ -39,6 +39,8 @@ class InFlightScorer:
         self, replicas: Sequence[ReplicaSnapshot], request: RequestFeatures, state: RoutingState
     ) -> list[float]:
         return [
-            1.0 / (1.0 + max(0, r.in_flight) / (self.scale * r.weight)) if r.weight > 0 else 0.0
+            1.0 / (1.0 + (n if (n := r.in_flight) > 0 else 0) / (self.scale * r.weight))
+            if r.weight > 0
+            else 0.0
             for r in replicas
         ]

@@ -28,7 +28,10 @@ class KvUsageScorer:
     def score(
         self, replicas: Sequence[ReplicaSnapshot], request: RequestFeatures, state: RoutingState
     ) -> list[float]:
+        # 1 − kv clamped to [0, 1] (NaN → 0.0), as min(1.0, max(0.0, 1 − kv)) without the calls
         return [
-            UNKNOWN if r.kv_usage is None else min(1.0, max(0.0, 1.0 - r.kv_usage))
+            UNKNOWN
+            if (kv := r.kv_usage) is None
+            else (free if 0.0 < (free := 1.0 - kv) < 1.0 else 1.0 if free >= 1.0 else 0.0)
             for r in replicas
         ]

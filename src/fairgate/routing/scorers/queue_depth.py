@@ -39,6 +39,8 @@ class QueueDepthScorer:
         self, replicas: Sequence[ReplicaSnapshot], request: RequestFeatures, state: RoutingState
     ) -> list[float]:
         return [
-            UNKNOWN if r.waiting is None else 1.0 / (1.0 + max(0.0, r.waiting) / self.scale)
+            UNKNOWN
+            if (waiting := r.waiting) is None
+            else 1.0 / (1.0 + (waiting if waiting > 0.0 else 0.0) / self.scale)  # max(0.0, w)
             for r in replicas
         ]

@@ -16,12 +16,13 @@ from typing import ClassVar
 
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.routing.features import RequestFeatures
-from fairgate.routing.ring import HashRing
+from fairgate.routing.ring import HashRing, point
 from fairgate.routing.state import RoutingState
 
 __all__ = ["SessionAffinityScorer"]
 
 _RINGS_KEPT = 32
+_POINTS_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +31,10 @@ class SessionAffinityScorer:
     per replica.
 
     A ring depends only on the candidates' names; up to 32 candidate sets keep
-    theirs in a small cache (the oldest set goes first), so a decision costs
-    one hash, a binary search and a walk of at most n replicas. The cache
-    never changes a result.
+    theirs in a small cache (the oldest set goes first), and up to 4,096 session
+    keys their hash (the oldest key goes first), so a decision costs a binary
+    search and a walk of at most n replicas, plus one hash for a key not seen
+    lately. The caches never change a result.
     """
 
     name: ClassVar[str] = "session-affinity"
@@ -41,6 +43,7 @@ class SessionAffinityScorer:
     _rings: dict[frozenset[str], HashRing] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _points: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
@@ -59,8 +62,17 @@ class SessionAffinityScorer:
         ring = self._rings.get(names)
         if ring is None:
             ring = self._ring(names)
-        home = ring.home(key, loads, self.epsilon)
+        at = self._points.get(key)
+        if at is None:
+            at = self._point(key)
+        home = ring.home(key, loads, self.epsilon, at=at)
         return [1.0 if r.name == home else 0.0 for r in replicas]
+
+    def _point(self, key: str) -> int:
+        if len(self._points) >= _POINTS_KEPT:
+            del self._points[next(iter(self._points))]
+        at = self._points[key] = point(key)
+        return at
 
     def _ring(self, names: frozenset[str]) -> HashRing:
         ring = HashRing(names, self.vnodes)
