@@ -430,3 +430,43 @@ async def test_try_admit_grants_what_admit_would_grant_at_once_from_one_reading(
         controller.try_admit(band="tin", tenant="key-6")
     with pytest.raises(ValueError):
         controller.try_admit(band="gold", tenant="key-6", cost_hint=0)
+
+
+async def test_a_reading_is_taken_again_only_while_nothing_else_can_have_run(
+    controller: AdmissionController, load: PoolLoad, observer: RecordingObserver, clock: ManualClock
+) -> None:
+    load.in_flight = 7  # 0.7: bronze (0.8) has room
+    before = load.readings
+    reading = controller.reading()
+    assert reading.value == 0.7 and load.readings == before + 1
+    assert controller.has_room("bronze", reading) and load.readings == before + 1
+    # no await since: the same reading grants (and is reported like admit's)
+    lease = controller.try_admit(band="bronze", tenant="key-1", reading=reading)
+    assert lease is not None and load.readings == before + 1
+    assert observer.saturations[-1] == 0.7
+    # the pending count moved since it was read: the pool is read again, (7 + 1) / 10
+    assert controller.try_admit(band="bronze", tenant="key-2", reading=reading) is None
+    assert load.readings == before + 2 and observer.saturations[-1] == 0.8
+    lease.release()
+    reading = controller.reading()
+    assert reading.value == 0.7
+    load.in_flight = 9  # another task fills the pool while this one awaits
+    await asyncio.sleep(0)
+    assert not controller.has_room("bronze", reading)
+    assert controller.try_admit(band="bronze", tenant="key-3", reading=reading) is None
+    assert observer.saturations[-1] == 0.9
+    # a reading of another pool, or taken outside a running loop, is never taken again
+    other = make(clock, lambda pending: 0.1)
+    assert controller.try_admit(band="bronze", tenant="key-4", reading=other.reading()) is None
+    assert controller.has_room("gold", controller.reading())  # 0.9 < gold's 1.0
+
+
+def test_a_reading_outside_an_event_loop_is_never_taken_again(
+    controller: AdmissionController, load: PoolLoad
+) -> None:
+    load.in_flight = 7
+    reading = controller.reading()
+    load.in_flight = 9
+    assert reading.turn == -1
+    assert not controller.has_room("bronze", reading)
+    assert controller.try_admit(band="bronze", tenant="key-1", reading=reading) is None

@@ -20,6 +20,7 @@ def test_exported_members() -> None:
         "CapacityTracker",
         "Lease",
         "NullObserver",
+        "Reading",
         "Rejection",
         "SaturationDetector",
         "TenantRoundRobin",

@@ -24,7 +24,7 @@ from fairgate.core.principal import Principal
 from fairgate.fairshare import FairShare
 from fairgate.limits import BudgetBook, Limiter, Limits
 from fairgate.proxy.ticket import Ticket
-from fairgate.state import RedisCounterStore
+from fairgate.state import MemoryCounterStore, RedisCounterStore
 
 # one request in flight per key: a slot leaked by the limit stage refuses the next one
 A = Principal("ka", "a", "ta", limits=Limits(max_in_flight=1))
@@ -51,6 +51,7 @@ class _Ride:
     def __init__(self, store: Any) -> None:
         self.store = store
         self.queue = _Queue()
+        self.readings = 0
         bands = Bands((("only", 1.0),))
         self.controller = AdmissionController(
             "p",
@@ -58,7 +59,7 @@ class _Ride:
             queue_size=8,
             queue_ttl=60.0,
             clock=SystemClock(),
-            saturation_fn=lambda pending: float(pending),
+            saturation_fn=self._saturation,
             observer=self.queue,
         )
         self.stages = Stages(
@@ -75,6 +76,10 @@ class _Ride:
             ride=True,
         )
 
+    def _saturation(self, pending: int) -> float:
+        self.readings += 1
+        return float(pending)
+
     async def held(self) -> dict[str, int]:
         """The within-share slots each organisation holds in the shared state."""
         counts: dict[str, int] = await self.store.in_flight("p", SystemClock().wall())
@@ -86,6 +91,22 @@ class _Ride:
         lease = await self.controller.admit(band="only", tenant="tb")
         assert not self.controller.has_room("only")
         return lease
+
+
+async def test_the_reading_that_let_the_claim_ride_admits_when_nothing_ran_between(
+    store: Any,
+) -> None:
+    ride = _Ride(store)
+    g = ride.stages
+    ex, ticket = exchange(A), Ticket()
+    await g.enter_limit(ex, ticket)
+    assert ticket.ahead and ride.readings == 1
+    await g.admit.enter(ex, ticket)
+    assert ticket.lease is not None and ticket.within_share is True
+    # the memory store's limit stage never awaits, so nothing else ran between the two
+    # stages and the first reading still holds; Redis's awaits the network: read again
+    assert ride.readings == (1 if isinstance(store, MemoryCounterStore) else 2)
+    await g.leave(ticket, served(ex, 10, 10))
 
 
 async def test_a_claim_that_rode_is_given_back_when_the_band_fills_before_admit(

@@ -36,7 +36,7 @@ from fairgate.admission.capacity import (
     DEFAULT_RESET_AFTER,
     CapacityTracker,
 )
-from fairgate.admission.controller import DEFAULT_RECHECK_INTERVAL, AdmissionController
+from fairgate.admission.controller import DEFAULT_RECHECK_INTERVAL, AdmissionController, Reading
 from fairgate.admission.detector import SaturationDetector
 from fairgate.admission.lease import Lease
 from fairgate.admission.observer import AdmissionObserver, NullObserver, Rejection
@@ -57,6 +57,7 @@ __all__ = [
     "CapacityTracker",
     "Lease",
     "NullObserver",
+    "Reading",
     "Rejection",
     "SaturationDetector",
     "TenantRoundRobin",

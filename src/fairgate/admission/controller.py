@@ -17,6 +17,13 @@ Everything runs on one event loop, without locks: ``admit`` decides
 synchronously before its only ``await``. Per request: O(1) queue work plus one
 or two saturation readings (O(replicas) each); per release: one reading per
 waiter it admits, plus one.
+
+A ``reading()`` handed back to ``has_room`` or ``try_admit`` is taken again only
+while nothing else can have run since: it was read in the event loop's current
+turn (a callback the first reading of a turn schedules ends it, and a task that
+awaits resumes only after that callback), with the same pending count. Nothing
+else ran, so the pool is as it was; only the clock moved, by the caller's own
+synchronous work (tens of microseconds), which no other code could observe.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from fairgate.admission.bands import Band, Bands
 from fairgate.admission.lease import Lease
@@ -35,12 +43,22 @@ from fairgate.admission.queue import BandQueue
 from fairgate.core.clock import Clock
 from fairgate.core.errors import GatewayError, GatewayTimeout, ServiceUnavailable
 
-__all__ = ["DEFAULT_RECHECK_INTERVAL", "AdmissionController"]
+__all__ = ["DEFAULT_RECHECK_INTERVAL", "AdmissionController", "Reading"]
 
 _log = logging.getLogger(__name__)
 
 DEFAULT_RECHECK_INTERVAL = 0.25
 """Seconds between re-checks that catch metric changes no release announces, and TTLs."""
+
+
+class Reading(NamedTuple):
+    """One saturation reading of a pool (``AdmissionController.reading``): ``value``
+    counting ``pending``, read in the event loop's ``turn`` of its ``source``."""
+
+    value: float
+    pending: int
+    turn: int
+    source: object
 
 
 @dataclass(eq=False, slots=True)
@@ -105,6 +123,9 @@ class AdmissionController:
         self._keys = itertools.count()
         self._pending = 0
         self._leases = 0
+        self._by_name = {b.name: b for b in bands}
+        self._turn = 0  # the event loop's turns since the first reading (see the module text)
+        self._turn_on: asyncio.AbstractEventLoop | None = None  # where its end is scheduled
 
     @property
     def pending(self) -> int:
@@ -129,34 +150,85 @@ class AdmissionController:
         self._observer.saturation(self.pool, value)
         return value
 
-    def has_room(self, band: str) -> bool:
+    def reading(self) -> Reading:
+        """The pool's saturation now, counting pending leases (not reported), to hand to
+        ``has_room`` and ``try_admit``: they take it again instead of reading the pool
+        while nothing else can have run since (see the module text)."""
+        return Reading(self._saturation_fn(self._pending), self._pending, self._now(), self)
+
+    def has_room(self, band: str, reading: Reading | None = None) -> bool:
         """Whether ``admit`` in ``band`` would grant a lease at once now, without waiting.
 
         A pure check: nothing is granted, queued or reported, and the answer holds
         until the next ``await`` of the caller. It errs towards False: any waiter in
         any band makes it False (the pool is contended, its queues are served first).
+        ``reading`` (from ``reading()``) is taken again while still current.
         Raises ``ValueError`` for an unknown band."""
-        the_band = self._band(band)
+        the_band = self._by_name.get(band) or self._band(band)
         if the_band.never_held:
             return True
-        return not self._arrivals and self._saturation_fn(self._pending) < the_band.ceiling
+        if self._arrivals:
+            return False
+        if reading is not None and self._current(reading):
+            return reading.value < the_band.ceiling
+        return self._saturation_fn(self._pending) < the_band.ceiling
 
     def try_admit(
-        self, *, band: str, tenant: str, priority: int = 0, cost_hint: int = 1
+        self,
+        *,
+        band: str,
+        tenant: str,
+        priority: int = 0,
+        cost_hint: int = 1,
+        reading: Reading | None = None,
     ) -> Lease | None:
         """``admit`` when it would grant at once (``has_room``), from one saturation reading
-        (reported like ``admit``'s); None when the request would have to wait: nothing is
+        (reported like ``admit``'s): ``reading`` while still current (see ``reading``),
+        else one taken now; None when the request would have to wait: nothing is
         then granted or queued. What ``has_room`` and then ``admit`` with no ``await``
         between them do, without reading the pool twice. Raises ``ValueError`` for an
         unknown band or a cost below 1."""
-        the_band = self._band(band)
+        the_band = self._by_name.get(band) or self._band(band)
         if cost_hint < 1:
             raise ValueError(f"cost_hint must be >= 1, got {cost_hint!r}")
         if the_band.never_held:
             return self._grant(the_band, tenant, priority, cost_hint, 0.0)
-        if self._arrivals or not self.saturation() < the_band.ceiling:
+        if self._arrivals:
+            return None
+        if reading is not None and self._current(reading):
+            value = reading.value
+            self._observer.saturation(self.pool, value)
+        else:
+            value = self.saturation()
+        if not value < the_band.ceiling:
             return None
         return self._grant(the_band, tenant, priority, cost_hint, 0.0)
+
+    def _current(self, reading: Reading) -> bool:
+        """Was ``reading`` read here in this turn of the event loop, at today's pending
+        count? (Nothing else can have run since: see the module text.)"""
+        return (
+            reading.source is self
+            and reading.turn == self._turn >= 0
+            and reading.pending == self._pending
+        )
+
+    def _now(self) -> int:
+        """The event loop's turn, making sure it ends (-1 outside a running loop)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return -1
+        if self._turn_on is not loop:
+            if self._turn_on is not None:
+                self._turn += 1  # another loop: whatever was read before is over
+            self._turn_on = loop
+            loop.call_soon(self._turn_ends)
+        return self._turn
+
+    def _turn_ends(self) -> None:
+        self._turn += 1
+        self._turn_on = None
 
     async def admit(
         self, *, band: str, tenant: str, priority: int = 0, cost_hint: int = 1
@@ -216,10 +288,10 @@ class AdmissionController:
                 _log.exception("admission re-check failed in pool %s", self.pool)
 
     def _band(self, name: str) -> Band:
-        try:
-            return self.bands.get(name)
-        except KeyError:
-            raise ValueError(f"unknown band {name!r} in pool {self.pool!r}") from None
+        band = self._by_name.get(name)
+        if band is None:
+            raise ValueError(f"unknown band {name!r} in pool {self.pool!r}")
+        return band
 
     def _enqueue(self, band: Band, tenant: str, priority: int, cost: int) -> _Waiter:
         queue = self._queues[band.name]
@@ -313,6 +385,8 @@ class AdmissionController:
         if was_pending:
             self._pending -= lease.cost
         self._leases -= 1
+        if not self._arrivals:
+            return  # nobody waits (what _dispatch checks first)
         try:
             self._dispatch()
         except Exception:  # a release never fails; run() will try again

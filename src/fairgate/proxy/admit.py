@@ -32,7 +32,7 @@ import math
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Generic, TypeVar
 
-from fairgate.admission import AdmissionController, Bands
+from fairgate.admission import AdmissionController, Bands, Reading
 from fairgate.core.clock import Clock
 from fairgate.core.money import Money
 from fairgate.fairshare import FairShare, PriorityClass
@@ -133,6 +133,8 @@ class Admit:
         self._state_down = False
         self._dispatcher = dispatcher
         self._ride = claims_ride and fairshare_state is not None
+        # the band and saturation reading claim_ahead found, and for which request
+        self._ahead: tuple[Exchange, str, Reading | None] | None = None
 
     @property
     def available(self) -> bool:
@@ -157,9 +159,13 @@ class Admit:
         controller = self._admission.get(pool)
         bands = self._bands
         if controller is not None and bands is not None:
-            room = controller.has_room(bands.for_team(principal.team).name)
-            if not room:
+            band = bands.for_team(principal.team)
+            reading = None if band.never_held else controller.reading()
+            if not controller.has_room(band.name, reading):
                 return None
+            # enter's try_admit takes the reading again if nothing else ran meanwhile
+            # (the limit stage did not await): one saturation reading for the request
+            self._ahead = (ex, band.name, reading)
         policy = self.policy
         assert policy is not None
         org, team = principal.org, principal.team
@@ -184,7 +190,12 @@ class Admit:
                 # A queue that orders waiters by priority gets this gateway's best
                 # guess now; the slot and the priority the engine sees are decided
                 # when the request leaves the queue.
-                band = self._bands.for_team(principal.team).name
+                ahead, self._ahead = self._ahead, None
+                reading = None
+                if ahead is not None and ahead[0] is ex:
+                    _, band, reading = ahead
+                else:
+                    band = self._bands.for_team(principal.team).name
                 waiting_priority = 0
                 if fair and controller.order_by_priority:
                     assert pool is not None
@@ -196,7 +207,7 @@ class Admit:
                     # granted at once, or the band filled since the claim rode along:
                     # then wait holding no slot
                     lease = controller.try_admit(
-                        band=band, tenant=principal.team, priority=waiting_priority
+                        band=band, tenant=principal.team, priority=waiting_priority, reading=reading
                     )
                     if lease is None:
                         await self._drop_ahead(ticket)
@@ -208,7 +219,7 @@ class Admit:
             if fair:
                 assert pool is not None
                 ticket.team = principal.team
-                await self._claim(ticket, pool, principal.org, model, self._now())
+                await self._claim(ticket, pool, principal.org, model, self._clock.wall())
                 if ticket.borrowing and ticket.claim is not None and self._dispatcher is not None:
                     await self._dispatch(ticket, pool, principal.org, model)
                 if self._on_claim is not None:
@@ -235,7 +246,9 @@ class Admit:
         if due is None:
             return
         if due.answered is not None:  # the limit stage's call paid it, or failed to
-            self.note_state(None if due.answered else _LOST)
+            lost = None if due.answered else _LOST
+            if lost is not None or self._state_down:  # note_state's change, once a request
+                self.note_state(lost)
         if due.claim is not None or due.charge is not None:
             await self._pay(due)
         dispatcher = self._dispatcher
@@ -249,7 +262,8 @@ class Admit:
         grant, ticket.grant = ticket.grant, None
         if grant is not None:
             grant.release()
-        stray = self._take_ahead(ticket)  # a claim that rode along, never taken over
+        # a claim that rode along, never taken over
+        stray = self._take_ahead(ticket) if ticket.ahead else None
         if stray is not None and stray.claim is not None:
             ridden, stray.claim = stray.claim, None
             if ridden.lease is not None:
@@ -311,16 +325,17 @@ class Admit:
     async def _claim(self, ticket: Ticket, pool: str, org: str, model: str, now: float) -> None:
         assert self.policy is not None and self.state is not None
         policy = self.policy
-        reservation = policy.reservations(pool).get(org, 0)
-        split = _split(policy, pool, org, ticket.team)
         claim: Claim | None = None
         ridden = self._take_ahead(ticket)
         if ridden is not None:  # made by the limit stage's call (``claim_ahead``)
             claim, ridden.claim = ridden.claim, None
             # Without the shared count no reservation can be proven: borrow, at the
             # lowest rank (the safe answer), and serve the request.
-            self.note_state(ridden.unavailable)
+            if ridden.unavailable is not None or self._state_down:  # as note_state checks
+                self.note_state(ridden.unavailable)
         else:
+            reservation = policy.reservations(pool).get(org, 0)
+            split = _split(policy, pool, org, ticket.team)
             try:
                 claim = await self.state.claim(pool, org, reservation, now, split, ticket.team)
             except StateUnavailable as exc:
