@@ -10,6 +10,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import Connection
 
 from fairgate.state.scripts import Script, ScriptRunner
+from redis_server import private_redis_server
 
 ECHO = "return {#KEYS, KEYS[1], ARGV[1], ARGV[2], ARGV[3]}"
 
@@ -66,3 +67,28 @@ async def test_calls_past_the_kept_connections_borrow_from_the_pool_and_give_bac
     finally:
         await runner.aclose()
         await pool.aclose()
+
+
+@pytest.mark.redis
+async def test_a_call_cancelled_before_its_reply_never_hands_that_reply_to_the_next_call() -> None:
+    # The store bounds every call with its timeout: a cancelled read must not leave its
+    # reply on the kept connection, or the next request would read the previous one's
+    # verdict. Redis is held with CLIENT PAUSE (a private server: the pause is global).
+    with private_redis_server() as server:
+        pool = BlockingConnectionPool.from_url(server.url, max_connections=4, timeout=1.0)
+        admin = Redis.from_url(server.url)
+        runner = ScriptRunner(pool, pinned=1)
+        script = Script("return redis.call('ECHO', ARGV[1])")
+        try:
+            assert await runner.run(script, [], ["warm"]) == b"warm"  # loaded, connection kept
+            await admin.execute_command("CLIENT", "PAUSE", 300, "ALL")
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(runner.run(script, [], ["first"]), 0.05)
+            await asyncio.sleep(0.4)  # the pause is over: "first" may have run by now
+            assert await runner.run(script, [], ["second"]) == b"second"
+            assert await runner.run(script, [], ["third"]) == b"third"
+            assert len(pool._in_use_connections) == 1  # still the one kept connection
+        finally:
+            await runner.aclose()
+            await admin.aclose()
+            await pool.aclose()
