@@ -7,24 +7,38 @@ the test instead of skipping it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from redis import Redis
 
-__all__ = ["RedisProcess", "free_port", "private_redis_server"]
+__all__ = ["RedisProcess", "free_port", "port_block", "private_redis_server"]
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def port_block(width: int) -> int:
+    """The first of ``width`` consecutive ports for a process to listen on that it is told
+    of in advance (a fleet's engine ports), drawn below the kernel's ephemeral range: in
+    it, any client socket of the run and every ``free_port`` may hold one of them (seen
+    in a whole run: an agent refused a replica whose port an outgoing connection held)."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return random.randrange(10000, max(10000 + width, min(low, 32768) - width), width)
 
 
 class RedisProcess:

@@ -3,7 +3,6 @@ control plane's configuration, the admin API, and traffic through the `openai` S
 
 from __future__ import annotations
 
-import random
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from typing import IO, Any
 import httpx
 import openai
 from tests.e2e.conftest import write_config
-from tests.redis_server import free_port
+from tests.redis_server import free_port, port_block
 from tests.tls_certs import Pki
 
 from fairgate.server.process import ControlPlaneProcess, GatewayProcess
@@ -147,7 +146,7 @@ def gateway_config(
     all); ``journal`` is its own usage-record journal, for several processes there."""
     directory = fleet.directory
     (directory / "master.key").write_text(MASTER + "\n")
-    first = random.randrange(30000, 40000, 50)
+    first = port_block(50)
     chat: dict[str, Any] = {
         "name": "chat",
         "engine": "vllm",

@@ -14,7 +14,6 @@ with the same engine pids and places nothing new.
 from __future__ import annotations
 
 import os
-import random
 import signal
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from tests.e2e.fleet_helpers import (
     ready_replicas,
     until,
 )
-from tests.redis_server import free_port
+from tests.redis_server import free_port, port_block
 
 from fairgate.server.process import ControlPlaneProcess, GatewayProcess
 
@@ -50,7 +49,7 @@ def test_gateways_route_to_a_separate_control_plane_and_a_standby_takes_over(
 ) -> None:
     standby_port = free_port()
     fleet.addresses = [f"127.0.0.1:{fleet.port}", f"127.0.0.1:{standby_port}"]
-    first = random.randrange(30000, 40000, 50)
+    first = port_block(50)
     shared: dict[str, Any] = {"ports": {"first": first, "last": first + 49}, "lease_ttl": "3s"}
     config_a = gateway_config(fleet, name="cp-a.yaml", journal="journal-a", settings=shared)
     config_b = gateway_config(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 from tests.fleet.plane import until
 from tests.fleet.test_agent import agent_for
-from tests.redis_server import free_port
+from tests.redis_server import free_port, port_block
 from tests.tls_certs import Pki
 
 from fairgate.config import Model
@@ -71,7 +70,7 @@ class Fleet:
         self.directory = directory
         self.store = store
         self.plane = Plane(Pki.make(directory), free_port())
-        first = random.randrange(40000, 50000, 20)
+        first = port_block(20)
         self.settings = ControlPlane.model_validate(
             {
                 "listen": {"host": "127.0.0.1", "port": self.plane.port},
