@@ -490,6 +490,8 @@ class Gateway:
             self.upstream_sessions,
             interval=config.health.interval,
             timeout=config.health.timeout,
+            unhealthy_after=config.health.unhealthy_after,
+            healthy_after=config.health.healthy_after,
         )
         self.scraper = MetricsScraper(
             self.registry,

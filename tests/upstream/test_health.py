@@ -61,6 +61,34 @@ async def test_unhealthy_then_healthy_again_each_flip_logged_once(
     assert "healthy again" in messages[1]
 
 
+async def test_one_slow_answer_does_not_take_a_replica_out_two_in_a_row_do(
+    engine: FakeEngine, sessions: UpstreamSessions, caplog: pytest.LogCaptureFixture
+) -> None:
+    replica = _replica(engine.url)
+    checker = HealthChecker(
+        ReplicaRegistry([replica]), sessions, interval=60.0, timeout=0.3, unhealthy_after=2
+    )
+    caplog.set_level(logging.INFO, logger="fairgate.upstream.health")
+    engine.stall = True
+    await checker.check_once()
+    assert replica.healthy and replica.health_known  # one miss: still routed to
+    engine.stall = False
+    await checker.check_once()
+    engine.stall = True
+    await checker.check_once()
+    assert replica.healthy  # the pass in between started the count again
+    await checker.check_once()
+    assert not replica.healthy
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["replica m/gpu01 is unhealthy: no answer within 0.3s"]
+
+
+def test_health_thresholds_below_one_are_refused(sessions: UpstreamSessions) -> None:
+    registry = ReplicaRegistry([_replica("http://127.0.0.1:1")])
+    with pytest.raises(ValueError, match="at least 1"):
+        HealthChecker(registry, sessions, interval=1.0, timeout=1.0, unhealthy_after=0)
+
+
 async def test_a_dead_port_is_unhealthy(closed_port: int, sessions: UpstreamSessions) -> None:
     replica = _replica(f"http://127.0.0.1:{closed_port}")
     await _checker(replica, sessions).check_once()

@@ -78,6 +78,24 @@ def test_health_starts_unknown_and_counts_as_healthy() -> None:
     assert replica.set_health(True) is True
 
 
+def test_health_flips_only_after_its_threshold_of_checks_in_a_row() -> None:
+    replica = _replica()
+    fall = {"unhealthy_after": 3, "healthy_after": 2}
+    assert replica.set_health(False, **fall) is False
+    assert replica.set_health(False, **fall) is False
+    assert replica.set_health(True, **fall) is False  # a pass in between starts the count again
+    assert replica.set_health(False, **fall) is False
+    assert replica.set_health(False, **fall) is False
+    assert replica.healthy
+    assert replica.set_health(False, **fall) is True
+    assert not replica.healthy
+    assert replica.set_health(True, **fall) is False
+    assert replica.set_health(False, **fall) is False  # still out; the pass count starts again
+    assert replica.set_health(True, **fall) is False
+    assert replica.set_health(True, **fall) is True
+    assert replica.healthy
+
+
 def test_snapshot_shows_fresh_load_and_hides_stale_load() -> None:
     clock = Clock()
     replica = _replica(clock=clock)

@@ -150,10 +150,13 @@ class ProxySettings(Section):
 
 
 class Health(Section):
-    """Active health checks of upstreams: how often, and how long one check may take."""
+    """Active health checks of upstreams: how often, how long one check may take, and how
+    many failed (passed) checks in a row take a replica out of routing (bring it back)."""
 
     interval: PositiveDuration = 5.0
     timeout: PositiveDuration = 2.0
+    unhealthy_after: Count = 2
+    healthy_after: Count = 1
 
 
 class Breaker(Section):

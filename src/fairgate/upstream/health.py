@@ -2,10 +2,11 @@
 
 Every ``interval`` seconds each replica gets ``GET <adapter.health_path>``
 (vLLM and llama-server ``/health``, generic OpenAI servers ``/v1/models``,
-with the internal key). A 2xx answer within ``timeout`` marks the replica
-healthy; any other status, a timeout or a connection error marks it
-unhealthy at once, and routing skips it until a later check succeeds. Each
-flip is logged once, when it happens. Health never feeds the circuit
+with the internal key). A 2xx answer within ``timeout`` passes; any other
+status, a timeout or a connection error fails. ``unhealthy_after`` failed
+checks in a row mark the replica unhealthy, and routing skips it until
+``healthy_after`` checks in a row pass. Each flip is logged once, when it
+happens, with the last failure's reason. Health never feeds the circuit
 breaker: that one judges real requests only.
 """
 
@@ -29,7 +30,8 @@ _MAX_BODY = 256 * 1024  # read and dropped, so the connection can be kept alive
 
 
 class HealthChecker:
-    """Checks every replica of ``registry`` every ``interval`` seconds (``timeout`` each).
+    """Checks every replica of ``registry`` every ``interval`` seconds (``timeout`` each);
+    ``unhealthy_after``/``healthy_after`` checks in a row flip a replica's health.
 
     ``start()``/``stop()`` run it as a background task; ``check_once()`` runs
     one round now (at start-up, or in tests).
@@ -41,12 +43,19 @@ class HealthChecker:
         sessions: UpstreamSessions,
         interval: float,
         timeout: float,
+        *,
+        unhealthy_after: int = 1,
+        healthy_after: int = 1,
     ) -> None:
         if timeout <= 0:
             raise ValueError("health check timeout must be positive")
+        if unhealthy_after < 1 or healthy_after < 1:
+            raise ValueError("health check thresholds must be at least 1")
         self._registry = registry
         self._sessions = sessions
         self._timeout = timeout
+        self._unhealthy_after = unhealthy_after
+        self._healthy_after = healthy_after
         self._loop = PeriodicTask("fairgate-health", interval, self.check_once)
 
     def start(self) -> None:
@@ -60,7 +69,10 @@ class HealthChecker:
 
     async def _check(self, replica: Replica) -> None:
         reason = await self._probe(replica)
-        if replica.set_health(reason is None):
+        passed = reason is None
+        if replica.set_health(
+            passed, unhealthy_after=self._unhealthy_after, healthy_after=self._healthy_after
+        ):
             if reason is None:
                 _log.info("replica %s/%s is healthy again", replica.model, replica.name)
             else:

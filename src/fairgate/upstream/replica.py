@@ -24,9 +24,10 @@ class Replica:
 
     - ``in_flight``: requests the gateway has sent and not yet finished
       (counted by the gateway itself, see ``ReplicaRegistry.lease``);
-    - ``healthy``: the last active health check's verdict. A replica starts
+    - ``healthy``: the active health checks' verdict. A replica starts
       *unknown*, which counts as healthy so that a fresh gateway serves at
-      once; the first failed check takes it out (``health_known`` tells
+      once; ``unhealthy_after`` failed checks in a row take it out and
+      ``healthy_after`` passed ones bring it back (``health_known`` tells
       whether any check has answered yet);
     - ``load``/``load_at``: the last scraped engine load and when it was read
       (seconds on ``clock``); ``snapshot()`` exposes it only while fresh;
@@ -75,6 +76,7 @@ class Replica:
         self.seats: float | None = None
         self.healthy = True
         self.health_known = False
+        self._health_streak = 0  # checks in a row that disagree with ``healthy``
         self.load: EngineLoad | None = None
         self.load_at = 0.0
         self._load_until = 0.0
@@ -88,12 +90,25 @@ class Replica:
             raise ValueError("path must start with '/'")
         return self.url + path
 
-    def set_health(self, healthy: bool) -> bool:
-        """Record a health verdict; True when it changed ``healthy``."""
-        changed = healthy != self.healthy
-        self.healthy = healthy
+    def set_health(
+        self, healthy: bool, *, unhealthy_after: int = 1, healthy_after: int = 1
+    ) -> bool:
+        """Record one check's verdict; True when it changed ``healthy``.
+
+        ``healthy`` flips only after ``unhealthy_after`` failed checks in a row
+        (``healthy_after`` passed ones to come back): one slow answer from a busy
+        engine does not take a replica out of routing.
+        """
         self.health_known = True
-        return changed
+        if healthy == self.healthy:
+            self._health_streak = 0
+            return False
+        self._health_streak += 1
+        if self._health_streak < (healthy_after if healthy else unhealthy_after):
+            return False
+        self._health_streak = 0
+        self.healthy = healthy
+        return True
 
     def record_load(self, load: EngineLoad, *, fresh_for: float) -> None:
         """Store a scraped load, to be trusted for ``fresh_for`` seconds."""
