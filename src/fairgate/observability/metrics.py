@@ -1,10 +1,11 @@
 """The gateway's Prometheus metric families, built once per Gateway on its own registry.
 
 Label children are cached per (model, route, …) so the hot path pays a dict
-lookup and an ``inc``/``observe``, never a label resolution; the families the request
-path writes count without a lock (``observability.loop_metrics``). Replica state
-(health, in-flight, breaker) is not pushed on every change: a collector reads
-it from the registry when ``/metrics`` is scraped.
+lookup and an ``inc``/``observe``, never a label resolution (the settle stage pays one
+lookup for all the children a request writes: ``observability.settled_metrics``); the
+families the request path writes count without a lock (``observability.loop_metrics``).
+Replica state (health, in-flight, breaker) is not pushed on every change: a collector
+reads it from the registry when ``/metrics`` is scraped.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from fairgate.observability.loop_metrics import LoopCounter, LoopGauge, LoopHistogram
+from fairgate.observability.settled_metrics import SettledMetrics
 
 __all__ = ["AdmissionMetrics", "GatewayMetrics", "ReplicaGauge"]
 
@@ -269,6 +271,7 @@ class GatewayMetrics:
         if replicas is not None:
             r.register(_ReplicaCollector(replicas))
         self._children: dict[tuple[Any, ...], Any] = {}
+        self._settled: dict[tuple[str, str, str], SettledMetrics] = {}
 
     def watch_accounting(self, read: Callable[[], tuple[int, int]]) -> None:
         """Report the recorder's queue length and duplicates, read at scrape time."""
@@ -280,4 +283,13 @@ class GatewayMetrics:
         found = self._children.get(key)
         if found is None:
             found = self._children[key] = family.labels(*labels)
+        return found
+
+    def settled(self, model: str, route: str, status: str) -> SettledMetrics:
+        """The children a settled request of this (model, route, status) writes, made once."""
+        found = self._settled.get((model, route, status))
+        if found is None:
+            found = self._settled[(model, route, status)] = SettledMetrics(
+                self, model, route, status
+            )
         return found

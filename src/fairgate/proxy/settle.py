@@ -113,22 +113,23 @@ class Settler:
         status = (
             str(ex.status) if ex.status else ("499" if ex.outcome == Outcome.CLIENT_ABORT else "0")
         )
-        m.child(m.requests, model, route, status).inc()
-        m.child(m.duration, model, route).observe(total)
+        settled = m.settled(model, route, status)
+        settled.requests.inc()
+        settled.duration.observe(total)
         if ex.first_byte_at is not None and ex.replica:
-            m.child(m.ttft, model).observe(ex.first_byte_at - ex.started)
+            settled.ttft.observe(ex.first_byte_at - ex.started)
         if ex.replica:
             m.overhead.observe(max(0.0, total - ex.upstream_time))
         usage = ex.usage
         if usage is not None:
             if usage.prompt_tokens:
-                m.child(m.tokens, model, "prompt").inc(usage.prompt_tokens)
+                settled.prompt_tokens.inc(usage.prompt_tokens)
             if usage.completion_tokens:
-                m.child(m.tokens, model, "completion").inc(usage.completion_tokens)
+                settled.completion_tokens.inc(usage.completion_tokens)
             if usage.cached_tokens:
-                m.child(m.tokens, model, "cached").inc(usage.cached_tokens)
+                settled.cached_tokens.inc(usage.cached_tokens)
             if usage.estimated:
-                m.child(m.usage_estimated, model).inc()
+                settled.estimated.inc()
         if ex.outcome == Outcome.REFUSED:
             m.child(m.denials, ex.reason or "refused").inc()
         elif (
