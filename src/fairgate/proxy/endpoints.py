@@ -20,6 +20,7 @@ import orjson
 from fairgate.auth import allows
 from fairgate.core.asgi import Scope, Send
 from fairgate.core.errors import BadRequest, NotFound
+from fairgate.core.memo import BoundedMemo
 from fairgate.core.principal import Principal
 from fairgate.engines import (
     EndpointKind,
@@ -191,18 +192,17 @@ class EndpointTable:
         created = int(time.time())
         self._listings: dict[frozenset[str] | None, bytes] = {}
         self._created = created
-        self._paths: dict[bytes, Endpoint] = {}
+        # clients call the same few paths: each resolved once (a long one each time)
+        self._paths = BoundedMemo[bytes, Endpoint](
+            _MAX_PATHS, keeps=lambda path: len(path) <= _PATH_BYTES
+        )
 
     def resolve_path(self, raw_path: bytes) -> Endpoint:
         """The endpoint ``raw_path`` calls, or 404; remembered per path (bounded, refusals
         not kept): clients call the same few paths, and normalising one takes a dozen steps."""
         endpoint = self._paths.get(raw_path)
         if endpoint is None:
-            endpoint = self._resolve(raw_path)
-            if len(raw_path) <= _PATH_BYTES:
-                if len(self._paths) >= _MAX_PATHS:
-                    self._paths.clear()
-                self._paths[raw_path] = endpoint
+            endpoint = self._paths.keep(raw_path, self._resolve(raw_path))
         return endpoint
 
     def _resolve(self, raw_path: bytes) -> Endpoint:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from fairgate.accounting import Prices, TokenCounts
 from fairgate.core.clock import Clock
 from fairgate.core.errors import RateLimited
+from fairgate.core.memo import BoundedMemo
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.limits import Budget, BudgetBook, Demand, Limiter, Limits, Subject
@@ -92,7 +93,7 @@ class Limit:
         self._clock = clock
         self._on_soft_limit = on_soft_limit
         self._head = HeadGate()
-        self._terms: dict[tuple[object, ...], _Terms] = {}
+        self._terms = BoundedMemo[tuple[object, ...], _Terms](_TERMS_SIZE)
         self._book: BudgetBook | None = None
 
     @property
@@ -165,10 +166,7 @@ class Limit:
         memo = (id(principal), model, chain, tags)
         terms = self._terms.get(memo)
         if terms is None or terms.principal is not principal:
-            terms = self._work_out(principal, model, chain, tags, book)
-            if len(self._terms) >= _TERMS_SIZE:
-                self._terms.clear()
-            self._terms[memo] = terms
+            terms = self._terms.keep(memo, self._work_out(principal, model, chain, tags, book))
         return terms
 
     def _work_out(

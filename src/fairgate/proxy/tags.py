@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fairgate.core.errors import BadRequest
+from fairgate.core.memo import BoundedMemo
 from fairgate.core.principal import Principal
 
 __all__ = ["TagPolicy"]
@@ -33,8 +34,13 @@ class TagPolicy:
     header: str = "x-fairgate-tags"
     # (header value, org, key's tags) → the request's tags: a tenant sends the same few
     # values, so each is parsed and checked once (bounded; a refusal is never kept)
-    _decided: dict[tuple[bytes, str, tuple[str, ...]], tuple[str, ...]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
+    _decided: BoundedMemo[tuple[bytes, str, tuple[str, ...]], tuple[str, ...]] = field(
+        default_factory=lambda: BoundedMemo(
+            _MAX_DECIDED, keeps=lambda decision: len(decision[0]) <= _DECIDED_BYTES
+        ),
+        init=False,
+        repr=False,
+        compare=False,
     )
 
     def parse(self, raw: bytes, org: str = "") -> tuple[str, ...]:
@@ -75,9 +81,5 @@ class TagPolicy:
         tags = self._decided.get(decision)
         if tags is None:
             added = self.parse(raw, principal.org)
-            tags = tuple(dict.fromkeys((*principal.tags, *added)))
-            if len(raw) <= _DECIDED_BYTES:
-                if len(self._decided) >= _MAX_DECIDED:
-                    self._decided.clear()
-                self._decided[decision] = tags
+            tags = self._decided.keep(decision, tuple(dict.fromkeys((*principal.tags, *added))))
         return tags
