@@ -7,9 +7,11 @@
   minimal proxy's.
 - ``throughput``: C keep-alive connections for T seconds per leg; req/s, ratio, CPU µs
   per request of each server process.
-- ``streaming``: S concurrent streams through the gateway against the simulated engine
-  at a finite token rate, all checked complete; then K streams dropped mid-way by the
-  client, and the engine's running count must fall back to 0.
+- ``streaming``: a burst of B streams, then S concurrent streams through the gateway
+  (on the path and state(s) ``--path``/``--state`` name; the full path in front of two
+  simulated engines) and the minimal proxy (in front of one), at a finite token rate,
+  all checked complete; then K streams dropped mid-way by the client, and the engines'
+  running count must fall back to 0.
 - ``stacks``: latency and throughput of the minimal proxy on each server/client stack
   (the measurement behind the gateway's choice of layers).
 - ``profile``: each proxy alone under the throughput load, sampled by py-spy; CPU time
@@ -43,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
@@ -189,7 +191,7 @@ class Bench:
         if args.mode in ("all", "streaming"):
             if not self.runs:
                 self.runs.append({})
-            self.runs[-1]["streaming"] = uvloop.run(self._streaming())
+            self.runs[-1]["streaming"] = self._streaming(stack)
 
     def _upstreams(self, stack: ExitStack) -> list[Service]:
         """The upstream processes: two for the full path (the model's two replicas)."""
@@ -237,11 +239,7 @@ class Bench:
         self, stack: ExitStack, upstreams: list[Service], state: str, workers: int = 1
     ) -> tuple[Endpoint, Service]:
         args = self.args
-        redis_url = ""
-        if state == "redis":
-            if self.redis is None:
-                self.redis = stack.enter_context(RedisServer())
-            redis_url = self.redis.url
+        redis_url = self._redis_url(stack) if state == "redis" else ""
         name = f"gateway {args.path}/{state}" + (f", {workers} workers" if workers > 1 else "")
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairgate-bench-")))
         full = args.path == "full" and args.gateway_config is None
@@ -260,6 +258,12 @@ class Bench:
         extra = {"x-fairgate-tags": targets.TAG} if full else {}
         self.gateways[name] = (service, workdir, state)
         return Endpoint.of(name, service, key, extra), service
+
+    def _redis_url(self, stack: ExitStack) -> str:
+        """The run's private redis-server (started on first use)."""
+        if self.redis is None:
+            self.redis = stack.enter_context(RedisServer())
+        return self.redis.url
 
     def _compares(self) -> list[tuple[Endpoint, Meter]]:
         args = self.args
@@ -481,31 +485,61 @@ class Bench:
             }
         return {"profile": profiles}
 
-    async def _streaming(self) -> dict[str, Any]:
+    def _streaming(self, stack: ExitStack) -> list[dict[str, Any]]:
+        """The streaming leg once per state of ``--state``: the gateway on ``--path``, in
+        front of two engines for the full path (its two replicas, with the key and tag
+        header of the other legs) or one for the bare path, and the minimal proxy."""
         args = self.args
-        # The streaming check keeps the bare path on memory: one simulated engine, the
-        # key the template makes (time to first token under a burst lives there too).
-        template = args.gateway_config.read_text() if args.gateway_config else None
-
-        def gateway(upstream: str, workdir: Path) -> Service:
-            return targets.gateway(upstream, workdir, template or targets.GATEWAY_CONFIG)
+        full = args.path == "full" and args.gateway_config is None
+        template = self._template()
+        headers = {"x-fairgate-tags": targets.TAG} if full else {}
+        engines = 2 if args.path == "full" else 1
 
         def minimal(upstream: str, workdir: Path) -> Service:
             return targets.minimal_proxy(upstream, args.stack)
 
-        result = await measure_streaming(
-            minimal if args.without_gateway else gateway,
-            streams=args.streams,
-            tokens=args.stream_tokens,
-            token_rate=args.token_rate,
-            disconnects=args.disconnects,
-            api_key=args.api_key,
-            burst=args.burst,
-            yardstick=None if args.without_gateway else minimal,
-        )
-        self.say(f"\nstreaming: {args.streams} concurrent streams through {result.proxy}")
-        self.say(result.table())
-        return result.to_json()
+        def minimal_alone(upstreams: list[str], workdir: Path) -> Service:
+            return minimal(upstreams[0], workdir)
+
+        def gateway_on(state: str) -> Callable[[list[str], Path], Service]:
+            redis_url = self._redis_url(stack) if state == "redis" else ""
+
+            def gateway(upstreams: list[str], workdir: Path) -> Service:
+                return targets.gateway(
+                    upstreams[0],
+                    workdir,
+                    template,
+                    upstream2=upstreams[-1],
+                    redis_url=redis_url,
+                    name=f"gateway {args.path}/{state}",
+                    full=full,
+                )
+
+            return gateway
+
+        states: list[str] = ["memory", "redis"] if args.state == "both" else [args.state]
+        results = []
+        for state in [""] if args.without_gateway else states:
+            result = uvloop.run(
+                measure_streaming(
+                    minimal_alone if args.without_gateway else gateway_on(state),
+                    streams=args.streams,
+                    tokens=args.stream_tokens,
+                    token_rate=args.token_rate,
+                    disconnects=args.disconnects,
+                    api_key=args.api_key,
+                    headers={} if args.without_gateway else headers,
+                    engines=1 if args.without_gateway else engines,
+                    path="" if args.without_gateway else args.path,
+                    state=state,
+                    burst=args.burst,
+                    yardstick=None if args.without_gateway else minimal,
+                )
+            )
+            self.say(f"\nstreaming: {args.streams} concurrent streams through {result.proxy}")
+            self.say(result.table())
+            results.append(result.to_json())
+        return results
 
     def conclude(self, machine: dict[str, Any]) -> dict[str, Any]:
         if self.args.repeat > 1:

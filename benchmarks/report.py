@@ -219,8 +219,9 @@ def verdict(run: dict[str, Any]) -> dict[str, Any]:
                 limit = TARGETS["gateway_rps_over_compare"]
                 mine[f"req/s ×{other}"] = _check(ratio, limit, at_least=True)
         checks[name] = mine
-    streaming = run.get("streaming")
-    if streaming is not None and streaming["proxy"] == "gateway":
+    for streaming in run.get("streaming", ()):
+        if not streaming["proxy"].startswith("gateway"):
+            continue  # the minimal proxy alone (--without-gateway): nothing to compare
         streamed: dict[str, Any] = {
             "streams_complete": {"met": streaming["complete"] == streaming["streams"]},
             "disconnects_freed": {"met": streaming["freed"]},
@@ -229,7 +230,7 @@ def verdict(run: dict[str, Any]) -> dict[str, Any]:
             if key in streaming:
                 value, limit = streaming[key], TARGETS[key]
                 streamed[key] = {"value": value, "limit": limit, "met": value <= limit}
-        checks["streaming (bare/memory)"] = streamed
+        checks[f"streaming ({streaming['path']}/{streaming['state']})"] = streamed
     return checks
 
 

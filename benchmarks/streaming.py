@@ -1,8 +1,9 @@
 """Streaming mode: a burst of streams, many concurrent SSE streams, then client disconnects.
 
-Against the simulated engine at a finite token rate and no prefill time (each stream lasts
-seconds, so all of them are open at once), the gateway and, when given, the minimal proxy
-(the yardstick) in front of the same engine process:
+Against simulated engines at a finite token rate and no prefill time (each stream lasts
+seconds, so all of them are open at once): the gateway in front of ``engines`` engine
+processes (two for the full path, the model's two replicas) and, when given, the minimal
+proxy (the yardstick) in front of the first of them:
 
 1. **burst** (``burst.py``) — B streams sent at once, each timed from the write of its
    request to its first content token; rounds alternate between the yardstick and the
@@ -12,10 +13,18 @@ seconds, so all of them are open at once), the gateway and, when given, the mini
    sampled meanwhile; its growth over the idle RSS, divided by S, is the memory one open
    stream costs. The proxy's CPU time over the phase, divided by the content tokens it
    relayed, is its CPU per relayed token. Run through the yardstick too, for the ratio.
+   How many of the phase's streams each engine received (``/sim/stats``) and the
+   ``x-fairgate-share`` values of the answers are kept: what shows which path served.
 3. **disconnect** — K long streams are opened; once each has delivered a first chunk and
-   the engine counts them all running, the client closes every connection. The engine's
-   ``running + waiting`` must return to 0: every disconnect reached the engine and freed
-   its slot (no GPU generating for nobody). The time that takes is reported.
+   the engines count them all running, the client closes every connection. The engines'
+   ``running + waiting``, summed over every engine, must return to 0: every disconnect
+   reached the engine that served it and freed its slot (no GPU generating for nobody).
+   The time that takes is reported.
+
+Ratios are the proxy's figure over the yardstick's, each measured in the same run: the
+gateway spreads its streams over the engines, the yardstick sends all of them to one;
+the figures compared (time to first token, CPU time of the proxy's own process per
+relayed token) are each proxy's own, so the engines' count does not enter them.
 
 Everything is bounded: connection set-up, each phase, and the polling of ``/sim/stats``.
 """
@@ -25,7 +34,9 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +72,8 @@ class Completion:
     rss_idle_mib: float = 0.0
     rss_peak_mib: float = 0.0
     cpu_seconds: float = 0.0
+    engine_streams: list[int] = field(default_factory=list)  # received per engine, this phase
+    share: dict[str, int] = field(default_factory=dict)  # x-fairgate-share value → answers
 
     @property
     def kib_per_stream(self) -> float:
@@ -88,6 +101,12 @@ class Completion:
             f"  cpu           {self.proxy} {self.cpu_seconds:.2f} s over the phase: "
             f"{self.cpu_us_per_token:.1f} µs per relayed token",
         ]
+        if self.engine_streams:
+            spread = ", ".join(str(n) for n in self.engine_streams)
+            lines.append(f"  engines       {self.proxy}: streams received per engine {spread}")
+        if self.share:
+            shown = ", ".join(f"{value!r} {n}" for value, n in self.share.items())
+            lines.append(f"  share         {self.proxy}: x-fairgate-share {shown}")
         if self.first_failure:
             lines.append(f"  first failure {self.first_failure}")
         return lines
@@ -101,6 +120,9 @@ class StreamingResult:
     streams: int
     tokens: int
     burst: int = 0
+    path: str = ""  # the gateway's path and state ("" for the minimal proxy alone)
+    state: str = ""
+    engines: int = 1
     bursts: dict[str, BurstResult] = field(default_factory=dict)
     completions: dict[str, Completion] = field(default_factory=dict)
     yardstick: str = ""
@@ -136,6 +158,9 @@ class StreamingResult:
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "proxy": self.proxy,
+            "path": self.path,
+            "state": self.state,
+            "engines": self.engines,
             "yardstick": self.yardstick,
             "streams": self.streams,
             "tokens": self.tokens,
@@ -149,7 +174,8 @@ class StreamingResult:
             "aborted": self.aborted,
         }
         if self.yardstick:
-            for figure in ("ttft_p50", "ttft_p99", "cpu_per_token"):
+            figures = ("ttft_p50", "ttft_p99") if self.bursts else ()
+            for figure in (*figures, "cpu_per_token"):
                 data[f"{figure}_ratio"] = round(self.ratio(figure), 3)
         if self.first_failure:
             data["first_failure"] = self.first_failure
@@ -179,11 +205,12 @@ class StreamingResult:
         if self.disconnects:
             lines.append(
                 f"  disconnect    {self.disconnects} streams closed by the client mid-way "
-                f"({self.running_before_close} running at the engine): "
+                f"({self.running_before_close} running at the {self.engines} engine(s)): "
                 + (
-                    f"engine back to 0 running in {self.free_seconds:.2f} s, {self.aborted} aborted"
+                    f"engines back to 0 running in {self.free_seconds:.2f} s, "
+                    f"{self.aborted} aborted"
                     if self.freed
-                    else "engine did NOT return to 0 running"
+                    else "engines did NOT return to 0 running"
                 )
             )
         if self.first_failure:
@@ -244,11 +271,23 @@ async def _sim_stats(sim: Endpoint) -> dict[str, Any]:
         conn.close()
 
 
-async def _complete_phase(endpoint: Endpoint, service: Service, result: Completion) -> None:
+async def _engines_stats(sims: Sequence[Endpoint]) -> dict[str, Any]:
+    """``running``, ``waiting``, ``aborted`` summed over the engines; ``received`` of each."""
+    each = [await _sim_stats(sim) for sim in sims]
+    summed: dict[str, Any] = {k: sum(s[k] for s in each) for k in ("running", "waiting", "aborted")}
+    summed["received"] = [s["received"] for s in each]
+    return summed
+
+
+async def _complete_phase(
+    endpoint: Endpoint, service: Service, sims: Sequence[Endpoint], result: Completion
+) -> None:
     conns = await open_connections(endpoint, result.streams)
     raw = _stream_request(endpoint, result.tokens)
     result.rss_idle_mib = _rss_mib(service)
+    received_before = (await _engines_stats(sims))["received"]
     durations: list[int] = []
+    shares: Counter[str] = Counter()
 
     async def one(conn: Connection) -> None:
         t0 = time.perf_counter_ns()
@@ -258,6 +297,9 @@ async def _complete_phase(endpoint: Endpoint, service: Service, result: Completi
             _fail(result, f"connection lost: {exc}")
             return
         durations.append(time.perf_counter_ns() - t0)
+        share = resp.headers.get(b"x-fairgate-share")
+        if share is not None:
+            shares[share.decode("latin-1")] += 1
         tokens, done = count_tokens(resp.body) if resp.status == 200 else (0, False)
         if resp.status == 200 and done and tokens == result.tokens:
             result.complete += 1
@@ -286,6 +328,9 @@ async def _complete_phase(endpoint: Endpoint, service: Service, result: Completi
     result.seconds = time.monotonic() - started
     summary = summarize(durations)
     result.duration_p50, result.duration_p99 = summary.p50 / 1e6, summary.p99 / 1e6
+    received_after = (await _engines_stats(sims))["received"]
+    result.engine_streams = [a - b for a, b in zip(received_after, received_before, strict=True)]
+    result.share = dict(shares.most_common())
 
 
 def _fail(result: Completion, reason: str) -> None:
@@ -293,17 +338,17 @@ def _fail(result: Completion, reason: str) -> None:
     result.first_failure = result.first_failure or reason
 
 
-async def _wait_stats(sim: Endpoint, done: Any, timeout: float) -> dict[str, Any]:
+async def _wait_stats(sims: Sequence[Endpoint], done: Any, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
-    stats = await _sim_stats(sim)
+    stats = await _engines_stats(sims)
     while not done(stats) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
-        stats = await _sim_stats(sim)
+        stats = await _engines_stats(sims)
     return stats
 
 
 async def _disconnect_phase(
-    gateway: Endpoint, sim: Endpoint, tokens: int, result: StreamingResult
+    gateway: Endpoint, sims: Sequence[Endpoint], tokens: int, result: StreamingResult
 ) -> None:
     conns = await open_connections(gateway, result.disconnects)
     raw = _stream_request(gateway, tokens)
@@ -314,14 +359,14 @@ async def _disconnect_phase(
             await asyncio.wait_for(asyncio.gather(*firsts), _PHASE_TIMEOUT)
         except TimeoutError:
             result.first_failure = result.first_failure or "disconnect phase: streams not started"
-        stats = await _wait_stats(sim, lambda s: s["running"] >= result.disconnects, 30)
+        stats = await _wait_stats(sims, lambda s: s["running"] >= result.disconnects, 30)
         result.running_before_close = stats["running"]
         aborted_before = stats["aborted"]
     finally:
         for conn in conns:
             conn.close()
     closed = time.monotonic()
-    stats = await _wait_stats(sim, lambda s: s["running"] + s["waiting"] == 0, 30)
+    stats = await _wait_stats(sims, lambda s: s["running"] + s["waiting"] == 0, 30)
     result.freed = stats["running"] + stats["waiting"] == 0
     result.free_seconds = time.monotonic() - closed
     result.aborted = stats["aborted"] - aborted_before
@@ -340,50 +385,58 @@ async def _bursts(
 
 
 async def measure_streaming(
-    proxy: Callable[[str, Path], Service],
+    proxy: Callable[[list[str], Path], Service],
     *,
     streams: int,
     tokens: int,
     token_rate: float,
     disconnects: int,
     api_key: str = "",
+    headers: dict[str, str] | None = None,
+    engines: int = 1,
+    path: str = "",
+    state: str = "",
     burst: int = 0,
     yardstick: Callable[[str, Path], Service] | None = None,
 ) -> StreamingResult:
-    """Start a sim at ``token_rate`` tokens/s per stream and no prefill time, and
-    ``proxy(sim_url, workdir)`` in front of it (the gateway, or the minimal proxy alone),
-    plus ``yardstick(sim_url, workdir)`` (the minimal proxy) to compare when given; run
+    """Start ``engines`` sims at ``token_rate`` tokens/s per stream and no prefill time,
+    and ``proxy(sim_urls, workdir)`` in front of them (the gateway, or the minimal proxy
+    alone), its requests carrying ``headers`` besides the key; plus ``yardstick(sim_url,
+    workdir)`` (the minimal proxy, in front of the first sim) to compare when given; run
     the burst (``burst`` streams, 0: none), complete and disconnect phases."""
+    # Every engine can hold every stream: how the gateway spreads them is its own choice.
     seats = str(max(streams, burst) + disconnects + 16)
     sim_args = ["--tokens-per-second", f"{token_rate:g}", "--ttft", "0", "--max-num-seqs", seats]
     sim_args += ["--kv-blocks", str(64 * (max(streams, burst) + disconnects) + 1024)]
-    result = StreamingResult("", streams=streams, tokens=tokens, burst=burst)
+    result = StreamingResult(
+        "", streams=streams, tokens=tokens, burst=burst, path=path, state=state, engines=engines
+    )
     result.disconnects = disconnects
-    with (
-        tempfile.TemporaryDirectory(prefix="fairgate-bench-") as workdir,
-        targets.sim(*sim_args) as sim,
-        proxy(sim.url, Path(workdir)) as service,
-    ):
-        endpoint = Endpoint.of(service.name, service, api_key or service.api_key)
+    with ExitStack() as stack:
+        workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="fairgate-bench-"))
+        sims = [stack.enter_context(targets.sim(*sim_args)) for _ in range(engines)]
+        service = stack.enter_context(proxy([sim.url for sim in sims], Path(workdir)))
+        sim_endpoints = [Endpoint.of(f"sim{k + 1}", sim) for k, sim in enumerate(sims)]
+        endpoint = Endpoint.of(service.name, service, api_key or service.api_key, headers)
         result.proxy = service.name
         legs = [(endpoint, service)]
-        with tempfile.TemporaryDirectory(prefix="fairgate-bench-") as other_dir:
+        if yardstick is not None:
+            other_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="fairgate-bench-"))
+            other = yardstick(sims[0].url, Path(other_dir)).start()
+            result.yardstick = other.name
+            legs.insert(0, (Endpoint.of(other.name, other, other.api_key), other))
+        try:
+            if burst:
+                await _bursts(legs, burst, tokens, result)
+            for leg, leg_service in legs:
+                completion = Completion(leg.name, streams=streams, tokens=tokens)
+                result.completions[leg.name] = completion
+                await _complete_phase(leg, leg_service, sim_endpoints, completion)
+        finally:
             if yardstick is not None:
-                other = yardstick(sim.url, Path(other_dir)).start()
-                result.yardstick = other.name
-                legs.insert(0, (Endpoint.of(other.name, other, other.api_key), other))
-            try:
-                if burst:
-                    await _bursts(legs, burst, tokens, result)
-                for leg, leg_service in legs:
-                    completion = Completion(leg.name, streams=streams, tokens=tokens)
-                    result.completions[leg.name] = completion
-                    await _complete_phase(leg, leg_service, completion)
-            finally:
-                if yardstick is not None:
-                    legs[0][1].stop()
+                legs[0][1].stop()
         if disconnects:
             # Long enough to still be running when the client hangs up.
             long_tokens = int(token_rate * _PHASE_TIMEOUT) + tokens
-            await _disconnect_phase(endpoint, Endpoint.of("sim", sim), long_tokens, result)
+            await _disconnect_phase(endpoint, sim_endpoints, long_tokens, result)
     return result

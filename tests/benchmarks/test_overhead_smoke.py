@@ -8,8 +8,11 @@ carries the fields the README's figures are read from.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,14 +31,23 @@ needs_redis_server = pytest.mark.skipif(
 
 
 def _bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+    """overhead.py in a process group of its own: if it does not end (its timeout, or the
+    test's), the whole group goes, so no engine or gateway it started is left running."""
+    argv = [sys.executable, str(SCRIPT), *args]
+    with subprocess.Popen(
+        argv,
         cwd=ROOT,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        check=False,
-    )
+        start_new_session=True,
+    ) as bench:
+        try:
+            stdout, stderr = bench.communicate(timeout=timeout)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(bench.pid, signal.SIGKILL)  # anything of the group still there
+    return subprocess.CompletedProcess(argv, bench.returncode, stdout, stderr)
 
 
 def _json(*args: str) -> dict[str, Any]:
@@ -111,35 +123,59 @@ def test_full_path_on_both_back_ends_counts_redis_round_trips_per_request() -> N
     assert document["targets"]["gateway full/memory"]["throughput_ratio"]["limit"] == 0.8
 
 
-def test_streaming_completes_every_stream_and_frees_every_disconnect() -> None:
+@pytest.mark.timeout(240)  # a gateway provisioned through the CLI
+def test_streaming_runs_the_full_path_over_both_engines_and_frees_every_disconnect() -> None:
     document = _json(
         "streaming",
         "--streams", "10",
         "--burst", "6",
-        "--disconnects", "3",
+        "--disconnects", "4",
         "--stream-tokens", "4",
         "--token-rate", "50",
     )  # fmt: skip
 
-    streaming = document["runs"][0]["streaming"]
-    assert streaming["proxy"] == "gateway"
+    (streaming,) = document["runs"][0]["streaming"]
+    gateway = "gateway full/memory"  # --path full, the default
+    assert streaming["proxy"] == gateway
+    assert (streaming["path"], streaming["state"]) == ("full", "memory")
     assert streaming["complete"] == 10 and streaming["failed"] == 0
-    assert streaming["running_before_close"] == 3
-    assert streaming["freed"] is True
-    assert document["targets"]["streaming (bare/memory)"]["streams_complete"]["met"] is True
+    completion = streaming["completions"][gateway]
+    # the full path: the two replicas both served streams, each admitted within the
+    # organisation's fair share (the bare path has one engine and no pool: no header)
+    assert streaming["engines"] == 2 and sum(completion["engine_streams"]) == 10
+    assert min(completion["engine_streams"]) > 0
+    assert completion["share"] == {"within; priority=0": 10}
+    # the disconnects, counted over both engines, every one freed
+    assert streaming["running_before_close"] == 4
+    assert streaming["freed"] is True and streaming["aborted"] == 4
+    checks = document["targets"]["streaming (full/memory)"]
+    assert checks["streams_complete"]["met"] is True
+    assert {"ttft_p99_ratio", "cpu_per_token_ratio"} <= set(checks)
     # the burst and the CPU per token, for the gateway and the minimal proxy alike
     assert streaming["yardstick"] == "uvicorn+aiohttp"
-    for name in ("gateway", "uvicorn+aiohttp"):
+    yardstick = streaming["completions"]["uvicorn+aiohttp"]
+    assert yardstick["engine_streams"] == [10, 0] and yardstick["share"] == {}
+    for name in (gateway, "uvicorn+aiohttp"):
         burst = streaming["burst"][name]
         assert burst["failed"] == 0 and burst["rounds"] >= 2
         assert 0 < burst["ttft_p50_ms"] <= burst["ttft_p99_ms"]
-        completion = streaming["completions"][name]
         # /proc counts CPU in clock ticks (10 ms): a phase of 40 tokens may read as zero
-        assert completion["complete"] == 10 and completion["cpu_us_per_token"] >= 0
-        assert completion["cpu_seconds"] >= 0
-    assert {"ttft_p99_ratio", "cpu_per_token_ratio"} <= set(
-        document["targets"]["streaming (bare/memory)"]
-    )
+        assert streaming["completions"][name]["complete"] == 10
+        assert streaming["completions"][name]["cpu_seconds"] >= 0
+
+
+def test_streaming_on_the_bare_path_keeps_one_engine_and_its_label() -> None:
+    document = _json(
+        "streaming", "--path", "bare",
+        "--streams", "6", "--burst", "0", "--disconnects", "2",
+        "--stream-tokens", "4", "--token-rate", "50",
+    )  # fmt: skip
+
+    (streaming,) = document["runs"][0]["streaming"]
+    assert streaming["proxy"] == "gateway bare/memory" and streaming["engines"] == 1
+    assert streaming["complete"] == 6 and streaming["freed"] is True
+    assert streaming["completions"]["gateway bare/memory"]["share"] == {}
+    assert document["targets"]["streaming (bare/memory)"]["streams_complete"]["met"] is True
 
 
 def test_a_proxy_that_cannot_start_fails_the_run_with_its_reason(tmp_path: Path) -> None:
