@@ -161,7 +161,7 @@ class RedisCounterStore:
     ) -> Verdict:
         check_distinct(charges)
         lease_id = secrets.token_hex(8)
-        args: list[str | int | float] = [repr(now), lease_id, repr(self.lease_ttl)]
+        args: list[str | int | float] = [now, lease_id, self.lease_ttl]
         for charge in charges:
             args.extend(_acquire_fields(charge))
         keys = [self._key(c) for c in charges]
@@ -304,7 +304,7 @@ class RedisCounterStore:
         pool, org, split, team = claim.pool, claim.org, claim.split, claim.team
         lease = secrets.token_hex(8) if team is None else f"{secrets.token_hex(8)}/{team}"
         index = self._index_key(pool)
-        args: list[str | int | float] = [repr(now), lease, repr(self.lease_ttl)]
+        args: list[str | int | float] = [now, lease, self.lease_ttl]
         if split is None:
             return [self._claims_key(pool, org), index], [*args, claim.reservation, org], "c", lease
         own = self._group_key(pool, org, split.group, False)
@@ -412,8 +412,8 @@ class RedisCounterStore:
         if not half_life > 0:
             raise ValueError(f"half_life must be positive, got {half_life!r}")
         keep_ms = math.ceil(min(_USAGE_KEEP_HALF_LIVES * half_life, _USAGE_KEEP_MAX) * 1000)
-        args: list[str | int | float] = [charge.org, repr(float(cost_units)), repr(now)]
-        args.extend((repr(float(half_life)), keep_ms))
+        args: list[str | int | float] = [charge.org, float(cost_units), now]
+        args.extend((float(half_life), keep_ms))
         keys = [self._usage_key(charge.pool)]
         if charge.team is not None:
             keys.append(self._team_usage_key(charge.pool))
@@ -555,16 +555,16 @@ def _unescape(name: str) -> str:
     return name.replace("%3A", ":").replace("%25", "%")
 
 
-def _acquire_fields(charge: Charge) -> tuple[str | int, ...]:
+def _acquire_fields(charge: Charge) -> tuple[str | int | float, ...]:
     if isinstance(charge, WindowCharge):
-        return ("w", charge.amount, charge.limit, repr(charge.window), charge.granules, 0)
+        return ("w", charge.amount, charge.limit, charge.window, charge.granules, 0)
     if isinstance(charge, PeriodCharge):
         return (
             "p",
             charge.amount,
             charge.limit,
-            repr(charge.resets_at),
-            repr(charge.keep_until),
+            charge.resets_at,
+            charge.keep_until,
             "1" if charge.overdraft else "0",
         )
     return ("f", 1, charge.limit, 0, 0, 0)

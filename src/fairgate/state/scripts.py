@@ -21,7 +21,7 @@ asks for the primary again). The caller bounds every call (``RedisCounterStore._
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import ConnectionPool
@@ -44,13 +44,26 @@ class Script:
 
     def pack(self, keys: Sequence[str], args: Sequence[Arg]) -> bytes:
         """``EVALSHA sha len(keys) *keys *args`` in RESP, as redis-py would encode it
-        (``str`` as UTF-8, numbers by ``repr``)."""
-        words = [self.sha, str(len(keys)), *keys]
-        words += [arg if isinstance(arg, str) else repr(arg) for arg in args]
-        text = "".join([f"${len(word)}\r\n{word}\r\n" for word in words])
+        (``str`` as UTF-8, numbers by ``str``: for ``int`` and ``float`` the same as
+        ``repr``).
+
+        The words go through ``map`` and one ``join``, not a Python loop: measured, the
+        loop (a ``len``, an ``isinstance`` and a ``repr`` per word, ~170 words a
+        request) was a quarter of the gateway's Python calls on Redis, and this packs
+        the same bytes in ~3/4 of its time."""
+        words = [self.sha, str(len(keys)), *keys, *map(str, args)]
+        text = _bulks(words, map(len, words))
         if not text.isascii():  # a length in RESP counts bytes, not characters
-            text = "".join([f"${len(word.encode())}\r\n{word}\r\n" for word in words])
+            text = _bulks(words, map(len, map(str.encode, words)))
         return b"*%d\r\n$7\r\nEVALSHA\r\n%s" % (len(words) + 1, text.encode())
+
+
+def _bulks(words: list[str], lengths: Iterable[int]) -> str:
+    """``words`` as RESP bulk strings (``$<length>\\r\\n<word>\\r\\n`` each)."""
+    parts = [""] * (2 * len(words) + 1)
+    parts[0:-1:2] = map("$".__add__, map(str, lengths))
+    parts[1::2] = words
+    return "\r\n".join(parts)
 
 
 class ScriptRunner:
