@@ -10,10 +10,11 @@ caller's) the rest beside the socket work. Here the command is packed in one pas
 and a call takes a connection from a free list of connections this runner took
 out of the pool once and keeps (``pinned``), so the pool is not touched again.
 
-What stays redis-py's: connecting (TLS, AUTH, SELECT, the Sentinel-managed
-connection that asks for the primary and drops itself on ``READONLY``), the write
-and the reply parser (hiredis when it is installed). A connection whose write or
-read failed or was cancelled is disconnected by redis-py itself and is connected
+The reply is read by ``state.replies`` (one read and one loop a reply, where
+redis-py's Python parser spent a dozen calls a line). What stays redis-py's:
+connecting (TLS, AUTH, SELECT, the Sentinel-managed connection that asks for the
+primary), and the write. A connection whose write or read failed or was cancelled
+is disconnected (by redis-py, or by ``state.replies`` as redis-py would) and is connected
 again at its next use, through ``connect`` as the pool would (a Sentinel-managed one
 asks for the primary again). The caller bounds every call (``RedisCounterStore._guarded``).
 """
@@ -27,6 +28,8 @@ from typing import Any
 from redis.asyncio import ConnectionPool
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import NoScriptError
+
+from fairgate.state.replies import read_reply
 
 __all__ = ["Script", "ScriptRunner"]
 
@@ -90,12 +93,12 @@ class ScriptRunner:
                 await conn.connect()  # type: ignore[no-untyped-call]  # redis-py's
             await conn.send_packed_command(payload, check_health=False)
             try:
-                return await conn.read_response()
+                return await read_reply(conn)
             except NoScriptError:  # a restarted or flushed Redis: load it and run it again
                 await conn.send_packed_command(_load(script.text), check_health=False)
-                await conn.read_response()
+                await read_reply(conn)
                 await conn.send_packed_command(payload, check_health=False)
-                return await conn.read_response()
+                return await read_reply(conn)
         finally:
             if conn in self._mine:
                 self._free.append(conn)

@@ -1,0 +1,194 @@
+"""The EVALSHA path's own reply reader against a real redis-server: every reply shape
+our scripts and commands can give comes back as redis-py's reader gives it, errors
+as redis-py's exceptions, and a reply split across reads is read whole."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import (
+    ConnectionError,
+    InvalidResponse,
+    NoScriptError,
+    OutOfMemoryError,
+    ResponseError,
+)
+
+from fairgate.state.replies import parse, read_reply
+from fairgate.state.scripts import Script, ScriptRunner
+from redis_server import RedisProcess, private_redis_server
+
+pytestmark = pytest.mark.redis
+
+SHAPES = [
+    "return 7",
+    "return -12345678901234",
+    "return 'é bulk\\r\\nwith a line break'",
+    "return ''",
+    "return false",
+    "return nil",
+    "return true",
+    "return {}",
+    "return {1, 'two', {3, {'four', {}}, 5}, 6}",
+    "return {ok = 'FINE'}",
+    "return {1, redis.pcall('INCR', KEYS[1]), 3}",  # an error inside an array
+    "return redis.call('HGETALL', KEYS[2])",
+    "return redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')",
+    "return {string.rep('x', 200000), 'end'}",  # more than one read's worth
+    "redis.setresp(3); return redis.call('HGETALL', KEYS[2])",  # a map
+    "redis.setresp(3); return {double = 3.25}",
+    "redis.setresp(3); return {1, {double = -0.5}, false, true}",
+]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisProcess]:
+    with private_redis_server() as server:
+        yield server
+
+
+@pytest.fixture
+async def redis(server: RedisProcess) -> AsyncIterator[Redis]:
+    client = Redis.from_url(server.url)
+    await client.flushall()
+    await client.set("text", "not a number")
+    await client.hset("hash", mapping={"a": "1", "b": "two"})
+    await client.zadd("zset", {"m": 1.5, "n": 2})
+    yield client
+    await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def runner_on(url: str) -> AsyncIterator[ScriptRunner]:
+    pool = BlockingConnectionPool.from_url(url, max_connections=2, timeout=1.0)
+    runner = ScriptRunner(pool, pinned=1)
+    try:
+        yield runner
+    finally:
+        await runner.aclose()
+        await pool.aclose()
+
+
+@pytest.mark.parametrize("text", SHAPES)
+async def test_every_reply_shape_comes_back_as_redis_py_reads_it(
+    server: RedisProcess, redis: Redis, text: str
+) -> None:
+    keys = ["text", "hash", "zset"]
+    expected = await redis.eval(text, len(keys), *keys)
+    async with runner_on(server.url) as runner:
+        got = await runner.run(Script(text), keys, [])
+    assert _plain(got) == _plain(expected)
+
+
+async def test_error_replies_raise_redis_py_s_exceptions(
+    server: RedisProcess, redis: Redis
+) -> None:
+    async with runner_on(server.url) as runner:
+        with pytest.raises(ResponseError, match="not an integer"):
+            await runner.run(Script("return redis.call('INCR', KEYS[1])"), ["text"], [])
+        with pytest.raises(ResponseError, match="MYCODE went wrong") as raised:
+            await runner.run(Script("return {err = 'MYCODE went wrong'}"), [], [])
+        assert type(raised.value) is ResponseError
+        # the connection is still good after an error reply
+        assert await runner.run(Script("return 1"), [], []) == 1
+
+
+async def test_noscript_raises_no_script_error(server: RedisProcess, redis: Redis) -> None:
+    pool = BlockingConnectionPool.from_url(server.url, max_connections=1, timeout=1.0)
+    conn = await pool.get_connection()
+    try:
+        await conn.send_packed_command(Script("return 'never loaded'").pack([], []))
+        with pytest.raises(NoScriptError):
+            await read_reply(conn)
+        assert conn.is_connected  # an error reply is a whole reply: nothing left behind
+    finally:
+        await pool.release(conn)
+        await pool.aclose()
+
+
+async def test_out_of_memory_raises_out_of_memory_error(server: RedisProcess, redis: Redis) -> None:
+    await redis.config_set("maxmemory", 1)
+    try:
+        async with runner_on(server.url) as runner:
+            with pytest.raises(OutOfMemoryError):
+                await runner.run(Script("return redis.call('SET', KEYS[1], 'v')"), ["k"], [])
+    finally:
+        await redis.config_set("maxmemory", 0)
+
+
+async def test_a_busy_server_s_error_is_raised_and_the_connection_serves_the_next_call(
+    server: RedisProcess, redis: Redis
+) -> None:
+    await redis.config_set("busy-reply-threshold", 50)
+    spin = "while true do redis.call('TIME') end"  # read-only: SCRIPT KILL ends it
+    killer = Redis.from_url(server.url)
+    try:
+        async with runner_on(server.url) as runner:
+            busy = asyncio.ensure_future(redis.eval(spin, 0))
+            await asyncio.sleep(0.1)  # the spin has started
+            with pytest.raises(ResponseError, match=r"^BUSY"):
+                await runner.run(Script("return 2"), [], [])
+            await killer.script_kill()
+            with pytest.raises(ResponseError):
+                await busy
+            assert await runner.run(Script("return 2"), [], []) == 2
+    finally:
+        await killer.aclose()
+        await redis.config_set("busy-reply-threshold", 5000)
+
+
+async def test_a_reply_split_across_reads_is_read_whole(server: RedisProcess, redis: Redis) -> None:
+    # a proxy that hands the server's bytes on one at a time, each its own write
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while byte := await reader.read(1):
+            writer.write(byte)
+            await writer.drain()
+            await asyncio.sleep(0)
+        writer.close()
+
+    async def relay(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection("127.0.0.1", server.port)
+        await asyncio.gather(pipe(client_r, server_w), pipe(server_r, client_w))
+
+    proxy = await asyncio.start_server(relay, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    text = "return {1, 'two', {3, {'four'}}, redis.call('HGETALL', KEYS[1]), false}"
+    try:
+        async with runner_on(f"redis://127.0.0.1:{port}") as runner:
+            got = await runner.run(Script(text), ["hash"], [])
+    finally:
+        proxy.close()
+    assert got == [1, b"two", [3, [b"four"]], [b"a", b"1", b"b", b"two"], None]
+
+
+def test_a_reply_s_every_beginning_is_incomplete_and_the_whole_is_parsed() -> None:
+    reply = b"*3\r\n:1\r\n%1\r\n+k\r\n$5\r\na\r\nbc\r\n*2\r\n_\r\n,2.5\r\n"
+    for end in range(len(reply)):
+        assert parse(reply[:end]) is None
+    assert parse(reply) == ([1, {b"k": b"a\r\nbc"}, [None, 2.5]], len(reply))
+    assert parse(reply + b":9\r\n") == ([1, {b"k": b"a\r\nbc"}, [None, 2.5]], len(reply))
+
+
+def test_a_push_message_ahead_of_the_reply_is_skipped_and_garbage_refused() -> None:
+    pushed = b">2\r\n+invalidate\r\n*1\r\n$1\r\nk\r\n:5\r\n"
+    assert parse(pushed) == (5, len(pushed))
+    with pytest.raises(InvalidResponse):
+        parse(b"?what\r\n")
+
+
+def test_an_error_of_redis_py_s_connection_kind_is_raised_at_once() -> None:
+    with pytest.raises(ConnectionError):
+        parse(b"-ERR max number of clients reached\r\n")
+
+
+def _plain(value: object) -> object:
+    """Error instances compared by type and text."""
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, Exception):
+        return (type(value), str(value))
+    return value
