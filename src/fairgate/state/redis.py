@@ -199,7 +199,7 @@ class RedisCounterStore:
         )
         if held:
             self._held[lease_id] = held
-        totals = tuple(int(v) for v in reply[1:])
+        totals = tuple(map(int, reply[1:]))
         return Verdict(lease=Lease(lease_id, tuple(charges), now), totals=totals, claim=taken)
 
     async def settle(
@@ -255,7 +255,7 @@ class RedisCounterStore:
             else:
                 args.extend(("p" if isinstance(counter, PeriodCharge) else "f", 0, 0))
         reply = await self._call(self._read, [self._key(c) for c in counters], args)
-        return tuple(int(v) for v in reply)
+        return tuple(map(int, reply))
 
     async def seed(self, counter: PeriodCharge, total: int, now: float) -> None:
         keep_ms = max(1000, math.ceil((counter.keep_until - now) * 1000))
@@ -548,6 +548,8 @@ class RedisCounterStore:
 
 
 def _escape(name: str) -> str:  # in_flight.lua has a copy: keep them in step
+    if "%" not in name and ":" not in name:  # most names: nothing to replace
+        return name
     return name.replace("%", "%25").replace(":", "%3A")
 
 
