@@ -4,8 +4,9 @@ Why not redis-py's reader: without hiredis, redis-py's Python parser reads a rep
 line at a time, each line through its own ``_readline``, the stream's ``readline``
 and ``readuntil`` and a coroutine per element (~13 Python calls a line); the way-in
 script's reply is ~18 lines, so measured on the full path
-(``benchmarks/cpu_profile.py --state redis --profile``) the reader was ~260 of the
-gateway's Python calls a request. Here one ``read`` takes what the socket has (a
+(``benchmarks/cpu_profile.py --state redis --profile``) this reader took the
+gateway's Python calls from 1,356 to 1,138 a request, and reads the way-in reply in
+~12 µs where redis-py's took ~44. Here one ``read`` takes what the socket has (a
 whole reply, almost always) and ``parse`` walks it in one loop with a stack of the
 aggregates still open: a ``find`` and an ``append`` an element. A reply split across
 reads is parsed again from its start once more bytes arrive (these replies are a few
