@@ -974,6 +974,7 @@ def _state_store(config: Config) -> MemoryCounterStore | RedisCounterStore:
             prefix=st.prefix,
             timeout=st.timeout,
             lease_ttl=st.lease_ttl,
+            wait_timeout=st.wait_timeout,
         )
     return MemoryCounterStore()
 

@@ -248,7 +248,9 @@ class State(Section):
     """Where shared counters live: ``memory`` (one process) or ``redis`` (needs ``url_file``),
     and how the limits behave around them.
 
-    ``timeout`` bounds every Redis call; ``lease_ttl`` is how long a dead gateway's
+    ``timeout`` bounds every Redis call; ``wait_timeout`` how long a call waits for one
+    of this gateway's Redis connections when a burst keeps every one busy (not counted
+    as a Redis failure); ``lease_ttl`` is how long a dead gateway's
     in-flight slots outlive it; ``fail_open`` serves requests without limits while the
     back end is down (default: refuse with 503); ``day_zone`` is the IANA zone whose
     midnight ends a requests-per-day window; ``default_completion_tokens`` is the
@@ -273,6 +275,7 @@ class State(Section):
     sentinel_password_file: SecretRef | None = None
     prefix: Name = "fairgate:"
     timeout: PositiveDuration = 0.5
+    wait_timeout: PositiveDuration = 5.0
     lease_ttl: PositiveDuration = 30.0
     fail_open: StrictBool = False
     day_zone: Name = "UTC"

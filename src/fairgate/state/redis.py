@@ -54,6 +54,7 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError, RedisError
 
 from fairgate.core.breaker import Breaker
@@ -71,6 +72,7 @@ from fairgate.limits.charges import (
 from fairgate.limits.fairshare_state import Claim, ClaimRequest, Split, UsageCharge
 from fairgate.limits.store import StateUnavailable
 from fairgate.limits.window import bucket_of
+from fairgate.state.deadline import Deadline
 from fairgate.state.scripts import Script, ScriptRunner
 from fairgate.state.target import RedisTarget, close_client
 
@@ -104,8 +106,11 @@ class RedisCounterStore:
     ``timeout`` (s, > 0) bounds every call including connecting; ``lease_ttl``
     (s, > 0) is how long an in-flight slot outlives its gateway's last refresh;
     ``breaker`` defaults to 3 failures → open for 1 s; at most ``max_connections``
-    (>= 1) connections are open at once, further calls wait for one (within
-    ``timeout``). Raises ``StateUnavailable`` on any Redis failure; never retries.
+    (>= 1) connections are open at once. Past them a script call waits its turn for
+    one, up to ``wait_timeout`` (s, > 0): a burst queued in this gateway, not a Redis
+    failure, so the wait is not counted by the breaker and is not under ``timeout``.
+    Raises ``StateUnavailable`` on any Redis failure or a wait that ran out; never
+    retries.
     """
 
     def __init__(
@@ -117,12 +122,16 @@ class RedisCounterStore:
         lease_ttl: float = 30.0,
         breaker: Breaker | None = None,
         max_connections: int = 50,
+        wait_timeout: float = 5.0,
     ) -> None:
-        if timeout <= 0 or lease_ttl <= 0 or max_connections < 1:
-            raise ValueError("timeout, lease_ttl and max_connections must be positive")
+        if timeout <= 0 or lease_ttl <= 0 or max_connections < 1 or wait_timeout <= 0:
+            raise ValueError(
+                "timeout, lease_ttl, max_connections and wait_timeout must be positive"
+            )
         self.prefix = prefix
         self.lease_ttl = lease_ttl
         self._timeout = timeout
+        self._wait_timeout = wait_timeout
         self._breaker = breaker or Breaker.fixed(threshold=3, cooldown=1.0)
         # a blocking pool: past ``max_connections`` calls wait for a free connection
         # (within ``timeout``) instead of failing at once with "Too many connections"
@@ -509,8 +518,31 @@ class RedisCounterStore:
         return f"{self.prefix}fairshare:usage:{_escape(pool)}"
 
     async def _call(self, script: Script, keys: list[str], args: list[str | int | float]) -> Any:
-        """Run one script under the timeout and the breaker."""
-        return await self._guarded(lambda: self._scripts.run(script, keys, args))
+        """Run one script under the timeout and the breaker, on a kept connection: a free
+        one, a new one while there is room, or the next one handed back (``_wait``)."""
+        scripts = self._scripts
+        if scripts.free:
+            conn = scripts.free.pop()
+        elif scripts.room():
+            conn = await self._guarded(scripts.open)
+        else:
+            conn = await self._wait()
+        try:
+            return await self._guarded(lambda: scripts.run_on(conn, script, keys, args))
+        finally:
+            scripts.give_back(conn)
+
+    async def _wait(self) -> AbstractConnection:
+        """The next kept connection handed back, within ``wait_timeout``: every one is
+        busy with this gateway's own calls, which says nothing about Redis's health."""
+        try:
+            async with asyncio.timeout(self._wait_timeout):
+                return await self._scripts.wait()
+        except TimeoutError:
+            raise StateUnavailable(
+                f"no Redis connection of this gateway came free within {self._wait_timeout:g}s"
+                " (every one busy with other requests)"
+            ) from None
 
     @property
     def client(self) -> Redis:
@@ -522,18 +554,27 @@ class RedisCounterStore:
         return await self._guarded(command)
 
     async def _guarded(self, command: Callable[[], Awaitable[Any]]) -> Any:
-        """Run one Redis command under the timeout and the breaker; the failure policy
-        of this store."""
+        """Run one Redis command under the timeout (``Deadline``: a reply the loop has read
+        by the turn after it is in time) and the breaker; the failure policy of this store."""
         if not self._breaker.allow():
             raise StateUnavailable("Redis is unavailable (breaker open after repeated failures)")
+        deadline = Deadline(self._timeout)
         try:
-            async with asyncio.timeout(self._timeout):
-                result = await command()
-        except (RedisError, OSError, TimeoutError) as exc:
+            result = await command()
+        except asyncio.CancelledError:
+            if not deadline.expired():
+                raise
+            self._breaker.failure()
+            raise StateUnavailable(
+                f"Redis call failed: TimeoutError: no answer within {self._timeout:g}s"
+            ) from None
+        except (RedisError, OSError) as exc:
             self._breaker.failure()
             if isinstance(exc, ConnectionError | OSError):
                 await self._drop_idle()
             raise StateUnavailable(f"Redis call failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            deadline.close()
         self._breaker.success()
         return result
 

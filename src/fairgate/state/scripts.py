@@ -16,12 +16,17 @@ connecting (TLS, AUTH, SELECT, the Sentinel-managed connection that asks for the
 primary), and the write. A connection whose write or read failed or was cancelled
 is disconnected (by redis-py, or by ``state.replies`` as redis-py would) and is connected
 again at its next use, through ``connect`` as the pool would (a Sentinel-managed one
-asks for the primary again). The caller bounds every call (``RedisCounterStore._guarded``).
+asks for the primary again). The caller bounds every call (``RedisCounterStore._call``):
+the wait for a kept connection apart from the Redis work, so that a burst of calls
+queued in this gateway is never taken for Redis failing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -70,55 +75,98 @@ def _bulks(words: list[str], lengths: Iterable[int]) -> str:
 
 
 class ScriptRunner:
-    """Runs ``Script``s on at most ``pinned`` connections kept out of ``pool``.
+    """Runs ``Script``s on at most ``pinned`` connections taken out of ``pool`` and kept.
 
-    Past ``pinned`` calls at once, a call borrows a connection from the pool as any
-    other command does (and gives it back), so the pool's other users (the board,
-    the response owners, the usage reads) always find the rest of it."""
+    The caller takes a connection (``free``, ``room``/``open``, ``wait``), runs on it
+    (``run``) and hands it back (``give_back``), so that it can bound each part apart:
+    opening a connection and running a script are Redis's doing, waiting for one of
+    the kept connections is this gateway's own congestion. Past ``pinned`` calls at
+    once a call waits for a kept connection to be handed back, in the order the calls
+    came; a burst queues here and never on the pool, whose other connections stay for
+    its other users (the board, the response owners, the usage reads)."""
 
     def __init__(self, pool: ConnectionPool, pinned: int) -> None:
         self._pool = pool
         self._cap = max(1, pinned)
         self._mine: set[AbstractConnection] = set()
-        self._free: list[AbstractConnection] = []
+        self._opening = 0  # connections being taken out of the pool right now
+        self.free: list[AbstractConnection] = []
+        """Kept connections not in use (pop one to use it)."""
+        self._waiters: deque[asyncio.Future[AbstractConnection]] = deque()
+
+    def room(self) -> bool:
+        """Whether one more connection may be taken out of the pool (``open``)."""
+        return len(self._mine) + self._opening < self._cap
+
+    async def open(self) -> AbstractConnection:
+        """A connection taken out of the pool (connected) and kept from now on."""
+        self._opening += 1
+        try:
+            conn: AbstractConnection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+        finally:
+            self._opening -= 1
+        self._mine.add(conn)
+        return conn
+
+    async def wait(self) -> AbstractConnection:
+        """The next kept connection handed back (calls wait in the order they came)."""
+        waiter: asyncio.Future[AbstractConnection] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.give_back(waiter.result())  # handed over as this call was cancelled
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            raise
+
+    def give_back(self, conn: AbstractConnection) -> None:
+        """A connection taken from this runner is free again: to the longest waiter."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        self.free.append(conn)
 
     async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """The script's reply (raises redis-py's errors; NOSCRIPT loads it, once)."""
-        conn = self._free.pop() if self._free else await self._take()
+        """The script's reply, on a connection taken and handed back here, with no bound
+        of its own on the wait or the call (the store bounds them apart: ``run_on``)."""
+        conn = self.free.pop() if self.free else await (self.open() if self.room() else self.wait())
         try:
-            payload = script.pack(keys, args)
-            if not conn.is_connected:
-                # connect() as the pool does: a Sentinel-managed connection asks the
-                # Sentinels for the primary there (a send would reconnect to the old one)
-                await conn.connect()  # type: ignore[no-untyped-call]  # redis-py's
-            await conn.send_packed_command(payload, check_health=False)
-            try:
-                return await read_reply(conn)
-            except NoScriptError:  # a restarted or flushed Redis: load it and run it again
-                await conn.send_packed_command(_load(script.text), check_health=False)
-                await read_reply(conn)
-                await conn.send_packed_command(payload, check_health=False)
-                return await read_reply(conn)
+            return await self.run_on(conn, script, keys, args)
         finally:
-            if conn in self._mine:
-                self._free.append(conn)
-            else:
-                await self._pool.release(conn)
+            self.give_back(conn)
 
-    async def _take(self) -> AbstractConnection:
-        conn: AbstractConnection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
-        if len(self._mine) < self._cap:
-            self._mine.add(conn)
-        return conn
+    async def run_on(
+        self, conn: AbstractConnection, script: Script, keys: Sequence[str], args: Sequence[Arg]
+    ) -> Any:
+        """The script's reply on ``conn`` (raises redis-py's errors; NOSCRIPT loads it, once)."""
+        payload = script.pack(keys, args)
+        if not conn.is_connected:
+            # connect() as the pool does: a Sentinel-managed connection asks the
+            # Sentinels for the primary there (a send would reconnect to the old one)
+            await conn.connect()  # type: ignore[no-untyped-call]  # redis-py's
+        await conn.send_packed_command(payload, check_health=False)
+        try:
+            return await read_reply(conn)
+        except NoScriptError:  # a restarted or flushed Redis: load it and run it again
+            await conn.send_packed_command(_load(script.text), check_health=False)
+            await read_reply(conn)
+            await conn.send_packed_command(payload, check_health=False)
+            return await read_reply(conn)
 
     async def disconnect_idle(self) -> None:
         """Disconnect the kept connections not in use (they reconnect when next used)."""
-        for conn in list(self._free):
+        for conn in list(self.free):
             await conn.disconnect()
 
     async def aclose(self) -> None:
-        """Give every kept connection back to the pool (before the pool closes)."""
-        free, self._free = self._free, []
+        """Give every kept connection not in use back to the pool (before it closes)."""
+        free, self.free = self.free, []
         for conn in free:
             self._mine.discard(conn)
             await self._pool.release(conn)

@@ -1,0 +1,59 @@
+"""The bound on one Redis call, which a late event loop cannot break.
+
+``asyncio.timeout`` cancels its block in the loop turn its timer falls due. Under a
+burst (hundreds of requests' work in one turn) that can be the very turn that first
+reads a reply Redis sent in time: the reply's wake-up and the timer come due together,
+the timer wins, and a call Redis answered within its bound fails and counts toward the
+breaker. ``Deadline`` lets one more turn pass when it falls due: a call whose reply has
+been read by then goes on; a call still waiting for Redis is cancelled.
+
+    deadline = Deadline(0.5)
+    try:
+        reply = await call()
+    except asyncio.CancelledError:
+        if deadline.expired():          # this bound, not another cancellation
+            raise TimeoutError from None
+        raise
+    finally:
+        deadline.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+__all__ = ["Deadline"]
+
+
+class Deadline:
+    """Cancels the current task ``seconds`` from now, one loop turn late (see above)."""
+
+    __slots__ = ("_cancelling", "_closed", "_fired", "_handle", "_task")
+
+    def __init__(self, seconds: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = task.get_loop()
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._closed = False
+        self._fired = False
+        self._handle = loop.call_later(seconds, loop.call_soon, self._fire)
+
+    def _fire(self) -> None:
+        if not self._closed:
+            self._fired = True
+            self._task.cancel()
+
+    def expired(self) -> bool:
+        """Call on ``CancelledError``: true when the cancellation is this deadline's only
+        (and it is taken back), false for any other (a client gone, a shutdown)."""
+        if not self._fired:
+            return False
+        self._fired = False
+        return self._task.uncancel() <= self._cancelling
+
+    def close(self) -> None:
+        """The call is over: the deadline no longer applies."""
+        self._closed = True
+        self._handle.cancel()
