@@ -307,6 +307,7 @@ def _configure(
         admin_listen={"tls": tls},
         limits={"max_body_bytes": 65536},
         logging={"level": "debug"},
+        health={"unhealthy_after": 1},  # /readyz says 503 for "down" after its first check
     )
 
 
