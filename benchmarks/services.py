@@ -75,6 +75,9 @@ class Service:
 
     def start(self) -> Service:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if "PYTHONPATH" in env:  # the child runs in its own directory: keep the same tree
+            paths = env["PYTHONPATH"].split(os.pathsep)
+            env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(path) for path in paths if path)
         self._proc = subprocess.Popen(
             self.argv,
             stdout=subprocess.PIPE,
