@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -19,7 +20,7 @@ from redis.exceptions import (
 )
 
 from fairgate.state.replies import parse, read_reply
-from fairgate.state.scripts import Script, ScriptRunner
+from fairgate.state.scripts import Arg, Script, ScriptRunner
 from redis_server import RedisProcess, private_redis_server
 
 pytestmark = pytest.mark.redis
@@ -62,6 +63,15 @@ async def redis(server: RedisProcess) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
+async def run(runner: ScriptRunner, script: Script, keys: list[str], args: list[Arg]) -> Any:
+    """One call as the store makes it: a kept connection taken, used, handed back."""
+    conn = runner.free.pop() if runner.free else await runner.open()
+    try:
+        return await runner.run_on(conn, script, keys, args)
+    finally:
+        runner.give_back(conn)
+
+
 @contextlib.asynccontextmanager
 async def runner_on(url: str) -> AsyncIterator[ScriptRunner]:
     pool = BlockingConnectionPool.from_url(url, max_connections=2, timeout=1.0)
@@ -80,7 +90,7 @@ async def test_every_reply_shape_comes_back_as_redis_py_reads_it(
     keys = ["text", "hash", "zset"]
     expected = await redis.eval(text, len(keys), *keys)
     async with runner_on(server.url) as runner:
-        got = await runner.run(Script(text), keys, [])
+        got = await run(runner, Script(text), keys, [])
     assert _plain(got) == _plain(expected)
 
 
@@ -89,12 +99,12 @@ async def test_error_replies_raise_redis_py_s_exceptions(
 ) -> None:
     async with runner_on(server.url) as runner:
         with pytest.raises(ResponseError, match="not an integer"):
-            await runner.run(Script("return redis.call('INCR', KEYS[1])"), ["text"], [])
+            await run(runner, Script("return redis.call('INCR', KEYS[1])"), ["text"], [])
         with pytest.raises(ResponseError, match="MYCODE went wrong") as raised:
-            await runner.run(Script("return {err = 'MYCODE went wrong'}"), [], [])
+            await run(runner, Script("return {err = 'MYCODE went wrong'}"), [], [])
         assert type(raised.value) is ResponseError
         # the connection is still good after an error reply
-        assert await runner.run(Script("return 1"), [], []) == 1
+        assert await run(runner, Script("return 1"), [], []) == 1
 
 
 async def test_noscript_raises_no_script_error(server: RedisProcess, redis: Redis) -> None:
@@ -115,7 +125,7 @@ async def test_out_of_memory_raises_out_of_memory_error(server: RedisProcess, re
     try:
         async with runner_on(server.url) as runner:
             with pytest.raises(OutOfMemoryError):
-                await runner.run(Script("return redis.call('SET', KEYS[1], 'v')"), ["k"], [])
+                await run(runner, Script("return redis.call('SET', KEYS[1], 'v')"), ["k"], [])
     finally:
         await redis.config_set("maxmemory", 0)
 
@@ -131,11 +141,11 @@ async def test_a_busy_server_s_error_is_raised_and_the_connection_serves_the_nex
             busy = asyncio.ensure_future(redis.eval(spin, 0))
             await asyncio.sleep(0.1)  # the spin has started
             with pytest.raises(ResponseError, match=r"^BUSY"):
-                await runner.run(Script("return 2"), [], [])
+                await run(runner, Script("return 2"), [], [])
             await killer.script_kill()
             with pytest.raises(ResponseError):
                 await busy
-            assert await runner.run(Script("return 2"), [], []) == 2
+            assert await run(runner, Script("return 2"), [], []) == 2
     finally:
         await killer.aclose()
         await redis.config_set("busy-reply-threshold", 5000)
@@ -159,7 +169,7 @@ async def test_a_reply_split_across_reads_is_read_whole(server: RedisProcess, re
     text = "return {1, 'two', {3, {'four'}}, redis.call('HGETALL', KEYS[1]), false}"
     try:
         async with runner_on(f"redis://127.0.0.1:{port}") as runner:
-            got = await runner.run(Script(text), ["hash"], [])
+            got = await run(runner, Script(text), ["hash"], [])
     finally:
         proxy.close()
     assert got == [1, b"two", [3, [b"four"]], [b"a", b"1", b"b", b"two"], None]

@@ -78,7 +78,7 @@ class ScriptRunner:
     """Runs ``Script``s on at most ``pinned`` connections taken out of ``pool`` and kept.
 
     The caller takes a connection (``free``, ``room``/``open``, ``wait``), runs on it
-    (``run``) and hands it back (``give_back``), so that it can bound each part apart:
+    (``run_on``) and hands it back (``give_back``), so that it can bound each part apart:
     opening a connection and running a script are Redis's doing, waiting for one of
     the kept connections is this gateway's own congestion. Past ``pinned`` calls at
     once a call waits for a kept connection to be handed back, in the order the calls
@@ -131,15 +131,6 @@ class ScriptRunner:
                 waiter.set_result(conn)
                 return
         self.free.append(conn)
-
-    async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """The script's reply, on a connection taken and handed back here, with no bound
-        of its own on the wait or the call (the store bounds them apart: ``run_on``)."""
-        conn = self.free.pop() if self.free else await (self.open() if self.room() else self.wait())
-        try:
-            return await self.run_on(conn, script, keys, args)
-        finally:
-            self.give_back(conn)
 
     async def run_on(
         self, conn: AbstractConnection, script: Script, keys: Sequence[str], args: Sequence[Arg]
