@@ -8,10 +8,15 @@ Redis is killed; two seconds later it is started again, empty, on the same port.
 - while Redis is down every answer is a 503 ``limits_unavailable`` (the default
   ``state.fail_open: false``), with no address of the back end in it;
 - once it is back the same gateway processes serve again, with no restart;
-- the budget (300 micro GPU-hours, 2 a request) still holds: its counter is
-  raised back to the recorded spend within ``state.budget_refresh`` (1 s here),
-  so the overspend is at most what was answered but not yet recorded then; the
-  test prints it and bounds it by 10 requests' cost (20 micro);
+- the budget (300 micro GPU-hours, 2 a request) still holds: the first request
+  with a budget on the emptied Redis finds the mark of restored spend gone and
+  waits for its gateway to put the recorded spend back (``Limiter.guard_budgets``),
+  not for the next ``state.budget_refresh``. What can still be lost is what was
+  answered but not yet recorded at that moment: at most the requests in flight
+  when Redis went down, one per client (their reservations died with it). The
+  test prints the overspend and bounds it by that (8 micro). Before the guard,
+  the gateways admitted on the empty counters until their next refresh: 8 to 30
+  micro over in runs of this test, depending on where the refresh fell;
 - every 200 reached the engine once and has one usage record at its cost.
 """
 
@@ -117,4 +122,4 @@ def test_redis_restarted_under_load(tmp_path: Path, pg_database: str) -> None:
     spent = len(served) * COST
     overspend = max(0, spent - BUDGET)
     print(f"\nserved {len(served)} ({spent} micro of a {BUDGET} budget): overspend {overspend}")
-    assert overspend <= 10 * COST
+    assert overspend <= CLIENTS * COST

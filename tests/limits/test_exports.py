@@ -21,6 +21,7 @@ def test_limits_exports() -> None:
             "Demand",
             "FairShareState",
             "InFlightCharge",
+            "MarkCharge",
             "Increase",
             "Lease",
             "LeaseRefresher",

@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from fairgate.limits import CounterStore, InFlightCharge, PeriodCharge, WindowCharge
+from fairgate.limits import CounterStore, InFlightCharge, MarkCharge, PeriodCharge, WindowCharge
 
 T0 = 1_700_000_040.0  # a multiple of 60: windows and granules start here
 
@@ -109,6 +109,26 @@ async def test_in_flight_slot_is_held_until_settled(store: CounterStore) -> None
     await store.settle(a.lease, {}, T0 + 1)
     assert await store.read([slot], T0 + 1) == (1,)
     assert (await store.acquire([slot], T0 + 1)).admitted
+
+
+async def test_a_mark_refuses_until_it_is_left_and_charges_nothing(store: CounterStore) -> None:
+    charges = [rpm(100), day("budget:b", 10, 100, overdraft=True), MarkCharge("restored")]
+    refused = await store.acquire(charges, T0)
+    assert refused.refused == 2 and refused.lease is None
+    assert await store.read(charges[:2], T0) == (0, 0)  # nothing charged
+    await store.seed(day("restored", 0, 1), 1, T0)
+    admitted = await store.acquire(charges, T0)
+    assert admitted.lease is not None and admitted.totals == (1, 10, 1)
+    await store.settle(admitted.lease, {"budget:b": 4}, T0 + 1)
+    assert await store.read(charges[:2], T0 + 1) == (1, 4)
+    assert (await store.acquire(charges, T0 + 1)).admitted  # settling left the mark
+
+
+async def test_a_mark_is_gone_once_its_counter_expires(store: CounterStore) -> None:
+    await store.seed(PeriodCharge("restored", 0, 1, T0 + 1, T0 + 1), 1, T0)  # kept 1 s
+    assert (await store.acquire([MarkCharge("restored")], T0)).admitted
+    await asyncio.sleep(1.1)  # Redis expires it by its own clock
+    assert (await store.acquire([MarkCharge("restored")], T0 + 1.1)).refused == 0
 
 
 async def test_all_or_nothing_across_counters(store: CounterStore) -> None:

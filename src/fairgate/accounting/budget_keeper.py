@@ -1,7 +1,9 @@
 """The budget book the request path reads, kept current: loaded at start-up, refreshed
 every ``state.budget_refresh``, with each budget's counter raised to its recorded spend
 whenever the state back end has not seen it (start-up, a new budget, a Redis that lost
-its data); and the soft-limit alert a reservation's crossing raises.
+its data); and the soft-limit alert a reservation's crossing raises. A request that
+finds the back end lost its data does not wait for the next refresh: the limiter runs
+the restore at once (``Limiter.guard_budgets``).
 
     keeper = BudgetKeeper(read=tenancy.budgets.book, limiter=..., store=..., clock=...)
     await keeper.start()          # serve anyway if the state back end is down
@@ -47,6 +49,8 @@ class BudgetKeeper:
         self._alerter = alerter
         self._calendar = Calendar()  # budgets run in UTC periods
         self.book = BudgetBook()
+        # a request that finds the restored spend gone waits for this to put it back
+        limiter.guard_budgets(self._restore_now)
 
     def current(self) -> BudgetBook:
         return self.book
@@ -83,10 +87,21 @@ class BudgetKeeper:
         known = set() if everything else {b.counter_prefix for b in self.book.all()}
         fresh = [b for b in book.all() if b.counter_prefix not in known]
         raised = await restore_spend(self._store, self._limiter, fresh, now)
-        await self._limiter.mark_restored(now)
+        if everything:
+            # only after restoring every budget: marking after a partial restore could
+            # cover counters the back end lost since the check above
+            await self._limiter.mark_restored(now)
         if raised:
             log.info("budgets: spend restored from the store for %d budget(s)", raised)
         self.book = book
+
+    async def _restore_now(self, now: float) -> None:
+        """What the limiter runs when a request found the restored spend gone; raises
+        ``StateUnavailable`` when the store or the back end cannot answer."""
+        try:
+            await self.load()
+        except StoreUnavailable as exc:
+            raise StateUnavailable(f"the recorded spend could not be read: {exc}") from exc
 
     async def run(self, interval: float) -> None:
         """Reload every ``interval`` seconds until cancelled; a failed reload keeps the

@@ -22,6 +22,7 @@ __all__ = [
     "InFlightCharge",
     "Layout",
     "Lease",
+    "MarkCharge",
     "PeriodCharge",
     "Verdict",
     "WindowCharge",
@@ -76,7 +77,20 @@ class InFlightCharge:
     limit: int
 
 
-Charge = WindowCharge | PeriodCharge | InFlightCharge
+@dataclass(frozen=True, slots=True)
+class MarkCharge:
+    """Admitted only while the counter ``key`` exists: a mark an earlier step left
+    (``CounterStore.seed``). Charges nothing and settles nothing.
+
+    The budgets' guard: a back end that lost its data (a Redis restarted without
+    persistence) lost the mark with the budget counters, and a request is not
+    admitted on those empty counters before the recorded spend is put back.
+    """
+
+    key: str
+
+
+Charge = WindowCharge | PeriodCharge | InFlightCharge | MarkCharge
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +98,7 @@ class Layout:
     """Where each kind of charge sits in one acquisition's sequence, worked out once.
 
     ``windows`` holds, per window shape (length, granules), the positions of the window
-    charges cut so; ``periods`` and ``in_flight`` the positions of the others. A store
+    charges cut so; ``periods``, ``in_flight`` and ``marks`` the positions of the others. A store
     then walks typed lists instead of asking each charge its kind, and computes a
     window's current bucket once per shape. The charges' keys are distinct (checked when
     the layout is made).
@@ -93,6 +107,7 @@ class Layout:
     windows: tuple[tuple[float, int, tuple[int, ...]], ...]
     periods: tuple[int, ...]
     in_flight: tuple[int, ...]
+    marks: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, charges: Sequence[Charge]) -> Layout:
@@ -101,15 +116,18 @@ class Layout:
         shapes: dict[tuple[float, int], list[int]] = {}
         periods: list[int] = []
         in_flight: list[int] = []
+        marks: list[int] = []
         for index, charge in enumerate(charges):
             if isinstance(charge, WindowCharge):
                 shapes.setdefault((charge.window, charge.granules), []).append(index)
             elif isinstance(charge, PeriodCharge):
                 periods.append(index)
-            else:
+            elif isinstance(charge, InFlightCharge):
                 in_flight.append(index)
+            else:
+                marks.append(index)
         windows = tuple((length, granules, tuple(at)) for (length, granules), at in shapes.items())
-        return cls(windows, tuple(periods), tuple(in_flight))
+        return cls(windows, tuple(periods), tuple(in_flight), tuple(marks))
 
 
 class Charges(tuple[Charge, ...]):

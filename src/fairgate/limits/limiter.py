@@ -12,12 +12,23 @@ decides: fail closed (default) answers 503 ``ServiceUnavailable`` naming the lim
 service; fail open serves the request uncounted. Either way ``on_unavailable``
 is called with what happened (``"refused"``, ``"served_without_limits"``,
 ``"settle_lost"``), so a metric can count it, and the log says so once per outage.
+
+Budgets are guarded against a back end that lost its data (a Redis restarted
+without persistence: every budget counter back at zero). Whoever restores the
+recorded spend (``fairgate.accounting.budget_keeper``) leaves a mark beside the
+counters (``mark_restored``) and hands the limiter its restore
+(``guard_budgets``). From then on a request with a budget is admitted only while
+the mark is there, checked in the same atomic step as its charges; without it the
+request waits for one restore (shared by every request that found the mark gone)
+and is tried once more. Without the guard, requests would be admitted on the
+empty counters until the next periodic refresh.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, tzinfo
 from typing import Literal
 
@@ -76,9 +87,20 @@ class Limiter:
     ) -> None:
         self._store = store
         self._fail_open = fail_open
+        self._day_zone = day_zone
+        self._grace = grace
         self._planner = Planner(Calendar(day_zone), grace)
         self._on_unavailable = on_unavailable
         self._outage = False
+        self._restore: Callable[[float], Awaitable[None]] | None = None
+        self._restoring: asyncio.Future[None] | None = None
+
+    def guard_budgets(self, restore: Callable[[float], Awaitable[None]]) -> None:
+        """Admit a request with a budget only while the back end holds the mark of
+        restored spend; ``restore(now)`` puts the spend and the mark back, raising
+        ``StateUnavailable`` when it cannot. Call before the first request."""
+        self._restore = restore
+        self._planner = Planner(Calendar(self._day_zone), self._grace, mark=_RESTORED_MARK.key)
 
     @property
     def available(self) -> bool:
@@ -100,6 +122,12 @@ class Limiter:
             return Admission(lease=None)
         try:
             verdict = await self._store.acquire(plan.charges, now, claim=claim)
+            if verdict.refused is not None and verdict.refused == plan.mark:
+                # the back end lost the restored spend: put it back, then try once more
+                await self._restored(now)
+                verdict = await self._store.acquire(plan.charges, now, claim=claim)
+                if verdict.refused is not None and verdict.refused == plan.mark:
+                    raise StateUnavailable("the budgets' spend is not restored in the back end")
         except StateUnavailable as exc:
             self._note_outage(exc)
             if not plan.charges:  # no limit to enforce: only the claim is lost
@@ -118,6 +146,17 @@ class Limiter:
         admission = _admission(plan, verdict.lease, verdict.totals, demand)
         admission.claim = verdict.claim
         return admission
+
+    async def _restored(self, now: float) -> None:
+        """Run the restore ``guard_budgets`` was given, once for every request that is
+        waiting on it; a cancelled caller leaves it running for the others."""
+        restore = self._restore
+        assert restore is not None  # only a guarded plan has a mark
+        task = self._restoring
+        if task is None or task.done():
+            log.warning("limits: the back end lost the budgets' restored spend; restoring it")
+            task = self._restoring = asyncio.ensure_future(restore(now))
+        await asyncio.shield(task)
 
     async def settle(
         self,

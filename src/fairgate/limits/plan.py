@@ -3,7 +3,8 @@
 Order of the charges (the first that does not fit is the one named): the key's
 requests per minute, tokens per minute, requests per day, in-flight, then the
 same four of its team (all its keys together), then every budget from the widest
-scope. Counter keys (before the back end's prefix):
+scope, then (a plan with a budget) the mark of restored spend. Counter keys (before
+the back end's prefix):
 
     rpm:<key>                          window, 60 s, weight 1
     tpm:<key>                          window, 60 s, weight = estimated tokens
@@ -11,6 +12,7 @@ scope. Counter keys (before the back end's prefix):
     inflight:<key>                     in-flight slots
     team-rpm:<team> … team-inflight:<team>   the same, for the team's totals
     budget:<kind>:<scope>:<model|*>:<period>:<label>   period, UTC, micro-units
+    restored-spend                     mark: present while the budgets' spend is restored
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from fairgate.limits.charges import (
     Charges,
     InFlightCharge,
     Layout,
+    MarkCharge,
     PeriodCharge,
     WindowCharge,
 )
@@ -40,6 +43,7 @@ __all__ = ["Plan", "Planner", "in_flight_refusal"]
 _ADJECTIVE = {"day": "daily", "week": "weekly", "month": "monthly"}
 
 Refusal = Callable[[float | None], RateLimited]
+_Counter = WindowCharge | PeriodCharge | InFlightCharge  # the charges that count something
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,9 @@ class Plan:
     budgets: tuple[tuple[Budget, int], ...]  # (budget, index of its charge)
     budget_keys: tuple[str, ...]  # the counter key of each of ``budgets``, in their order
     budget_models: tuple[str | None, ...]  # the model of each of ``budgets`` (None: all)
+    # the index of the charge that checks the back end still holds the restored budget
+    # spend (``MarkCharge``), or -1: no budget, or no mark asked for
+    mark: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +82,7 @@ class _Shape:
     start: float  # it holds for start <= now < end: within every period it has a counter of
     end: float
     cacheable: bool  # False when a budget's cap moves with time (temporary increases)
+    mark: int
 
 
 class Planner:
@@ -86,12 +94,23 @@ class Planner:
     per (key, team, limits, budgets) and kept until one of its periods rolls over;
     a request then only fills in its own amounts (its token estimate and its cost).
     Budgets with temporary increases are planned afresh each time (their cap moves
-    when an increase expires)."""
+    when an increase expires).
 
-    def __init__(self, day_calendar: Calendar, grace: float, *, cache_size: int = 4096) -> None:
+    With ``mark`` (a counter key), a plan with a budget ends with a ``MarkCharge`` on
+    it: the request is not admitted on a back end that lost the restored spend."""
+
+    def __init__(
+        self,
+        day_calendar: Calendar,
+        grace: float,
+        *,
+        cache_size: int = 4096,
+        mark: str | None = None,
+    ) -> None:
         self._days = day_calendar
         self._utc = Calendar(UTC)
         self._grace = grace
+        self._mark = mark
         self._shapes: dict[object, _Shape] = {}
         self._cache_size = cache_size
 
@@ -133,6 +152,7 @@ class Planner:
             shape.budgets,
             shape.budget_keys,
             shape.budget_models,
+            shape.mark,
         )
 
     def _shape(self, demand: Demand, now: float) -> _Shape:
@@ -140,7 +160,7 @@ class Planner:
         where they go."""
         subject, limits, team_limits = demand.subject, demand.limits, demand.team_limits
         zero = Demand(subject, limits, demand.model, 0, Money(0), demand.budgets, team_limits)
-        charges: list[Charge] = []
+        charges: list[_Counter] = []
         refusals: list[Refusal] = []
         rates: dict[str, int] = {}
         # the key id is used verbatim: it is the only free segment of a rate key
@@ -167,9 +187,15 @@ class Planner:
         spans = [self._utc.span(b.period, now) for b, _ in budgets]
         if any(kind.endswith("rpd") for kind in rates):
             spans.append(self._days.span("day", now))
+        planned: list[Charge] = list(charges)
+        mark = -1
+        if budgets and self._mark is not None:
+            mark = len(planned)
+            planned.append(MarkCharge(self._mark))
+            refusals.append(_unrestored)
         return _Shape(
-            charges=tuple(charges),
-            layout=Layout.of(charges),
+            charges=tuple(planned),
+            layout=Layout.of(planned),
             refusals=tuple(refusals),
             tpm_keys=tpm_keys,
             rates=rates,
@@ -185,6 +211,7 @@ class Planner:
             start=max((span.start for span in spans), default=-math.inf),
             end=min((span.end for span in spans), default=math.inf),
             cacheable=not any(b.increases for b in demand.budgets),
+            mark=mark,
         )
 
     def _rates(
@@ -194,7 +221,7 @@ class Planner:
         name: str,
         limits: Limits,
         now: float,
-        charges: list[Charge],
+        charges: list[_Counter],
         rates: dict[str, int],
     ) -> str | None:
         """Append the charges of ``limits`` for ``name`` (a key, or with ``kind``
@@ -225,7 +252,7 @@ class Planner:
         return self._period(budget.counter_key(span.label), 0, limit, span, True), span
 
     def _budget_charges(
-        self, demand: Demand, now: float, charges: list[Charge], refusals: list[Refusal]
+        self, demand: Demand, now: float, charges: list[_Counter], refusals: list[Refusal]
     ) -> tuple[tuple[Budget, int], ...]:
         placed: list[tuple[Budget, int]] = []
         index_of: dict[str, int] = {}
@@ -258,6 +285,11 @@ class Planner:
 
 
 # Messages are formatted only when a request is refused, never on the way through.
+
+
+def _unrestored(_retry: float | None) -> RateLimited:
+    # the limiter restores the spend instead of calling this (``Limiter.admit``)
+    raise AssertionError("a missing spend mark is not a refusal to answer")
 
 
 _CODES = {"rpm": "rpm", "tpm": "tpm", "rpd": "rpd", "inflight": "in_flight"}

@@ -33,6 +33,7 @@ from fairgate.limits.charges import (
     InFlightCharge,
     Layout,
     Lease,
+    MarkCharge,
     PeriodCharge,
     Verdict,
     WindowCharge,
@@ -133,10 +134,14 @@ class MemoryCounterStore:
         for i in layout.in_flight:
             held = in_flight.get(charges[i].key)
             usage = 0 if held is None else len(held)
-            if usage >= charges[i].limit:
+            if usage >= charges[i].limit:  # type: ignore[union-attr]  # as laid out
                 return self._refusal(charges, now)
             found[i] = held
             used[i] = usage
+        for i in layout.marks:
+            if self._period(charges[i].key, now) is None:
+                return self._refusal(charges, now)
+            used[i] = 1
         lease = Lease(f"m{next(self._ids)}", charges, now)
         for (_, _, positions), current in zip(layout.windows, buckets, strict=True):
             for i in positions:
@@ -168,6 +173,8 @@ class MemoryCounterStore:
                 fits = usage + charge.amount <= charge.limit
             elif isinstance(charge, InFlightCharge):
                 fits = usage < charge.limit
+            elif isinstance(charge, MarkCharge):
+                fits = self._period(charge.key, now) is not None
             else:
                 fits = (
                     usage < charge.limit
@@ -470,6 +477,8 @@ class MemoryCounterStore:
             return window.retry_after(charge.amount, charge.limit, now)
         if isinstance(charge, InFlightCharge):
             return IN_FLIGHT_RETRY_AFTER
+        if isinstance(charge, MarkCharge):
+            return 0.0  # it is there once the step that leaves it has run
         return max(0.0, charge.resets_at - now)
 
     def _usage(self, counter: Charge, now: float) -> int:

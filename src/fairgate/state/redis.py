@@ -262,7 +262,7 @@ class RedisCounterStore:
             if isinstance(counter, WindowCharge):
                 args.extend(("w", repr(counter.window), counter.granules))
             else:
-                args.extend(("p" if isinstance(counter, PeriodCharge) else "f", 0, 0))
+                args.extend(("f" if isinstance(counter, InFlightCharge) else "p", 0, 0))
         reply = await self._call(self._read, [self._key(c) for c in counters], args)
         return tuple(map(int, reply))
 
@@ -610,8 +610,10 @@ def _acquire_fields(charges: Sequence[Charge], args: list[str | int | float]) ->
             args += ("w", c.amount, c.limit, c.window, c.granules, 0)
         elif type(c) is PeriodCharge:
             args += ("p", c.amount, c.limit, c.resets_at, c.keep_until, "1" if c.overdraft else "0")
-        else:
+        elif type(c) is InFlightCharge:
             args += ("f", 1, c.limit, 0, 0, 0)
+        else:
+            args += ("m", 0, 0, 0, 0, 0)
 
 
 def _settle_fields(
@@ -636,5 +638,7 @@ def _settle_fields(
             args += ("w", charged, refund, current, excess, expiry)
         elif type(c) is PeriodCharge:
             args += ("p", actual[c.key] - c.amount if c.key in actual else 0, 0, 0, 0, 0)
-        else:
+        elif type(c) is InFlightCharge:
             args += ("f", 0, 0, 0, 0, 0)
+        else:
+            args += ("m", 0, 0, 0, 0, 0)

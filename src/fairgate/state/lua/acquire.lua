@@ -4,6 +4,7 @@
 --   'w' sliding window:  a = length (s), b = granules
 --   'p' period counter:  a = resets_at (s), b = keep_until (s), c = '1' for overdraft
 --   'f' in-flight slots
+--   'm' a mark: refused while the key does not exist; charges nothing
 -- Returns {0, total_1, ..., total_n} when charged, {i, retry_after_ms} when counter i refused.
 -- Mirrors fairgate.limits.window and fairgate.state.memory; keep them in step.
 local now = tonumber(ARGV[1])
@@ -65,11 +66,13 @@ for i = 1, n do
     if not fits then
       return {i, math.ceil(math.max(0, tonumber(arg(i, 4)) - now) * 1000)}
     end
-  else
+  elseif kind == 'f' then
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', ARGV[1])
     if redis.call('ZCARD', KEYS[i]) + 1 > limit then
       return {i, -1}
     end
+  elseif redis.call('EXISTS', KEYS[i]) == 0 then
+    return {i, 0}
   end
 end
 
@@ -97,10 +100,12 @@ for i = 1, n do
       redis.call('PEXPIRE', key, keep)
     end
     totals[i + 1] = total
-  else
+  elseif kind == 'f' then
     redis.call('ZADD', key, now + ttl, lease)
     redis.call('PEXPIRE', key, math.ceil(2 * ttl * 1000))
     totals[i + 1] = redis.call('ZCARD', key)
+  else
+    totals[i + 1] = 1
   end
 end
 return totals

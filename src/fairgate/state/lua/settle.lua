@@ -3,7 +3,7 @@
 --   'w' window:    a = bucket charged, b = refund (>= 0), c = bucket now, d = excess (>= 0),
 --                  e = the window's expiry (ms from now)
 --   'p' period:    a = signed delta (only if the counter still exists: never recreate it)
---   'f' in-flight: nothing
+--   'f' in-flight, 'm' mark: nothing
 local lease = ARGV[1]
 
 local function arg(i, j)
@@ -29,7 +29,7 @@ for i = 1, #KEYS do
         redis.call('SET', key, '0', 'KEEPTTL')
       end
     end
-  else
+  elseif kind == 'f' then
     redis.call('ZREM', key, lease)
   end
 end
