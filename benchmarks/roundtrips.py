@@ -13,7 +13,9 @@ process too (``RecordingUpstream``), so the relay's and the upstreams' clocks ar
 - **In or out:** requests go one at a time. A burst between sending request *i* and the
   moment its upstream received it is on the way *in*; one after that and before request
   *i + 1* is sent is on the way *out* (settle may run after the client has its answer,
-  so a short pause follows every request).
+  so a short pause follows every request). Every moment is ``time.monotonic()``: the
+  relay stamps a burst before it forwards it, so a way-in burst is always before the
+  arrival it leads to.
 - **Background:** the same relay counts an idle stretch before the requests (lease
   refreshes, the change feed, cached reads on a timer); its rate times each window's
   length is subtracted from that window's count, and printed.
@@ -59,7 +61,10 @@ class CountingRelay:
         self._host = host
         self._server: asyncio.Server | None = None
         self.port = 0
-        self.bursts: list[float] = []  # loop time of each burst's first byte
+        # time.monotonic() of each burst's first byte: not the loop's time, which uvloop
+        # keeps to the millisecond, so that a burst and the upstream arrival it causes
+        # within one millisecond tie and the burst was counted on the way out
+        self.bursts: list[float] = []
         self.connections = 0
 
     async def start(self) -> CountingRelay:
@@ -82,13 +87,12 @@ class CountingRelay:
             return
         # True while the last bytes on this connection went client→server
         state = {"sending": False}
-        loop = asyncio.get_running_loop()
 
         async def client_to_server() -> None:
             while data := await reader.read(65536):
                 if not state["sending"]:
                     state["sending"] = True
-                    self.bursts.append(loop.time())
+                    self.bursts.append(time.monotonic())
                 up_writer.write(data)
                 await up_writer.drain()
 
@@ -117,7 +121,7 @@ class _Recording(InstantUpstream):
 
     def on_message_complete(self) -> None:
         if self._parser.get_method() == b"POST":
-            self.arrivals.append(asyncio.get_running_loop().time())
+            self.arrivals.append(time.monotonic())
         super().on_message_complete()
 
 
@@ -258,13 +262,12 @@ async def count_round_trips(
 ) -> RoundTrips:
     """Warm up, count an idle stretch, then ``requests`` one at a time; every answer must
     be a 200 (a ``RuntimeError`` names the first that is not)."""
-    loop = asyncio.get_running_loop()
     conn = await connect(endpoint.host, endpoint.port)
     raw = request_bytes("POST", f"{endpoint.host}:{endpoint.port}", endpoint.path, body,
                         endpoint.headers())  # fmt: skip
 
     async def one() -> float:
-        sent = loop.time()
+        sent = time.monotonic()
         resp = await conn.fetch(raw)
         if resp.status != 200:
             raise RuntimeError(f"round-trip phase: {resp.status} {resp.body[:300]!r}")
@@ -276,18 +279,18 @@ async def count_round_trips(
             await one()
         await asyncio.sleep(0.2)
         # the idle stretch: what the gateway sends Redis with no request
-        idle_start, first = loop.time(), len(relay.bursts)
+        idle_start, first = time.monotonic(), len(relay.bursts)
         stats0 = commandstats(client)
         await asyncio.sleep(idle)
         stats1 = commandstats(client)
-        idle_seconds = loop.time() - idle_start
+        idle_seconds = time.monotonic() - idle_start
         idle_bursts = len(relay.bursts) - first
         # the requests
         arrivals.clear()
         start_burst = len(relay.bursts)
         started = time.monotonic()
         sends = [await one() for _ in range(requests)]
-        ended = loop.time()
+        ended = time.monotonic()
         stats2 = commandstats(client)
         seconds = time.monotonic() - started
     finally:

@@ -109,12 +109,14 @@ def test_full_path_on_both_back_ends_counts_redis_round_trips_per_request() -> N
     counted = run["redis"]
     assert counted["gateway"] == "gateway full/redis" and counted["requests"] == 10
     # Limits, budgets and the fair-share claim live in Redis: every request reaches it on
-    # the way in (before its upstream saw it) and on the way out (settle). The relay and
-    # the upstream share one event loop, so a burst sent as the upstream receives the
-    # request may be read on either side of it: the split is counted, the sum is exact.
+    # the way in (before its upstream saw it) and on the way out (settle). The relay reads
+    # the way-in script before it forwards it, so its stamp is before the upstream's (on
+    # the loop's millisecond clock they tied, and a way in was counted out); a background
+    # burst (about one a second) may fall in a window too
     assert counted["raw_in"] + counted["raw_out"] >= 20
-    assert counted["in_per_request"] > 0 and counted["out_per_request"] > 0
     assert sum(counted["in_histogram"].values()) == 10
+    assert counted["in_histogram"].get("1", 0) >= 9, counted["in_histogram"]
+    assert counted["out_per_request"] > 0
     assert counted["commands_per_request"]  # INFO commandstats moved
     assert run["redis_commands_under_load"]
     targets = document["targets"]["gateway full/redis"]
