@@ -98,9 +98,9 @@ class Layout:
     """Where each kind of charge sits in one acquisition's sequence, worked out once.
 
     ``windows`` holds, per window shape (length, granules), the positions of the window
-    charges cut so; ``periods``, ``in_flight`` and ``marks`` the positions of the others. A store
-    then walks typed lists instead of asking each charge its kind, and computes a
-    window's current bucket once per shape. The charges' keys are distinct (checked when
+    charges cut so; ``periods``, ``in_flight`` and ``marks`` the positions of the others.
+    A store then walks typed lists instead of asking each charge its kind, and computes
+    a window's current bucket once per shape. The charges' keys are distinct (checked when
     the layout is made).
     """
 
