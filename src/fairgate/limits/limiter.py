@@ -87,8 +87,6 @@ class Limiter:
     ) -> None:
         self._store = store
         self._fail_open = fail_open
-        self._day_zone = day_zone
-        self._grace = grace
         self._planner = Planner(Calendar(day_zone), grace)
         self._on_unavailable = on_unavailable
         self._outage = False
@@ -100,7 +98,7 @@ class Limiter:
         restored spend; ``restore(now)`` puts the spend and the mark back, raising
         ``StateUnavailable`` when it cannot. Call before the first request."""
         self._restore = restore
-        self._planner = Planner(Calendar(self._day_zone), self._grace, mark=_RESTORED_MARK.key)
+        self._planner.require_mark(_RESTORED_MARK.key)
 
     @property
     def available(self) -> bool:
@@ -122,11 +120,11 @@ class Limiter:
             return Admission(lease=None)
         try:
             verdict = await self._store.acquire(plan.charges, now, claim=claim)
-            if verdict.refused is not None and verdict.refused == plan.mark:
+            if verdict.refused == plan.mark:
                 # the back end lost the restored spend: put it back, then try once more
                 await self._restored(now)
                 verdict = await self._store.acquire(plan.charges, now, claim=claim)
-                if verdict.refused is not None and verdict.refused == plan.mark:
+                if verdict.refused == plan.mark:
                     raise StateUnavailable("the budgets' spend is not restored in the back end")
         except StateUnavailable as exc:
             self._note_outage(exc)

@@ -59,7 +59,7 @@ class Plan:
     budget_keys: tuple[str, ...]  # the counter key of each of ``budgets``, in their order
     budget_models: tuple[str | None, ...]  # the model of each of ``budgets`` (None: all)
     # the index of the charge that checks the back end still holds the restored budget
-    # spend (``MarkCharge``), or -1: no budget, or no mark asked for
+    # spend (``MarkCharge``), or -1 (never a refused index): no budget, or no mark asked for
     mark: int = -1
 
 
@@ -96,23 +96,21 @@ class Planner:
     Budgets with temporary increases are planned afresh each time (their cap moves
     when an increase expires).
 
-    With ``mark`` (a counter key), a plan with a budget ends with a ``MarkCharge`` on
-    it: the request is not admitted on a back end that lost the restored spend."""
+    After ``require_mark(key)``, a plan with a budget ends with a ``MarkCharge`` on
+    ``key``: the request is not admitted on a back end that lost the restored spend."""
 
-    def __init__(
-        self,
-        day_calendar: Calendar,
-        grace: float,
-        *,
-        cache_size: int = 4096,
-        mark: str | None = None,
-    ) -> None:
+    def __init__(self, day_calendar: Calendar, grace: float, *, cache_size: int = 4096) -> None:
         self._days = day_calendar
         self._utc = Calendar(UTC)
         self._grace = grace
-        self._mark = mark
+        self._mark: str | None = None
         self._shapes: dict[object, _Shape] = {}
         self._cache_size = cache_size
+
+    def require_mark(self, key: str) -> None:
+        """End every plan with a budget with a ``MarkCharge`` on ``key`` from now on."""
+        self._mark = key
+        self._shapes.clear()  # the plans kept so far have no mark
 
     def plan(self, demand: Demand, now: float) -> Plan:
         subject = demand.subject
