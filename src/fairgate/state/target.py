@@ -105,7 +105,7 @@ class RedisTarget:
         }
         if self.sentinel_password is not None:
             asked["password"] = self.sentinel_password
-        return Sentinel(list(self.sentinels), sentinel_kwargs=asked)  # type: ignore[no-untyped-call]
+        return Sentinel(list(self.sentinels), sentinel_kwargs=asked)  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8.2
 
     def _primary(self) -> dict[str, Any]:
         """The URL's connection options for the primary, without its address."""
