@@ -65,3 +65,32 @@ def test_clear_forgets_everything() -> None:
 def test_a_memo_holds_at_least_one_value() -> None:
     with pytest.raises(ValueError):
         BoundedMemo[str, int](0)
+
+
+def test_a_memo_with_work_works_a_missing_value_out_once_and_stays_bounded() -> None:
+    worked: list[str] = []
+
+    def work(key: str) -> int:
+        worked.append(key)
+        return len(key)
+
+    memo = BoundedMemo[str, int](3, work=work)
+    assert list(map(memo.value, ["a", "bb", "a", "bb"])) == [1, 2, 1, 2]
+    assert worked == ["a", "bb"]  # each worked out once, then read back
+    for key in ("ccc", "dddd", "eeeee"):
+        memo.value(key)
+        assert len(memo) <= 3
+    assert memo.get("a") is None  # emptied when full, worked out again when asked
+    assert memo.value("a") == 1 and worked[-1] == "a"
+
+
+def test_a_memo_with_work_holds_only_the_keys_it_keeps() -> None:
+    memo = BoundedMemo[str, int](8, keeps=lambda key: len(key) < 3, work=len)
+    assert memo.value("long") == 4
+    assert (memo.get("long"), len(memo)) == (None, 0)
+
+
+def test_a_memo_without_work_has_no_value_for_a_key_not_held() -> None:
+    memo = BoundedMemo[str, int](2)
+    with pytest.raises(KeyError):
+        memo.value("a")

@@ -338,3 +338,40 @@ async def test_a_request_costs_one_command_in_and_one_out(private_redis: RedisPr
     finally:
         await admin.aclose()
         await store.aclose()
+
+
+async def _until_blocked(admin: Redis, clients: int) -> None:
+    for _ in range(300):  # bounded: until that many scripts wait on the paused server
+        if (await admin.info("clients"))["blocked_clients"] >= clients:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the scripts never reached the server")
+
+
+async def test_callers_cancelled_on_the_way_in_and_out_leave_nothing_held(
+    private_redis: RedisProcess,
+) -> None:
+    # One kept connection: the acquisition cancelled while its script waits in Redis
+    # gives its charges back once the reply comes, and the settle cancelled while it
+    # waits for that connection still releases its slot when the connection is free.
+    store = RedisCounterStore(private_redis.url, timeout=10.0, max_connections=1)
+    admin = Redis.from_url(private_redis.url)
+    slots = [InFlightCharge("inflight:k", 2)]
+    try:
+        first = await store.acquire(slots, T0)
+        assert first.lease is not None
+        await admin.client_pause(400, all=False)  # scripts wait
+        way_in = asyncio.create_task(store.acquire(slots, T0))
+        await _until_blocked(admin, 1)
+        way_out = asyncio.create_task(store.settle(first.lease, {}, T0))
+        await asyncio.sleep(0.05)  # the settle waits for the one connection
+        way_in.cancel()
+        way_out.cancel()
+        results = await asyncio.gather(way_in, way_out, return_exceptions=True)
+        assert all(type(r) is asyncio.CancelledError for r in results)
+        while store._pending:  # the work the cancelled callers left, then nothing held
+            await asyncio.gather(*store._pending, return_exceptions=True)
+        assert await store.read(slots, T0) == (0,)
+    finally:
+        await admin.aclose()
+        await store.aclose()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +19,8 @@ from redis.exceptions import (
     ResponseError,
 )
 
-from fairgate.state.replies import parse, read_reply
+from fairgate.state.deadline import Deadline
+from fairgate.state.replies import ReplyThenCancelled, parse, read_reply
 from fairgate.state.scripts import Arg, Script, ScriptRunner
 from redis_server import RedisProcess, private_redis_server
 
@@ -173,6 +174,83 @@ async def test_a_reply_split_across_reads_is_read_whole(server: RedisProcess, re
     finally:
         proxy.close()
     assert got == [1, b"two", [3, [b"four"]], [b"a", b"1", b"b", b"two"], None]
+
+
+INCR = Script("return redis.call('INCR', KEYS[1])")
+
+
+async def _held_call(runner: ScriptRunner, conn: Any, seconds: float) -> Any:
+    """INCR of ``counter`` on ``conn`` as the store's way in runs it: under a deadline
+    of ``seconds`` that holds any other cancellation until the reply."""
+    deadline = Deadline(seconds)
+    try:
+        return await runner.run_on(conn, INCR, ["counter"], [], deadline)
+    finally:
+        deadline.close()
+
+
+async def _cancelled_in_redis(
+    redis: Redis, call: Coroutine[Any, Any, Any]
+) -> tuple[asyncio.Task[Any], BaseException]:
+    """``call`` started while the (paused) server holds scripts, cancelled once it waits
+    there: its task and what it raised."""
+    task = asyncio.create_task(call)
+    for _ in range(200):  # bounded: until the script waits on the paused server
+        if (await redis.info("clients"))["blocked_clients"] >= 1:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the script never reached the server")
+    task.cancel()
+    try:
+        await task
+    except BaseException as exc:
+        return task, exc
+    raise AssertionError("the cancelled call returned")
+
+
+async def test_a_held_cancellation_comes_after_the_reply_and_leaves_the_connection_clean(
+    server: RedisProcess, redis: Redis
+) -> None:
+    # a caller gone while its charge is in Redis must learn what the script did
+    async with runner_on(server.url) as runner:
+        conn = await runner.open()
+        await redis.client_pause(300, all=False)  # scripts wait
+        call, raised = await _cancelled_in_redis(redis, _held_call(runner, conn, 10.0))
+        assert isinstance(raised, ReplyThenCancelled) and call.cancelled()
+        assert raised.reply == 1  # what the script did, read after the cancellation
+        assert conn.is_connected  # the reply was read whole: the next call is in step
+        assert await runner.run_on(conn, INCR, ["counter"], []) == 2
+        runner.give_back(conn)
+
+
+async def test_a_reading_without_hold_is_cancelled_at_once_and_disconnects(
+    server: RedisProcess, redis: Redis
+) -> None:
+    async with runner_on(server.url) as runner:
+        conn = await runner.open()
+        await redis.client_pause(300, all=False)
+        _, raised = await _cancelled_in_redis(redis, runner.run_on(conn, INCR, ["counter"], []))
+        assert type(raised) is asyncio.CancelledError
+        assert not conn.is_connected  # the reply left unread: never handed to the next call
+        runner.give_back(conn)
+
+
+async def test_the_deadline_s_own_cancellation_is_never_held(
+    server: RedisProcess, redis: Redis
+) -> None:
+    # the hold waits for the reply no longer than the call's bound, and a cancellation
+    # held meanwhile is still the caller's: raised, not lost
+    async with runner_on(server.url) as runner:
+        conn = await runner.open()
+        await redis.client_pause(3000, all=False)
+        try:  # held at first: the deadline is still to come
+            call, raised = await _cancelled_in_redis(redis, _held_call(runner, conn, 0.2))
+            assert type(raised) is asyncio.CancelledError  # no reply came
+            assert call.cancelled() and not conn.is_connected
+        finally:
+            await redis.execute_command("CLIENT", "UNPAUSE")
+        runner.give_back(conn)
 
 
 def test_a_reply_s_every_beginning_is_incomplete_and_the_whole_is_parsed() -> None:

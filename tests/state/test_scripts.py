@@ -31,6 +31,17 @@ def test_the_command_is_packed_as_redis_py_packs_it(keys: list[str], args: list[
     assert script.pack(keys, args) == expected  # type: ignore[arg-type]
 
 
+def test_the_command_is_packed_right_while_its_words_churn_through_the_memo() -> None:
+    # the bulk strings are memoised: words that change every call (lease ids, the time)
+    # fill the memo and empty it, and no stale or mixed-up word may come out of that
+    script = Script(ECHO)
+    for call in range(3000):
+        keys = [f"fairgate:rpm:k{call % 7}", "fairgate:budget:é"]
+        args: list[str | int | float] = [1.5 + call, f"lease-{call}", call % 3, "ü" * (call % 4)]
+        expected = b"".join(Connection().pack_command("EVALSHA", script.sha, 2, *keys, *args))
+        assert script.pack(keys, args) == expected
+
+
 @pytest.mark.redis
 async def test_a_script_runs_on_a_kept_connection_and_is_loaded_again_after_a_flush(
     redis_url: str,

@@ -16,6 +16,14 @@ the bound is kept again after one miss each:
 ``keeps(key)`` says which keys are worth holding (a long client value is worked out
 each time instead). A value that was never worked out (a refusal, raised) is never
 handed to ``keep``.
+
+A memo given ``work`` works a missing value out by itself: ``value`` is the dict's own
+``__getitem__``, so a read that finds its value is one C call, and ``map(memo.value,
+keys)`` reads many without a Python call each (the Redis command packer reads ~90
+words a script call so):
+
+    bulks = BoundedMemo[str, str](4096, work=encode)
+    text = "".join(map(bulks.value, words))
 """
 
 from __future__ import annotations
@@ -29,20 +37,45 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
+class _Entries(dict[K, V]):
+    """The memo's dict: a missing key is worked out and kept (``BoundedMemo.value``)."""
+
+    __slots__ = ("_memo",)
+
+    def __init__(self, memo: BoundedMemo[K, V]) -> None:
+        super().__init__()
+        self._memo = memo
+
+    def __missing__(self, key: K) -> V:
+        memo = self._memo
+        assert memo._work is not None
+        return memo.keep(key, memo._work(key))
+
+
 class BoundedMemo(Generic[K, V]):
     """At most ``size`` (≥ 1) values by key; ``keep`` empties the memo first when full.
-    ``keeps(key)`` false: the value is handed back, not held (None: every key is held)."""
+    ``keeps(key)`` false: the value is handed back, not held (None: every key is held).
+    ``work(key)``: the value of a key not held, for ``value``."""
 
-    __slots__ = ("_entries", "_keeps", "_size", "get")
+    __slots__ = ("_entries", "_keeps", "_size", "_work", "get", "value")
 
-    def __init__(self, size: int, keeps: Callable[[K], bool] | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        keeps: Callable[[K], bool] | None = None,
+        work: Callable[[K], V] | None = None,
+    ) -> None:
         if size < 1:
             raise ValueError(f"a memo holds at least 1 value, not {size}")
         self._size = size
         self._keeps = keeps
-        self._entries: dict[K, V] = {}
+        self._work = work
+        self._entries: dict[K, V] = _Entries(self) if work is not None else {}
         self.get: Callable[[K], V | None] = self._entries.get
         """The value kept for a key, or None."""
+        self.value: Callable[[K], V] = self._entries.__getitem__
+        """The value of a key: the one kept, else ``work(key)`` (kept as ``keep`` would);
+        a memo without ``work`` raises ``KeyError`` for a key not held."""
 
     def __len__(self) -> int:
         return len(self._entries)

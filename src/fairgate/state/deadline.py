@@ -45,6 +45,11 @@ class Deadline:
             self._fired = True
             self._task.cancel()
 
+    @property
+    def fired(self) -> bool:
+        """Whether this deadline has cancelled the task (and ``expired`` not yet asked)."""
+        return self._fired
+
     def expired(self) -> bool:
         """Call on ``CancelledError``: true when the cancellation is this deadline's only
         (and it is taken back), false for any other (a client gone, a shutdown)."""

@@ -49,7 +49,7 @@ import contextlib
 import logging
 import math
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -73,6 +73,7 @@ from fairgate.limits.fairshare_state import Claim, ClaimRequest, Split, UsageCha
 from fairgate.limits.store import StateUnavailable
 from fairgate.limits.window import bucket_of
 from fairgate.state.deadline import Deadline
+from fairgate.state.replies import ReplyThenCancelled
 from fairgate.state.scripts import Script, ScriptRunner
 from fairgate.state.target import RedisTarget, close_client
 
@@ -174,22 +175,20 @@ class RedisCounterStore:
         keys = [self.prefix + c.key for c in charges]
         _acquire_fields(charges, args)
         asked = None if claim is None or claim.reservation <= 0 else self._claim_call(claim, now)
-        if asked is None:
-            call = asyncio.ensure_future(self._call(self._acquire, keys, args))
-        else:
-            claim_keys, claim_args, kind, _ = asked
-            head: list[str | int | float] = [len(keys), len(args), kind]
-            call = asyncio.ensure_future(
-                self._call(self._enter, keys + claim_keys, head + args + claim_args)
-            )
         try:
-            reply = await asyncio.shield(call)
-        except asyncio.CancelledError:
-            # the caller is gone, but the script may still charge: give it straight back
-            self._pending.add(call)
+            if asked is None:
+                reply = await self._call(self._acquire, keys, args, hold=True)
+            else:
+                claim_keys, claim_args, kind, _ = asked
+                head: list[str | int | float] = [len(keys), len(args), kind]
+                reply = await self._call(
+                    self._enter, keys + claim_keys, head + args + claim_args, hold=True
+                )
+        except ReplyThenCancelled as cancelled:
+            # the caller is gone, but the script charged: give it straight back
             slot = None if asked is None or claim is None else (claim, asked[3])
-            call.add_done_callback(lambda done: self._give_back(done, lease_id, charges, now, slot))
-            raise
+            self._give_back(cancelled.reply, lease_id, charges, now, slot)
+            raise asyncio.CancelledError from None
         taken: Claim | None = None
         if asked is not None:
             assert claim is not None
@@ -232,7 +231,7 @@ class RedisCounterStore:
         if slot is None and charge is None:
             if lease is None:
                 return
-            call = asyncio.ensure_future(self._call(self._settle, keys, args))
+            script = self._settle
         else:
             head: list[str | int | float] = [len(keys), len(args), 0, 0]
             if release is not None and slot is not None:
@@ -245,14 +244,16 @@ class RedisCounterStore:
                 head[3] = len(charge_keys)
                 keys.extend(charge_keys)
                 args.extend(charge_args)
-            call = asyncio.ensure_future(self._call(self._leave, keys, head + args))
+            script, args = self._leave, head + args
+        if not self._scripts.ready():
+            # a caller cancelled in its ``finally`` must still give its slot back, also
+            # while the call waits for a connection: the call runs as a task of its own
+            await self._completed(self._call(script, keys, args))
+            return
         try:
-            await asyncio.shield(call)
-        except asyncio.CancelledError:
-            # a caller cancelled in its ``finally`` must still give its slot back
-            self._pending.add(call)
-            call.add_done_callback(self._finished)
-            raise
+            await self._call(script, keys, args, hold=True)
+        except ReplyThenCancelled:  # given back, and then the caller's cancellation
+            raise asyncio.CancelledError from None
 
     async def read(self, counters: Sequence[Charge], now: float) -> tuple[int, ...]:
         if not counters:
@@ -294,15 +295,13 @@ class RedisCounterStore:
             ClaimRequest(pool, org, reservation, split, team), now
         )
         script = self._team_claim if kind == "t" else self._claim
-        call = asyncio.ensure_future(self._call(script, keys, args))
-        group = None if split is None else split.group
         try:
-            reply = await asyncio.shield(call)
-        except asyncio.CancelledError:
-            # the caller is gone, but the slot may still be taken: give it straight back
-            self._pending.add(call)
-            call.add_done_callback(lambda done: self._unclaim(done, pool, org, lease, group, now))
-            raise
+            reply = await self._call(script, keys, args, hold=True)
+        except ReplyThenCancelled as cancelled:
+            # the caller is gone, but the slot may be taken: give it straight back
+            group = None if split is None else split.group
+            self._unclaim(cancelled.reply, pool, org, lease, group, now)
+            raise asyncio.CancelledError from None
         return self._claimed(reply, pool, org, lease, split, now)
 
     def _claim_call(
@@ -346,9 +345,14 @@ class RedisCounterStore:
             return
         self._held.pop(claim.lease, None)  # no longer refreshed, even if Redis is down now
         key, lease = self._slot_key(claim), claim.lease
-        call = asyncio.ensure_future(self._guarded(lambda: self._redis.zrem(key, lease)))
+        await self._completed(self._guarded(lambda _: self._redis.zrem(key, lease)))
+
+    async def _completed(self, work: Coroutine[Any, Any, Any]) -> Any:
+        """``work`` run as a task of its own, completed even when the caller is cancelled
+        (``aclose`` waits for what cancelled callers left)."""
+        call = asyncio.ensure_future(work)
         try:
-            await asyncio.shield(call)
+            return await asyncio.shield(call)
         except asyncio.CancelledError:
             self._pending.add(call)
             call.add_done_callback(self._finished)
@@ -381,7 +385,7 @@ class RedisCounterStore:
         self, pool: str, now: float, half_life: float
     ) -> dict[str, dict[str, float]]:
         key = self._team_usage_key(pool)
-        stored: dict[bytes, bytes] = await self._guarded(lambda: self._redis.hgetall(key))
+        stored: dict[bytes, bytes] = await self._guarded(lambda _: self._redis.hgetall(key))
         usage: dict[str, dict[str, float]] = {}
         for field, record in stored.items():
             org, _, team = field.decode().partition(":")
@@ -392,7 +396,7 @@ class RedisCounterStore:
 
     async def usage(self, pool: str, now: float, half_life: float) -> dict[str, float]:
         key = self._usage_key(pool)
-        stored: dict[bytes, bytes] = await self._guarded(lambda: self._redis.hgetall(key))
+        stored: dict[bytes, bytes] = await self._guarded(lambda _: self._redis.hgetall(key))
         usage: dict[str, float] = {}
         for org, record in stored.items():
             value, at = (float(part) for part in record.split())
@@ -437,18 +441,18 @@ class RedisCounterStore:
 
     def _give_back(
         self,
-        call: asyncio.Future[Any],
+        reply: Any,
         lease_id: str,
         charges: Sequence[Charge],
         now: float,
         slot: tuple[ClaimRequest, str] | None = None,
     ) -> None:
-        """Settle, untouched, an acquisition whose caller was cancelled before the reply,
-        and release the slot it claimed with it (``slot``: the claim asked, its lease id)."""
-        self._finished(call)
-        if call.cancelled() or call.exception() is not None:
+        """Settle, untouched, an acquisition whose caller was cancelled before its reply
+        (``ReplyThenCancelled.reply``), and release the slot it claimed with it (``slot``:
+        the claim asked, its lease id)."""
+        if isinstance(reply, BaseException):  # an error reply: the script charged nothing
             return
-        reply, released = call.result(), None
+        released = None
         if slot is not None:
             if len(reply) > 1:
                 asked, lease = slot
@@ -462,19 +466,12 @@ class RedisCounterStore:
         undo.add_done_callback(self._finished)
 
     def _unclaim(
-        self,
-        call: asyncio.Future[Any],
-        pool: str,
-        org: str,
-        lease: str,
-        group: str | None,
-        now: float,
+        self, reply: Any, pool: str, org: str, lease: str, group: str | None, now: float
     ) -> None:
-        """Release the slot of a claim whose caller was cancelled before the reply."""
-        self._finished(call)
-        if call.cancelled() or call.exception() is not None or int(call.result()[0]) == 0:
+        """Release the slot of a claim whose caller was cancelled before its reply."""
+        if isinstance(reply, BaseException) or int(reply[0]) == 0:
             return
-        in_org = int(call.result()[0]) == 2
+        in_org = int(reply[0]) == 2
         orphan = Claim(pool, org, True, 0, lease, now, group=group, in_org=in_org)
         self._pending.add(undo := asyncio.ensure_future(self.release(orphan)))
         undo.add_done_callback(self._finished)
@@ -517,18 +514,31 @@ class RedisCounterStore:
     def _usage_key(self, pool: str) -> str:
         return f"{self.prefix}fairshare:usage:{_escape(pool)}"
 
-    async def _call(self, script: Script, keys: list[str], args: list[str | int | float]) -> Any:
+    async def _call(
+        self, script: Script, keys: list[str], args: list[str | int | float], hold: bool = False
+    ) -> Any:
         """Run one script under the timeout and the breaker, on a kept connection: a free
-        one, a new one while there is room, or the next one handed back (``_wait``)."""
+        one, a new one while there is room, or the next one handed back (``_wait``).
+        ``hold``: a caller cancelled once the script is sent learns what it did, from the
+        ``ReplyThenCancelled`` raised after its reply (``state.replies``), within the
+        timeout. Cancelled before (waiting for a connection, connecting), it raises
+        ``CancelledError`` and the script was not sent. One case is left unseen: a
+        cancellation while the socket is too full to take the command (Redis not
+        reading); the script may then still run, and what it charged stays until it
+        expires (in-flight slots: ``lease_ttl``), charged more, never less."""
         scripts = self._scripts
         if scripts.free:
             conn = scripts.free.pop()
         elif scripts.room():
-            conn = await self._guarded(scripts.open)
+            conn = await self._guarded(lambda _: scripts.open())
         else:
             conn = await self._wait()
         try:
-            return await self._guarded(lambda: scripts.run_on(conn, script, keys, args))
+            if hold:
+                return await self._guarded(
+                    lambda deadline: scripts.run_on(conn, script, keys, args, deadline)
+                )
+            return await self._guarded(lambda _: scripts.run_on(conn, script, keys, args))
         finally:
             scripts.give_back(conn)
 
@@ -551,16 +561,17 @@ class RedisCounterStore:
 
     async def guarded(self, command: Callable[[], Awaitable[Any]]) -> Any:
         """``_guarded`` for siblings sharing this store's timeout and breaker."""
-        return await self._guarded(command)
+        return await self._guarded(lambda _: command())
 
-    async def _guarded(self, command: Callable[[], Awaitable[Any]]) -> Any:
+    async def _guarded(self, command: Callable[[Deadline], Awaitable[Any]]) -> Any:
         """Run one Redis command under the timeout (``Deadline``: a reply the loop has read
-        by the turn after it is in time) and the breaker; the failure policy of this store."""
+        by the turn after it is in time, handed to ``command``) and the breaker; the
+        failure policy of this store."""
         if not self._breaker.allow():
             raise StateUnavailable("Redis is unavailable (breaker open after repeated failures)")
         deadline = Deadline(self._timeout)
         try:
-            result = await command()
+            result = await command(deadline)
         except asyncio.CancelledError:
             if not deadline.expired():
                 raise
