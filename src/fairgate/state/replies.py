@@ -24,10 +24,10 @@ A caller that must know what its script did even when it is cancelled (the store
 way in and way out: a charge made for a caller gone is given back) reads with
 ``hold``, the call's ``Deadline``: a cancellation that is not the deadline's is then
 held until the reply is read, and raised after it as ``ReplyThenCancelled``, which
-carries the reply, the connection left clean for the next call. Measured on the full
-path, this costs the request nothing, where running each call as a shielded task of
-its own (``ensure_future`` and ``shield``, what the store did before) cost ~16 µs of
-CPU a call and a loop turn. The deadline's own cancellation is never held: a caller
+carries the reply, the connection left clean for the next call. A call not cancelled
+pays nothing for this, where running each call as a shielded task of its own
+(``ensure_future`` and ``shield``, what the store did before) cost ~16 µs of CPU a
+call and a loop turn. The deadline's own cancellation is never held: a caller
 waits for a held reply no longer than the call's bound.
 
 What stays redis-py's: the connection and its stream. A read that fails, is
