@@ -7,6 +7,7 @@ the test instead of skipping it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -20,8 +21,19 @@ from pathlib import Path
 
 import pytest
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
-__all__ = ["RedisProcess", "free_port", "port_block", "private_redis_server"]
+__all__ = ["RedisProcess", "free_port", "port_block", "private_redis_server", "scripts_waiting"]
+
+
+async def scripts_waiting(client: AsyncRedis, count: int) -> None:
+    """Return once ``count`` clients are blocked on the server (scripts held by a
+    ``CLIENT PAUSE``); fail after ~3 s."""
+    for _ in range(300):
+        if (await client.info("clients"))["blocked_clients"] >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{count} scripts never reached the server")
 
 
 def free_port() -> int:

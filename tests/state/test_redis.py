@@ -26,7 +26,7 @@ from fairgate.limits import (
 )
 from fairgate.limits.fairshare_state import ClaimRequest, UsageCharge
 from fairgate.state import Breaker, RedisCounterStore
-from redis_server import RedisProcess, free_port, private_redis_server
+from redis_server import RedisProcess, free_port, private_redis_server, scripts_waiting
 
 pytestmark = pytest.mark.redis
 
@@ -340,14 +340,6 @@ async def test_a_request_costs_one_command_in_and_one_out(private_redis: RedisPr
         await store.aclose()
 
 
-async def _until_blocked(admin: Redis, clients: int) -> None:
-    for _ in range(300):  # bounded: until that many scripts wait on the paused server
-        if (await admin.info("clients"))["blocked_clients"] >= clients:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the scripts never reached the server")
-
-
 async def test_callers_cancelled_on_the_way_in_and_out_leave_nothing_held(
     private_redis: RedisProcess,
 ) -> None:
@@ -362,7 +354,7 @@ async def test_callers_cancelled_on_the_way_in_and_out_leave_nothing_held(
         assert first.lease is not None
         await admin.client_pause(400, all=False)  # scripts wait
         way_in = asyncio.create_task(store.acquire(slots, T0))
-        await _until_blocked(admin, 1)
+        await scripts_waiting(admin, 1)
         way_out = asyncio.create_task(store.settle(first.lease, {}, T0))
         await asyncio.sleep(0.05)  # the settle waits for the one connection
         way_in.cancel()

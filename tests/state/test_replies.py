@@ -22,7 +22,7 @@ from redis.exceptions import (
 from fairgate.state.deadline import Deadline
 from fairgate.state.replies import ReplyThenCancelled, parse, read_reply
 from fairgate.state.scripts import Arg, Script, ScriptRunner
-from redis_server import RedisProcess, private_redis_server
+from redis_server import RedisProcess, private_redis_server, scripts_waiting
 
 pytestmark = pytest.mark.redis
 
@@ -195,12 +195,7 @@ async def _cancelled_in_redis(
     """``call`` started while the (paused) server holds scripts, cancelled once it waits
     there: its task and what it raised."""
     task = asyncio.create_task(call)
-    for _ in range(200):  # bounded: until the script waits on the paused server
-        if (await redis.info("clients"))["blocked_clients"] >= 1:
-            break
-        await asyncio.sleep(0.01)
-    else:
-        raise AssertionError("the script never reached the server")
+    await scripts_waiting(redis, 1)
     task.cancel()
     try:
         await task

@@ -533,12 +533,11 @@ class RedisCounterStore:
             conn = await self._guarded(lambda _: scripts.open())
         else:
             conn = await self._wait()
+        run = scripts.run_on
         try:
-            if hold:
-                return await self._guarded(
-                    lambda deadline: scripts.run_on(conn, script, keys, args, deadline)
-                )
-            return await self._guarded(lambda _: scripts.run_on(conn, script, keys, args))
+            return await self._guarded(
+                lambda deadline: run(conn, script, keys, args, deadline if hold else None)
+            )
         finally:
             scripts.give_back(conn)
 
