@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from fairgate.limits import StateUnavailable
 from fairgate.state import Breaker, RedisCounterStore
 from redis_keys import delete_prefix
-from redis_server import free_port, private_redis_server
+from redis_server import free_port, private_redis_server, scripts_waiting
 
 pytestmark = pytest.mark.redis
 
@@ -108,10 +108,9 @@ async def test_claimers_cancelled_while_waiting_give_their_slots_back(private_re
         await gateway.release(await gateway.claim("p", "org", 5, T0))  # script loaded
         await admin.client_pause(1500, all=False)  # writes (scripts) wait
         tasks = [asyncio.create_task(gateway.claim("p", "org", 5, T0)) for _ in range(8)]
-        for _ in range(200):  # bounded: until all eight scripts wait on the server
-            if (await admin.info("clients"))["blocked_clients"] >= 8:
-                break
-            await asyncio.sleep(0.02)
+        # the eight go out in one write on the store's one connection: once the first
+        # waits on the server, the other seven wait behind it
+        await scripts_waiting(admin, 1)
         for task in tasks:
             task.cancel()  # each caller is gone while its script is still to run
         results = await asyncio.gather(*tasks, return_exceptions=True)

@@ -276,8 +276,8 @@ async def _evalsha(admin: Redis) -> int:
 
 
 def _count_round_trips(store: RedisCounterStore) -> list[int]:
-    """Count each write of a command (or of a pipeline) to the server on ``store``'s
-    connections: its round trips. Returns the one-element counter."""
+    """Count each write to the server of ``store``: a command on its pooled connections,
+    a loop turn's script calls on its pipelined one. Returns the one-element counter."""
     sent = [0]
     pool = store.client.connection_pool
     base = pool.connection_class
@@ -288,6 +288,14 @@ def _count_round_trips(store: RedisCounterStore) -> list[int]:
             await super().send_packed_command(command, check_health)
 
     pool.connection_class = Counting
+    pipe = store._scripts
+    flush = pipe._flush
+
+    def counting_flush() -> None:
+        sent[0] += bool(pipe._out)
+        flush()
+
+    pipe._flush = counting_flush  # type: ignore[method-assign]
     return sent
 
 

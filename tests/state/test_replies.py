@@ -1,6 +1,7 @@
-"""The EVALSHA path's own reply reader against a real redis-server: every reply shape
+"""The EVALSHA path's own reply parser against a real redis-server: every reply shape
 our scripts and commands can give comes back as redis-py's reader gives it, errors
-as redis-py's exceptions, and a reply split across reads is read whole."""
+as redis-py's exceptions, a reply split across reads is read whole, and a caller that
+holds its cancellation learns what its script did."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from redis.exceptions import (
 )
 
 from fairgate.state.deadline import Deadline
-from fairgate.state.replies import ReplyThenCancelled, parse, read_reply
-from fairgate.state.scripts import Arg, Script, ScriptRunner
+from fairgate.state.replies import ReplyThenCancelled, parse
+from fairgate.state.scripts import Arg, Script, ScriptPipe
 from redis_server import RedisProcess, private_redis_server, scripts_waiting
 
 pytestmark = pytest.mark.redis
@@ -64,23 +65,24 @@ async def redis(server: RedisProcess) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-async def run(runner: ScriptRunner, script: Script, keys: list[str], args: list[Arg]) -> Any:
-    """One call as the store makes it: a kept connection taken, used, handed back."""
-    conn = runner.free.pop() if runner.free else await runner.open()
+async def run(pipe: ScriptPipe, script: Script, keys: list[str], args: list[Arg]) -> Any:
+    """One call as the store makes it, under a deadline."""
+    deadline = Deadline(5.0)
     try:
-        return await runner.run_on(conn, script, keys, args)
+        return await pipe.run(script, keys, args, deadline)
     finally:
-        runner.give_back(conn)
+        deadline.close()
 
 
 @contextlib.asynccontextmanager
-async def runner_on(url: str) -> AsyncIterator[ScriptRunner]:
+async def pipe_on(url: str) -> AsyncIterator[ScriptPipe]:
     pool = BlockingConnectionPool.from_url(url, max_connections=2, timeout=1.0)
-    runner = ScriptRunner(pool, pinned=1)
+    pipe = ScriptPipe(pool, window=4)
     try:
-        yield runner
+        await pipe.connect()
+        yield pipe
     finally:
-        await runner.aclose()
+        await pipe.aclose()
         await pool.aclose()
 
 
@@ -90,32 +92,34 @@ async def test_every_reply_shape_comes_back_as_redis_py_reads_it(
 ) -> None:
     keys = ["text", "hash", "zset"]
     expected = await redis.eval(text, len(keys), *keys)
-    async with runner_on(server.url) as runner:
-        got = await run(runner, Script(text), keys, [])
+    async with pipe_on(server.url) as pipe:
+        got = await run(pipe, Script(text), keys, [])
     assert _plain(got) == _plain(expected)
 
 
 async def test_error_replies_raise_redis_py_s_exceptions(
     server: RedisProcess, redis: Redis
 ) -> None:
-    async with runner_on(server.url) as runner:
+    async with pipe_on(server.url) as pipe:
         with pytest.raises(ResponseError, match="not an integer"):
-            await run(runner, Script("return redis.call('INCR', KEYS[1])"), ["text"], [])
+            await run(pipe, Script("return redis.call('INCR', KEYS[1])"), ["text"], [])
         with pytest.raises(ResponseError, match="MYCODE went wrong") as raised:
-            await run(runner, Script("return {err = 'MYCODE went wrong'}"), [], [])
+            await run(pipe, Script("return {err = 'MYCODE went wrong'}"), [], [])
         assert type(raised.value) is ResponseError
         # the connection is still good after an error reply
-        assert await run(runner, Script("return 1"), [], []) == 1
+        assert await run(pipe, Script("return 1"), [], []) == 1
 
 
-async def test_noscript_raises_no_script_error(server: RedisProcess, redis: Redis) -> None:
+async def test_noscript_is_no_script_error(server: RedisProcess, redis: Redis) -> None:
     pool = BlockingConnectionPool.from_url(server.url, max_connections=1, timeout=1.0)
     conn = await pool.get_connection()
     try:
         await conn.send_packed_command(Script("return 'never loaded'").pack([], []))
-        with pytest.raises(NoScriptError):
-            await read_reply(conn)
-        assert conn.is_connected  # an error reply is a whole reply: nothing left behind
+        assert conn._reader is not None
+        data = await conn._reader.read(65536)
+        parsed = parse(data)
+        assert parsed is not None and isinstance(parsed[0], NoScriptError)
+        assert parsed[1] == len(data)  # an error reply is a whole reply
     finally:
         await pool.release(conn)
         await pool.aclose()
@@ -124,9 +128,9 @@ async def test_noscript_raises_no_script_error(server: RedisProcess, redis: Redi
 async def test_out_of_memory_raises_out_of_memory_error(server: RedisProcess, redis: Redis) -> None:
     await redis.config_set("maxmemory", 1)
     try:
-        async with runner_on(server.url) as runner:
+        async with pipe_on(server.url) as pipe:
             with pytest.raises(OutOfMemoryError):
-                await run(runner, Script("return redis.call('SET', KEYS[1], 'v')"), ["k"], [])
+                await run(pipe, Script("return redis.call('SET', KEYS[1], 'v')"), ["k"], [])
     finally:
         await redis.config_set("maxmemory", 0)
 
@@ -138,15 +142,15 @@ async def test_a_busy_server_s_error_is_raised_and_the_connection_serves_the_nex
     spin = "while true do redis.call('TIME') end"  # read-only: SCRIPT KILL ends it
     killer = Redis.from_url(server.url)
     try:
-        async with runner_on(server.url) as runner:
+        async with pipe_on(server.url) as pipe:
             busy = asyncio.ensure_future(redis.eval(spin, 0))
             await asyncio.sleep(0.1)  # the spin has started
             with pytest.raises(ResponseError, match=r"^BUSY"):
-                await run(runner, Script("return 2"), [], [])
+                await run(pipe, Script("return 2"), [], [])
             await killer.script_kill()
             with pytest.raises(ResponseError):
                 await busy
-            assert await run(runner, Script("return 2"), [], []) == 2
+            assert await run(pipe, Script("return 2"), [], []) == 2
     finally:
         await killer.aclose()
         await redis.config_set("busy-reply-threshold", 5000)
@@ -169,8 +173,8 @@ async def test_a_reply_split_across_reads_is_read_whole(server: RedisProcess, re
     port = proxy.sockets[0].getsockname()[1]
     text = "return {1, 'two', {3, {'four'}}, redis.call('HGETALL', KEYS[1]), false}"
     try:
-        async with runner_on(f"redis://127.0.0.1:{port}") as runner:
-            got = await run(runner, Script(text), ["hash"], [])
+        async with pipe_on(f"redis://127.0.0.1:{port}") as pipe:
+            got = await run(pipe, Script(text), ["hash"], [])
     finally:
         proxy.close()
     assert got == [1, b"two", [3, [b"four"]], [b"a", b"1", b"b", b"two"], None]
@@ -179,12 +183,12 @@ async def test_a_reply_split_across_reads_is_read_whole(server: RedisProcess, re
 INCR = Script("return redis.call('INCR', KEYS[1])")
 
 
-async def _held_call(runner: ScriptRunner, conn: Any, seconds: float) -> Any:
-    """INCR of ``counter`` on ``conn`` as the store's way in runs it: under a deadline
-    of ``seconds`` that holds any other cancellation until the reply."""
+async def _held_call(pipe: ScriptPipe, seconds: float) -> Any:
+    """INCR of ``counter`` as the store's way in runs it: under a deadline of
+    ``seconds`` that holds any other cancellation until the reply."""
     deadline = Deadline(seconds)
     try:
-        return await runner.run_on(conn, INCR, ["counter"], [], deadline)
+        return await pipe.run(INCR, ["counter"], [], deadline, hold=True)
     finally:
         deadline.close()
 
@@ -204,31 +208,30 @@ async def _cancelled_in_redis(
     raise AssertionError("the cancelled call returned")
 
 
-async def test_a_held_cancellation_comes_after_the_reply_and_leaves_the_connection_clean(
+async def test_a_held_cancellation_comes_after_the_reply_and_leaves_the_connection_in_step(
     server: RedisProcess, redis: Redis
 ) -> None:
     # a caller gone while its charge is in Redis must learn what the script did
-    async with runner_on(server.url) as runner:
-        conn = await runner.open()
+    async with pipe_on(server.url) as pipe:
         await redis.client_pause(300, all=False)  # scripts wait
-        call, raised = await _cancelled_in_redis(redis, _held_call(runner, conn, 10.0))
+        call, raised = await _cancelled_in_redis(redis, _held_call(pipe, 10.0))
         assert isinstance(raised, ReplyThenCancelled) and call.cancelled()
         assert raised.reply == 1  # what the script did, read after the cancellation
-        assert conn.is_connected  # the reply was read whole: the next call is in step
-        assert await runner.run_on(conn, INCR, ["counter"], []) == 2
-        runner.give_back(conn)
+        assert await run(pipe, INCR, ["counter"], []) == 2
 
 
-async def test_a_reading_without_hold_is_cancelled_at_once_and_disconnects(
+async def test_a_call_without_hold_is_cancelled_at_once_and_its_reply_dropped(
     server: RedisProcess, redis: Redis
 ) -> None:
-    async with runner_on(server.url) as runner:
-        conn = await runner.open()
+    async with pipe_on(server.url) as pipe:
         await redis.client_pause(300, all=False)
-        _, raised = await _cancelled_in_redis(redis, runner.run_on(conn, INCR, ["counter"], []))
+        reader = pipe._reader
+        _, raised = await _cancelled_in_redis(redis, run(pipe, INCR, ["counter"], []))
         assert type(raised) is asyncio.CancelledError
-        assert not conn.is_connected  # the reply left unread: never handed to the next call
-        runner.give_back(conn)
+        # the script ran once the pause ended; its reply went to no one, and the next
+        # call reads its own on the same connection
+        assert await run(pipe, INCR, ["counter"], []) == 2
+        assert pipe._reader is reader
 
 
 async def test_the_deadline_s_own_cancellation_is_never_held(
@@ -236,16 +239,15 @@ async def test_the_deadline_s_own_cancellation_is_never_held(
 ) -> None:
     # the hold waits for the reply no longer than the call's bound, and a cancellation
     # held meanwhile is still the caller's: raised, not lost
-    async with runner_on(server.url) as runner:
-        conn = await runner.open()
+    async with pipe_on(server.url) as pipe:
         await redis.client_pause(3000, all=False)
         try:  # held at first: the deadline is still to come
-            call, raised = await _cancelled_in_redis(redis, _held_call(runner, conn, 0.2))
+            call, raised = await _cancelled_in_redis(redis, _held_call(pipe, 0.2))
             assert type(raised) is asyncio.CancelledError  # no reply came
-            assert call.cancelled() and not conn.is_connected
+            assert call.cancelled()
+            assert not pipe.connected  # nothing came back at all: the connection dropped
         finally:
             await redis.execute_command("CLIENT", "UNPAUSE")
-        runner.give_back(conn)
 
 
 def test_a_reply_s_every_beginning_is_incomplete_and_the_whole_is_parsed() -> None:
@@ -254,6 +256,8 @@ def test_a_reply_s_every_beginning_is_incomplete_and_the_whole_is_parsed() -> No
         assert parse(reply[:end]) is None
     assert parse(reply) == ([1, {b"k": b"a\r\nbc"}, [None, 2.5]], len(reply))
     assert parse(reply + b":9\r\n") == ([1, {b"k": b"a\r\nbc"}, [None, 2.5]], len(reply))
+    # pipelined: the next reply parsed from where the first ended
+    assert parse(reply + b":9\r\n", len(reply)) == (9, len(reply) + 4)
 
 
 def test_a_push_message_ahead_of_the_reply_is_skipped_and_garbage_refused() -> None:

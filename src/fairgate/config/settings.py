@@ -248,8 +248,8 @@ class State(Section):
     """Where shared counters live: ``memory`` (one process) or ``redis`` (needs ``url_file``),
     and how the limits behave around them.
 
-    ``timeout`` bounds every Redis call; ``wait_timeout`` how long a call waits for one
-    of this gateway's Redis connections when a burst keeps every one busy (not counted
+    ``timeout`` bounds every Redis call; ``wait_timeout`` how long a call waits for its
+    turn when a burst keeps the most calls this gateway has in flight busy (not counted
     as a Redis failure); ``lease_ttl`` is how long a dead gateway's
     in-flight slots outlive it; ``fail_open`` serves requests without limits while the
     back end is down (default: refuse with 503); ``day_zone`` is the IANA zone whose

@@ -54,7 +54,6 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError, RedisError
 
 from fairgate.core.breaker import Breaker
@@ -74,7 +73,7 @@ from fairgate.limits.store import StateUnavailable
 from fairgate.limits.window import bucket_of
 from fairgate.state.deadline import Deadline
 from fairgate.state.replies import ReplyThenCancelled
-from fairgate.state.scripts import Script, ScriptRunner
+from fairgate.state.scripts import Script, ScriptPipe
 from fairgate.state.target import RedisTarget, close_client
 
 __all__ = ["RedisCounterStore"]
@@ -107,9 +106,11 @@ class RedisCounterStore:
     ``timeout`` (s, > 0) bounds every call including connecting; ``lease_ttl``
     (s, > 0) is how long an in-flight slot outlives its gateway's last refresh;
     ``breaker`` defaults to 3 failures → open for 1 s; at most ``max_connections``
-    (>= 1) connections are open at once. Past them a script call waits its turn for
-    one, up to ``wait_timeout`` (s, > 0): a burst queued in this gateway, not a Redis
-    failure, so the wait is not counted by the breaker and is not under ``timeout``.
+    (>= 1) connections are open at once. The scripts run pipelined on one of them, at
+    most three quarters of ``max_connections`` calls in flight; past them a script call
+    waits its turn, up to ``wait_timeout`` (s, > 0): a burst queued in this gateway,
+    not a Redis failure, so the wait is not counted by the breaker and is not under
+    ``timeout``.
     Raises ``StateUnavailable`` on any Redis failure or a wait that ran out; never
     retries.
     """
@@ -139,9 +140,9 @@ class RedisCounterStore:
         target = RedisTarget(url) if isinstance(url, str) else url
         pool = target.pool(max_connections=max_connections, timeout=timeout)
         self._redis: Redis = Redis.from_pool(pool)
-        # the scripts run on connections of their own (``fairgate.state.scripts``); a
-        # quarter of the pool stays for the other commands
-        self._scripts = ScriptRunner(pool, pinned=max_connections - max_connections // 4)
+        # the scripts run pipelined on one connection of their own, at most three
+        # quarters of ``max_connections`` calls in flight (``fairgate.state.scripts``)
+        self._scripts = ScriptPipe(pool, window=max_connections - max_connections // 4)
         self._acquire = Script(_lua("acquire"))
         self._settle = Script(_lua("settle"))
         self._read = Script(_lua("read"))
@@ -517,40 +518,38 @@ class RedisCounterStore:
     async def _call(
         self, script: Script, keys: list[str], args: list[str | int | float], hold: bool = False
     ) -> Any:
-        """Run one script under the timeout and the breaker, on a kept connection: a free
-        one, a new one while there is room, or the next one handed back (``_wait``).
-        ``hold``: a caller cancelled once the script is sent learns what it did, from the
-        ``ReplyThenCancelled`` raised after its reply (``state.replies``), within the
-        timeout. Cancelled before (waiting for a connection, connecting), it raises
-        ``CancelledError`` and the script was not sent. One case is left unseen: a
-        cancellation while the socket is too full to take the command (Redis not
-        reading); the script may then still run, and what it charged stays until it
-        expires (in-flight slots: ``lease_ttl``), charged more, never less."""
+        """Run one script under the timeout and the breaker, pipelined on the store's
+        connection (``fairgate.state.scripts``): at once when a place among the calls in
+        flight is free, else after the wait for one (``_wait``). ``hold``: a caller
+        cancelled once the script is sent learns what it did, from the
+        ``ReplyThenCancelled`` raised after its reply, within the timeout. Cancelled
+        before (waiting for a place, connecting), it raises ``CancelledError`` and the
+        script was not sent; cancelled after without ``hold``, the script runs and its
+        reply is dropped."""
         scripts = self._scripts
-        if scripts.free:
-            conn = scripts.free.pop()
-        elif scripts.room():
-            conn = await self._guarded(lambda _: scripts.open())
+        if scripts.room():
+            scripts.take()
         else:
-            conn = await self._wait()
-        run = scripts.run_on
+            await self._wait()
         try:
-            return await self._guarded(
-                lambda deadline: run(conn, script, keys, args, deadline if hold else None)
-            )
+            if not scripts.connected:
+                await self._guarded(lambda _: scripts.connect())
+            run = scripts.run
+            return await self._guarded(lambda deadline: run(script, keys, args, deadline, hold))
         finally:
-            scripts.give_back(conn)
+            scripts.give_back()
 
-    async def _wait(self) -> AbstractConnection:
-        """The next kept connection handed back, within ``wait_timeout``: every one is
-        busy with this gateway's own calls, which says nothing about Redis's health."""
+    async def _wait(self) -> None:
+        """A place among the calls in flight, handed over within ``wait_timeout``: every
+        one is taken by this gateway's own calls, which says nothing about Redis's
+        health."""
         try:
             async with asyncio.timeout(self._wait_timeout):
                 return await self._scripts.wait()
         except TimeoutError:
             raise StateUnavailable(
-                f"no Redis connection of this gateway came free within {self._wait_timeout:g}s"
-                " (every one busy with other requests)"
+                f"no place for a Redis call of this gateway came free within"
+                f" {self._wait_timeout:g}s (every one taken by other requests)"
             ) from None
 
     @property
