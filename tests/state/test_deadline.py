@@ -33,7 +33,7 @@ async def test_a_call_with_no_answer_times_out() -> None:
 async def test_a_reply_read_in_the_turn_the_deadline_falls_due_is_in_time() -> None:
     # Redis answers at 40 ms, but the loop is busy until 100 ms (a burst's work in one
     # turn): the reply and the 50 ms deadline come due in the same turn, reply first.
-    # asyncio.timeout fails this call; the deadline waits one turn and lets it finish.
+    # asyncio.timeout fails this call; the deadline waits two turns and lets it finish.
     loop = asyncio.get_running_loop()
     reply: asyncio.Future[str] = loop.create_future()
     loop.call_later(0.04, reply.set_result, "answered")

@@ -66,7 +66,8 @@ async def redis(server: RedisProcess) -> AsyncIterator[Redis]:
 
 
 async def run(pipe: ScriptPipe, script: Script, keys: list[str], args: list[Arg]) -> Any:
-    """One call as the store makes it, under a deadline."""
+    """One call as the store makes it: a place taken, under a deadline."""
+    pipe.take()
     deadline = Deadline(5.0)
     try:
         return await pipe.run(script, keys, args, deadline)
@@ -75,9 +76,9 @@ async def run(pipe: ScriptPipe, script: Script, keys: list[str], args: list[Arg]
 
 
 @contextlib.asynccontextmanager
-async def pipe_on(url: str) -> AsyncIterator[ScriptPipe]:
+async def pipe_on(url: str, bound: float = 5.0) -> AsyncIterator[ScriptPipe]:
     pool = BlockingConnectionPool.from_url(url, max_connections=2, timeout=1.0)
-    pipe = ScriptPipe(pool, window=4)
+    pipe = ScriptPipe(pool, window=4, bound=bound)
     try:
         await pipe.connect()
         yield pipe
@@ -186,6 +187,7 @@ INCR = Script("return redis.call('INCR', KEYS[1])")
 async def _held_call(pipe: ScriptPipe, seconds: float) -> Any:
     """INCR of ``counter`` as the store's way in runs it: under a deadline of
     ``seconds`` that holds any other cancellation until the reply."""
+    pipe.take()
     deadline = Deadline(seconds)
     try:
         return await pipe.run(INCR, ["counter"], [], deadline, hold=True)
@@ -213,6 +215,7 @@ async def test_a_held_cancellation_comes_after_the_reply_and_leaves_the_connecti
 ) -> None:
     # a caller gone while its charge is in Redis must learn what the script did
     async with pipe_on(server.url) as pipe:
+        await run(pipe, INCR, ["warm"], [])  # loaded: no NOSCRIPT on the way
         await redis.client_pause(300, all=False)  # scripts wait
         call, raised = await _cancelled_in_redis(redis, _held_call(pipe, 10.0))
         assert isinstance(raised, ReplyThenCancelled) and call.cancelled()
@@ -224,6 +227,7 @@ async def test_a_call_without_hold_is_cancelled_at_once_and_its_reply_dropped(
     server: RedisProcess, redis: Redis
 ) -> None:
     async with pipe_on(server.url) as pipe:
+        await run(pipe, INCR, ["warm"], [])  # loaded: no NOSCRIPT on the way
         await redis.client_pause(300, all=False)
         reader = pipe._reader
         _, raised = await _cancelled_in_redis(redis, run(pipe, INCR, ["counter"], []))
@@ -239,13 +243,15 @@ async def test_the_deadline_s_own_cancellation_is_never_held(
 ) -> None:
     # the hold waits for the reply no longer than the call's bound, and a cancellation
     # held meanwhile is still the caller's: raised, not lost
-    async with pipe_on(server.url) as pipe:
+    async with pipe_on(server.url, bound=0.2) as pipe:
+        await run(pipe, INCR, ["warm"], [])
         await redis.client_pause(3000, all=False)
         try:  # held at first: the deadline is still to come
             call, raised = await _cancelled_in_redis(redis, _held_call(pipe, 0.2))
             assert type(raised) is asyncio.CancelledError  # no reply came
             assert call.cancelled()
-            assert not pipe.connected  # nothing came back at all: the connection dropped
+            await asyncio.sleep(0.1)  # nothing back for a whole bound since the write
+            assert not pipe.connected  # dropped
         finally:
             await redis.execute_command("CLIENT", "UNPAUSE")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError, ResponseError
 
+from fairgate.core.breaker import Breaker
 from fairgate.limits import StateUnavailable
 from fairgate.state import RedisCounterStore
 from fairgate.state.deadline import Deadline
@@ -49,9 +51,9 @@ def test_the_command_is_packed_right_while_its_words_churn_through_the_memo() ->
 
 
 @contextlib.asynccontextmanager
-async def pipe_on(url: str, window: int = 8) -> AsyncIterator[ScriptPipe]:
+async def pipe_on(url: str, window: int = 8, bound: float = 5.0) -> AsyncIterator[ScriptPipe]:
     pool = BlockingConnectionPool.from_url(url, max_connections=4, timeout=1.0)
-    pipe = ScriptPipe(pool, window)
+    pipe = ScriptPipe(pool, window, bound)
     try:
         await pipe.connect()
         yield pipe
@@ -61,8 +63,17 @@ async def pipe_on(url: str, window: int = 8) -> AsyncIterator[ScriptPipe]:
         await pool.aclose()
 
 
+async def place(pipe: ScriptPipe) -> None:
+    """A place among the commands in flight, as the store takes one before a call."""
+    if pipe.room():
+        pipe.take()
+    else:
+        await pipe.wait()
+
+
 async def run(pipe: ScriptPipe, script: Script, args: list[Any], seconds: float = 5.0) -> Any:
     """One call under a deadline of ``seconds``, as the store makes it."""
+    await place(pipe)
     deadline = Deadline(seconds)
     try:
         return await pipe.run(script, [], args, deadline)
@@ -79,6 +90,7 @@ async def test_a_script_runs_on_the_kept_connection_and_is_loaded_again_after_a_
     try:
         async with pipe_on(redis_url) as pipe:
             await admin.script_flush()
+            await place(pipe)
             deadline = Deadline(5.0)
             reply = await pipe.run(script, ["k"], ["é", 2, 0.5], deadline)  # NOSCRIPT: loaded
             deadline.close()
@@ -115,6 +127,7 @@ async def test_an_error_reply_goes_to_its_caller_alone() -> None:
     async with pipe_on("redis://127.0.0.1:6379") as pipe:
         failing = Script("return redis.error_reply('MYCODE went wrong')")
         echo = Script("return ARGV[1]")
+        await place(pipe)
         deadline = Deadline(5.0)
         replies = await asyncio.gather(
             run(pipe, echo, ["a"]),
@@ -185,7 +198,7 @@ async def test_a_wait_that_runs_out_refuses_that_call_alone() -> None:
 
 async def test_a_place_handed_to_a_call_cancelled_meanwhile_goes_to_the_next() -> None:
     pool = BlockingConnectionPool.from_url("redis://127.0.0.1:1", max_connections=2)
-    pipe = ScriptPipe(pool, window=1)
+    pipe = ScriptPipe(pool, window=1, bound=5.0)
     pipe.take()  # the one place, taken
     first = asyncio.create_task(pipe.wait())
     second = asyncio.create_task(pipe.wait())
@@ -236,12 +249,13 @@ async def test_a_silent_connection_is_dropped_when_a_bound_runs_out_and_connecte
         admin = Redis.from_url(server.url)
         echo = Script("return ARGV[1]")
         try:
-            async with pipe_on(server.url) as pipe:
+            async with pipe_on(server.url, bound=0.1) as pipe:
                 await run(pipe, echo, ["warm"])
                 connections = (await admin.info("stats"))["total_connections_received"]
                 await admin.client_pause(400, all=False)  # scripts wait, INFO does not
                 with pytest.raises(asyncio.CancelledError):
                     await run(pipe, echo, ["lost"], seconds=0.1)
+                await asyncio.sleep(0.15)  # a whole bound since the write: dropped
                 assert not pipe.connected
                 await pipe.connect()
                 assert await run(pipe, echo, ["again"]) == b"again"  # after the pause
@@ -292,3 +306,216 @@ async def test_a_connection_killed_fails_every_call_in_flight_and_the_next_recon
                 assert await run(pipe, echo, ["again"]) == b"again"
         finally:
             await admin.aclose()
+
+
+async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, delay: float = 0) -> None:
+    """Hand what ``src`` reads on to ``dst`` (each read ``delay`` s late), then close it."""
+    try:
+        while data := await src.read(65536):
+            await asyncio.sleep(delay)
+            dst.write(data)
+    finally:
+        dst.close()
+
+
+# -- attacks on the pipe: a caller must never lose a reply Redis sent in time, and a
+# gateway-side stall, an abandoned caller or a silent peer must cost only what they must
+
+
+@pytest.mark.redis
+async def test_a_reply_read_in_the_turn_the_deadline_cancels_is_in_time() -> None:
+    # The loop is busy for 100 ms right after the write (a burst's work in one turn);
+    # Redis answers within a millisecond, but the 50 ms deadline falls due in the same
+    # turn as the reply is read. A holding caller (the way in) gets its reply, so its
+    # charge is known, and the breaker counts nothing.
+    with private_redis_server() as server:
+        incr = Script("return redis.call('INCR', KEYS[1])")
+        for attempt in range(1, 4):
+            store = RedisCounterStore(server.url, timeout=0.05, max_connections=4)
+            try:
+                await store._call(incr, ["warm"], [])
+                pipe = store._scripts
+                flush = pipe._flush
+
+                def stalled_flush(flush: Any = flush, pipe: ScriptPipe = pipe) -> None:
+                    flush()
+                    pipe._flush = flush  # type: ignore[method-assign]  # once
+                    time.sleep(0.1)
+
+                pipe._flush = stalled_flush  # type: ignore[method-assign]
+                assert await store._call(incr, ["counter"], [], hold=True) == attempt
+                assert store.breaker.consecutive_failures == 0
+            finally:
+                await store.aclose()
+
+
+@pytest.mark.redis
+async def test_a_turn_that_runs_long_before_the_write_does_not_drop_the_connection() -> None:
+    # Ten calls made in one turn that then works 0.6 s (the bound is 0.5 s): their
+    # write goes out after it. They may time out (the gateway's own stall took their
+    # time), but Redis ran each once and answered at once: the connection is not taken
+    # for silent, and the next call reads its own reply on it.
+    with private_redis_server() as server:
+        store = RedisCounterStore(server.url, timeout=0.5, breaker=Breaker(failures=100))
+        incr = Script("return redis.call('INCR', KEYS[1])")
+
+        async def call(n: int) -> object:
+            try:
+                return await store._call(incr, [f"k{n}"], [])
+            except StateUnavailable as refused:
+                return refused
+
+        try:
+            await call(-1)
+            reader = store._scripts._reader
+            calls = [asyncio.create_task(call(n)) for n in range(10)]
+            asyncio.get_running_loop().call_soon(time.sleep, 0.6)
+            for result in await asyncio.gather(*calls):
+                assert result == 1 or "no answer within 0.5s" in str(result)
+            await asyncio.sleep(0.6)  # past a whole bound since the write
+            assert await store.client.mget([f"k{n}" for n in range(10)]) == [b"1"] * 10
+            assert store._scripts._reader is reader  # the same connection
+            assert await call(0) == 2
+        finally:
+            await store.aclose()
+
+
+@pytest.mark.redis
+async def test_a_handshake_that_never_answers_is_bounded_and_the_next_connect_tries_again() -> None:
+    # The first connection meets a peer that accepts and never answers (a frozen host,
+    # a path gone after the SYN-ACK); every later one reaches Redis. Only the call that
+    # met the black hole fails.
+    with private_redis_server() as server:
+        accepted = 0
+
+        async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            try:
+                if accepted == 1:  # the black hole: reads, never answers
+                    while await reader.read(65536):
+                        pass
+                    return
+                up_r, up_w = await asyncio.open_connection("127.0.0.1", server.port)
+                await asyncio.gather(pump(reader, up_w), pump(up_r, writer), return_exceptions=True)
+            finally:
+                writer.close()
+
+        proxy = await asyncio.start_server(relay, "127.0.0.1", 0)
+        port = proxy.sockets[0].getsockname()[1]
+        store = RedisCounterStore(
+            f"redis://127.0.0.1:{port}", timeout=0.2, breaker=Breaker(failures=100)
+        )
+        echo = Script("return ARGV[1]")
+        try:
+            with pytest.raises(StateUnavailable):
+                await store._call(echo, [], ["first"])
+            assert [await store._call(echo, [], [str(n)]) for n in range(3)] == [b"0", b"1", b"2"]
+        finally:
+            await store.aclose()
+            proxy.close()
+
+
+@pytest.mark.redis
+async def test_commands_abandoned_by_their_callers_keep_their_places_until_answered() -> None:
+    # Callers gone after 5 ms (a client that left: no hold) while Redis is held: their
+    # commands stay queued on the connection, so they keep their places, and the
+    # window (3) bounds what waits in Redis; the next call is not queued behind dozens.
+    with private_redis_server() as server:
+        admin = Redis.from_url(server.url)
+        store = RedisCounterStore(server.url, timeout=2.0, max_connections=4, wait_timeout=1.0)
+        echo = Script("return ARGV[1]")
+        try:
+            await store._call(echo, [], ["warm"])
+            await admin.client_pause(300, all=False)
+            for wave in range(5):
+                gone = [
+                    asyncio.wait_for(store._call(echo, [], [f"{wave}-{n}"]), 0.005)
+                    for n in range(4)
+                ]
+                for result in await asyncio.gather(*gone, return_exceptions=True):
+                    assert isinstance(result, TimeoutError | StateUnavailable)
+                assert len(store._scripts._calls) <= 3
+            assert await store._call(echo, [], ["next"]) == b"next"  # after the pause
+            assert store._scripts._places == 3 and not store._scripts._calls
+        finally:
+            await store.aclose()
+            await admin.aclose()
+
+
+@pytest.mark.redis
+async def test_every_caller_of_a_silent_redis_gets_state_unavailable() -> None:
+    # Redis held: forty calls one loop turn apart, each past its bound; the connection
+    # is dropped as silent while some are still in flight. Each caller gets the store's
+    # own error, none a bare cancellation (which would read as the client gone).
+    with private_redis_server() as server:
+        admin = Redis.from_url(server.url)
+        store = RedisCounterStore(server.url, timeout=0.3, breaker=Breaker(failures=100))
+        echo = Script("return ARGV[1]")
+
+        async def call(n: int) -> object:
+            try:
+                return await store._call(echo, [], [str(n)])
+            except asyncio.CancelledError:
+                return "a bare cancellation"
+            except StateUnavailable as refused:
+                return type(refused)
+
+        try:
+            await call(-1)
+            await admin.client_pause(1500, all=False)
+            calls = []
+            for n in range(40):
+                calls.append(asyncio.create_task(call(n)))
+                await asyncio.sleep(0)
+            assert await asyncio.gather(*calls) == [StateUnavailable] * 40
+        finally:
+            await admin.execute_command("CLIENT", "UNPAUSE")
+            await store.aclose()
+            await admin.aclose()
+
+
+@pytest.mark.redis
+async def test_closing_while_connecting_keeps_no_connection_and_fails_the_waiter() -> None:
+    with private_redis_server() as server:
+
+        async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", server.port)
+            try:
+                await asyncio.gather(
+                    pump(reader, up_w), pump(up_r, writer, 0.3), return_exceptions=True
+                )
+            finally:
+                writer.close()
+
+        proxy = await asyncio.start_server(slow, "127.0.0.1", 0)
+        port = proxy.sockets[0].getsockname()[1]
+        pool = BlockingConnectionPool.from_url(f"redis://127.0.0.1:{port}", max_connections=2)
+        pipe = ScriptPipe(pool, 4, bound=2.0)
+        try:
+            waiter = asyncio.create_task(pipe.connect())
+            await asyncio.sleep(0.05)  # the handshake is on its way
+            await pipe.aclose()
+            with pytest.raises(ConnectionError):
+                await waiter  # told the pipe closed, not cancelled
+            await asyncio.sleep(0.5)
+            assert not pipe.connected and len(pool._in_use_connections) == 0
+        finally:
+            await pool.aclose()
+            proxy.close()
+
+
+@pytest.mark.redis
+async def test_closing_is_cancelled_with_its_caller(redis_url: str) -> None:
+    pool = BlockingConnectionPool.from_url(redis_url, max_connections=2)
+    pipe = ScriptPipe(pool, 4, bound=2.0)
+    try:
+        await pipe.connect()
+        closer = asyncio.create_task(pipe.aclose())
+        await asyncio.sleep(0)  # closing, waiting for the reader to end
+        closer.cancel()  # a shutdown's own timeout, say
+        with pytest.raises(asyncio.CancelledError):
+            await closer
+    finally:
+        await pipe.aclose()
+        await pool.aclose()

@@ -4,8 +4,10 @@
 burst (hundreds of requests' work in one turn) that can be the very turn that first
 reads a reply Redis sent in time: the reply's wake-up and the timer come due together,
 the timer wins, and a call Redis answered within its bound fails and counts toward the
-breaker. ``Deadline`` lets one more turn pass when it falls due: a call whose reply has
-been read by then goes on; a call still waiting for Redis is cancelled.
+breaker. ``Deadline`` lets two more turns pass when it falls due, one for the reply to
+be read off the socket and one for the reader to hand it to its caller
+(``state.scripts``): a call whose reply has come by then goes on; a call still waiting
+for Redis is cancelled.
 
     deadline = Deadline(0.5)
     try:
@@ -26,7 +28,7 @@ __all__ = ["Deadline"]
 
 
 class Deadline:
-    """Cancels the current task ``seconds`` from now, one loop turn late (see above)."""
+    """Cancels the current task ``seconds`` from now, two loop turns late (see above)."""
 
     __slots__ = ("_cancelling", "_closed", "_fired", "_handle", "_task")
 
@@ -38,7 +40,7 @@ class Deadline:
         self._cancelling = task.cancelling()
         self._closed = False
         self._fired = False
-        self._handle = loop.call_later(seconds, loop.call_soon, self._fire)
+        self._handle = loop.call_later(seconds, loop.call_soon, loop.call_soon, self._fire)
 
     def _fire(self) -> None:
         if not self._closed:

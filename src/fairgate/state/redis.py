@@ -142,7 +142,9 @@ class RedisCounterStore:
         self._redis: Redis = Redis.from_pool(pool)
         # the scripts run pipelined on one connection of their own, at most three
         # quarters of ``max_connections`` calls in flight (``fairgate.state.scripts``)
-        self._scripts = ScriptPipe(pool, window=max_connections - max_connections // 4)
+        self._scripts = ScriptPipe(
+            pool, window=max_connections - max_connections // 4, bound=timeout
+        )
         self._acquire = Script(_lua("acquire"))
         self._settle = Script(_lua("settle"))
         self._read = Script(_lua("read"))
@@ -531,13 +533,21 @@ class RedisCounterStore:
             scripts.take()
         else:
             await self._wait()
+        run = scripts.run
+        ran = False  # ``run`` takes the place over (free again once the reply is read)
+
+        def command(deadline: Deadline) -> Awaitable[Any]:
+            nonlocal ran
+            ran = True
+            return run(script, keys, args, deadline, hold)
+
         try:
             if not scripts.connected:
                 await self._guarded(lambda _: scripts.connect())
-            run = scripts.run
-            return await self._guarded(lambda deadline: run(script, keys, args, deadline, hold))
+            return await self._guarded(command)
         finally:
-            scripts.give_back()
+            if not ran:
+                scripts.give_back()
 
     async def _wait(self) -> None:
         """A place among the calls in flight, handed over within ``wait_timeout``: every
@@ -580,7 +590,10 @@ class RedisCounterStore:
         except (RedisError, OSError) as exc:
             self._breaker.failure()
             if isinstance(exc, ConnectionError | OSError):
-                await self._drop_idle()
+                # on its own: awaited here, this call's deadline could still cancel it
+                # and escape as a bare cancellation
+                self._pending.add(dropping := asyncio.ensure_future(self._drop_idle()))
+                dropping.add_done_callback(self._finished)
             raise StateUnavailable(f"Redis call failed: {type(exc).__name__}: {exc}") from exc
         finally:
             deadline.close()

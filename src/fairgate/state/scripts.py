@@ -20,10 +20,11 @@ before-and-after pair: the gateway's CPU a request 628 → 516 µs, Redis's ~240
 req/s 1,623 → 1,982 (``overhead.py throughput --state redis``). Redis runs one script
 at a time whatever the number of connections, so one connection costs no parallelism.
 
-The calls in flight at once are bounded (``window``): past it a call waits its turn
-(``room``, ``take``, ``wait``, ``give_back``) in this gateway, in the order the calls
-came, and that wait is this gateway's own congestion, not Redis's; the caller bounds it
-apart from the Redis work (``RedisCounterStore._call``).
+The commands in flight at once are bounded (``window``): past it a call waits its turn
+(``room``, ``take``, ``wait``) in this gateway, in the order the calls came, and that
+wait is this gateway's own congestion, not Redis's; the caller bounds it apart from the
+Redis work (``RedisCounterStore._call``). A reply read in the loop turn the call's
+``Deadline`` cancels it is in time, as it was when each caller read its own socket.
 
 The replies are parsed by ``state.replies`` (one loop over what one read brought).
 What stays redis-py's: connecting (TLS, AUTH, SELECT, the Sentinel-managed connection
@@ -31,10 +32,12 @@ that asks for the primary). A connection that fails (a read or write error, EOF,
 reply out of step, ``READONLY`` from a demoted primary) fails every call in flight on
 it with ``ConnectionError`` and is connected again at the next call, through
 ``connect`` as the pool would (a Sentinel-managed one asks for the primary again).
-A call whose own bound ran out while nothing at all came back on the connection since
-it was sent takes the connection down with it: Redis, or the path to it, is gone
-silent, and the next call must not queue behind it. A call cancelled otherwise leaves
-its reply to the reader, which drops it: the connection stays in step.
+A call whose own bound ran out takes the connection down with it once nothing at all
+has come back for a whole bound since the oldest command in flight was written: Redis,
+or the path to it, is gone silent, and the next call must not queue behind it. A call
+cancelled otherwise leaves its reply to the reader, which drops it: the connection
+stays in step, and the command keeps its place in the window until its reply is read
+(so the window bounds what Redis has queued, abandoned commands included).
 """
 
 from __future__ import annotations
@@ -109,38 +112,47 @@ _BULKS = BoundedMemo[str, str](4096, work=_bulk)
 
 
 class _Call:
-    """One command in flight: the future its caller waits on, and its reply when the
-    reader got it after that future was cancelled (``answered``)."""
+    """One command in flight: the future its caller waits on, its reply when the reader
+    got it after that future was cancelled (``answered``), and whether it holds one of
+    the pipe's places (``placed``: given back when its reply is read, or it fails)."""
 
-    __slots__ = ("answered", "future", "reads", "reply")
+    __slots__ = ("answered", "future", "placed", "reads", "reply", "written")
 
-    def __init__(self, future: asyncio.Future[Any], reads: int) -> None:
+    def __init__(self, future: asyncio.Future[Any], placed: bool, reads: int) -> None:
         self.future = future
+        self.placed = placed
         self.reads = reads  # the connection's reads when it was sent
+        self.written: float | None = None  # the loop's time when it was written
         self.reply: Any = None
         self.answered = False
 
 
 class ScriptPipe:
     """Runs ``Script``s pipelined on one connection taken out of ``pool`` and kept, at
-    most ``window`` calls in flight at once (see the module text).
+    most ``window`` commands in flight at once (see the module text); ``bound`` (s)
+    bounds connecting.
 
     The caller takes a place (``room`` and ``take``, or ``wait``), connects when
-    ``connected`` is false (``connect``), runs its script (``run``) and gives the place
-    back (``give_back``), so that it can bound each part apart."""
+    ``connected`` is false (``connect``), and runs its script (``run``), which takes
+    the place over: it is free again once the command's reply is read or the command
+    failed, whether the caller waited for it or not. A caller that never got to
+    ``run`` gives its place back itself (``give_back``)."""
 
-    def __init__(self, pool: ConnectionPool, window: int) -> None:
+    def __init__(self, pool: ConnectionPool, window: int, bound: float) -> None:
         self._pool = pool
         self._places = max(1, window)
+        self._bound = bound
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._conn: AbstractConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._out: list[bytes] = []  # commands of this loop turn, not written yet
+        self._out_calls: list[_Call] = []  # and their calls
         self._calls: deque[_Call] = deque()  # sent or to be sent, in order
         self._reads = 0  # reads that brought bytes: a silent connection reads none
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing: asyncio.Future[None] | None = None  # a dropped connection's close
+        self._closed = False
 
     # -- places ---------------------------------------------------------------------
 
@@ -152,7 +164,7 @@ class ScriptPipe:
         self._places -= 1
 
     async def wait(self) -> None:
-        """A place handed over by a call that gave its place back (in the order asked)."""
+        """A place handed over as a command's reply was read (in the order asked)."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
@@ -187,36 +199,58 @@ class ScriptPipe:
         return reader is not None and not reader.done()
 
     async def connect(self) -> None:
-        """Connect (once for every call that asks meanwhile) and start the reader."""
+        """Connect (once for every call that asks meanwhile, within ``bound``) and start
+        the reader."""
         if self.connected:
             return
+        if self._closed:
+            raise ConnectionError(_CLOSED)
         if self._connecting is None or self._connecting.done():
             self._connecting = asyncio.ensure_future(self._open())
-        await asyncio.shield(self._connecting)
+        try:
+            await asyncio.shield(self._connecting)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closed and task is not None and not task.cancelling():
+                raise ConnectionError(_CLOSED) from None  # closed, not this caller
+            raise
 
     async def _open(self) -> None:
         if self._closing is not None:  # the dropped connection is closed before reuse
             closing, self._closing = self._closing, None
-            with contextlib.suppress(Exception):
-                await closing
+            await asyncio.wait([closing])
         conn = self._conn
-        if conn is None:
-            conn = await self._pool.get_connection()  # type: ignore[no-untyped-call]
-            self._conn = conn
-        if not conn.is_connected:
-            # connect() as the pool does: a Sentinel-managed connection asks the
-            # Sentinels for the primary there
-            await conn.connect()
+        try:
+            # bounded here, not by a caller's deadline: the callers wait shielded, and
+            # a handshake a silent peer never answers must not hold every later connect
+            async with asyncio.timeout(self._bound):
+                if conn is None:
+                    conn = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+                    self._conn = conn
+                if not conn.is_connected:
+                    # connect() as the pool does: a Sentinel-managed connection asks the
+                    # Sentinels for the primary there
+                    await conn.connect()
+        except BaseException:
+            if conn is not None:
+                await conn.disconnect(nowait=True)
+            raise
+        if self._closed:  # closed while connecting
+            await conn.disconnect()
+            raise ConnectionError(_CLOSED)
         self._loop = asyncio.get_running_loop()
         self._reader = self._loop.create_task(self._read(conn))
 
     def _drop(self, error: Exception) -> None:
-        """Fail every call in flight with ``error`` and disconnect (the next call
-        connects again)."""
+        """Fail every call in flight with ``error`` (each its own copy) and disconnect
+        (the next call connects again)."""
         self._out.clear()
+        self._out_calls.clear()
         calls = self._calls
         while calls:
-            _answer(calls.popleft(), error)
+            failed = type(error)(*error.args)
+            failed.__cause__ = error.__cause__
+            self._answer(calls.popleft(), failed)
         reader, self._reader = self._reader, None
         if reader is not None and reader is not asyncio.current_task():
             reader.cancel()
@@ -229,6 +263,7 @@ class ScriptPipe:
     async def _read(self, conn: AbstractConnection) -> None:
         reader = conn._reader
         calls = self._calls
+        answer = self._answer
         data = b""
         try:
             if reader is None:
@@ -255,7 +290,7 @@ class ScriptPipe:
                         error = ConnectionError("The previous master is now a slave")
                         error.__cause__ = reply
                         raise error
-                    _answer(calls.popleft(), reply)
+                    answer(calls.popleft(), reply)
                 data = data[pos:] if pos else data
         except asyncio.CancelledError:
             if self._reader is not None and self._reader is asyncio.current_task():
@@ -266,13 +301,23 @@ class ScriptPipe:
                 exc = ConnectionError(f"Error while reading from Redis: {exc.args}")
             self._drop(exc)
 
-    def _send(self, payload: bytes) -> _Call:
+    def _answer(self, call: _Call, reply: Any) -> None:
+        if call.placed:
+            self.give_back()
+        future = call.future
+        if future.done():  # its caller was cancelled: kept for a caller holding on
+            call.reply, call.answered = reply, True
+        else:
+            future.set_result(reply)
+
+    def _send(self, payload: bytes, placed: bool) -> _Call:
         out = self._out
         if not out:
             self._loop.call_soon(self._flush)  # type: ignore[union-attr]  # connected
         out.append(payload)
-        call = _Call(self._loop.create_future(), self._reads)  # type: ignore[union-attr]
+        call = _Call(self._loop.create_future(), placed, self._reads)  # type: ignore[union-attr]
         self._calls.append(call)
+        self._out_calls.append(call)
         return call
 
     def _flush(self) -> None:
@@ -286,6 +331,34 @@ class ScriptPipe:
             self._drop(ConnectionError("Connection closed by the server before write"))
             return
         writer.write(data)
+        now = self._loop.time()  # type: ignore[union-attr]  # connected
+        for call in self._out_calls:
+            call.written = now
+        self._out_calls.clear()
+
+    def _suspect(self, call: _Call) -> None:
+        """``call``'s bound ran out with no reply: drop the connection once the oldest
+        command in flight was written a whole bound ago and nothing at all has been read
+        since it was sent. Looked at two loop turns from now, so that the loop reads
+        what already arrived first: a turn that ran long (the gateway's own doing)
+        delays the write and the reader alike, and says nothing about Redis."""
+        loop, reader = self._loop, self._reader
+        assert loop is not None
+
+        def check() -> None:
+            calls = self._calls
+            if self._reader is not reader or not calls:
+                return  # dropped meanwhile, or every reply came
+            oldest = calls[0]
+            if oldest.reads != self._reads:
+                return  # a reply came since it was sent: Redis is alive
+            quiet = 0.0 if oldest.written is None else loop.time() - oldest.written
+            if quiet < self._bound:
+                loop.call_later(self._bound - quiet, check)
+            else:
+                self._drop(ConnectionError("no reply from Redis within the bound"))
+
+        loop.call_soon(loop.call_soon, check)
 
     # -- calls ----------------------------------------------------------------------
 
@@ -297,20 +370,27 @@ class ScriptPipe:
         deadline: Deadline,
         hold: bool = False,
     ) -> Any:
-        """The script's reply (raises redis-py's errors; NOSCRIPT loads it, once).
-        ``deadline``: the call's bound; ``hold``: a cancellation once the script is sent
+        """The script's reply (raises redis-py's errors; NOSCRIPT loads it, once); takes
+        over the caller's place. ``deadline``: the call's bound (a reply read by the
+        turn it cancels is in time); ``hold``: a cancellation once the script is sent
         (not the deadline's) is raised after its reply, as ``ReplyThenCancelled``."""
-        if not self.connected:
-            raise ConnectionError(_CLOSED)
-        payload = script.pack(keys, args)
-        reply, held = await self._reply(self._send(payload), deadline, hold, False)
+        try:
+            if not self.connected:
+                raise ConnectionError(_CLOSED)
+            payload = script.pack(keys, args)
+        except BaseException:
+            self.give_back()  # never sent
+            raise
+        reply, held = await self._reply(self._send(payload, True), deadline, hold, False)
         if isinstance(reply, NoScriptError):  # a restarted or flushed Redis
             if held:
                 raise asyncio.CancelledError  # the script has not run
             if not self.connected:
                 raise ConnectionError(_CLOSED)
-            load = self._send(_load(script.text))
-            again = self._send(payload)  # in the same write: no round trip more
+            # in the same write, no round trip more; these two take no place (the window
+            # is passed by two for the one call that meets NOSCRIPT)
+            load = self._send(_load(script.text), False)
+            again = self._send(payload, False)
             _, held = await self._reply(load, deadline, hold, held)
             reply, held = await self._reply(again, deadline, hold, held)
         if held:
@@ -332,52 +412,54 @@ class ScriptPipe:
             try:
                 return await call.future, held
             except asyncio.CancelledError:
+                future = call.future
+                there = call.answered or (future.done() and not future.cancelled())
                 if deadline.fired:
-                    if self._reads == call.reads and self.connected:
-                        # nothing came back since it was sent: Redis has gone silent
-                        self._drop(ConnectionError("no reply from Redis within the bound"))
-                    raise
+                    if not there:
+                        if self.connected:
+                            self._suspect(call)
+                        raise
+                    if deadline.expired():
+                        continue  # read by the turn the deadline cancelled: in time
+                    # and another cancellation as well: held, or raised
                 if not hold:
                     raise  # its reply is the reader's to drop
                 held = True
-                if call.future.cancelled():
+                if future.cancelled():
                     call.future = asyncio.get_running_loop().create_future()
 
     async def disconnect_idle(self) -> None:
-        """Disconnect the connection when no call is in flight (it reconnects when next
-        used)."""
-        if self._conn is not None and not self._calls:
+        """Disconnect the connection when it is up and no call is in flight or
+        connecting (it reconnects when next used)."""
+        connecting = self._connecting is not None and not self._connecting.done()
+        if self.connected and not self._calls and not connecting:
             self._drop(ConnectionError(_CLOSED))
             if self._closing is not None:
-                await self._closing
+                await asyncio.wait([self._closing])
 
     async def aclose(self) -> None:
         """Fail the calls still in flight, disconnect and give the connection back to the
         pool (before it closes)."""
-        conn, self._conn = self._conn, None
+        self._closed = True
+        connecting, self._connecting = self._connecting, None
+        if connecting is not None and not connecting.done():
+            connecting.cancel()
+            await asyncio.wait([connecting])
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            await asyncio.wait([reader])
+        self._out.clear()
         calls = self._calls
         while calls:
-            _answer(calls.popleft(), ConnectionError(_CLOSED))
+            self._answer(calls.popleft(), ConnectionError(_CLOSED))
         if self._closing is not None:
-            with contextlib.suppress(Exception):
-                await self._closing
+            await asyncio.wait([self._closing])
+        conn, self._conn = self._conn, None
         if conn is not None:
             # replies still on their way would meet the pool's next user of it
             await conn.disconnect()
             await self._pool.release(conn)
-
-
-def _answer(call: _Call, reply: Any) -> None:
-    future = call.future
-    if future.done():  # its caller was cancelled: kept for a caller holding on
-        call.reply, call.answered = reply, True
-    else:
-        future.set_result(reply)
 
 
 def _load(text: str) -> bytes:
