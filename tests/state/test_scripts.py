@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import Connection
-from redis.exceptions import ConnectionError, ResponseError
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 
 from fairgate.core.breaker import Breaker
 from fairgate.limits import StateUnavailable
@@ -243,8 +243,9 @@ async def test_a_call_cancelled_before_its_reply_never_hands_that_reply_to_the_n
 
 @pytest.mark.redis
 async def test_a_silent_connection_is_dropped_when_a_bound_runs_out_and_connected_again() -> None:
-    # Nothing at all came back since the call was sent: whatever the reason (Redis
-    # stopped, the path to it gone), the next call must not queue behind it
+    # Nothing at all came back for a whole bound (0.1 s) since the call was written:
+    # whatever the reason (Redis stopped, the path to it gone), the connection is
+    # dropped, however long its caller would wait, and the next call connects again
     with private_redis_server() as server:
         admin = Redis.from_url(server.url)
         echo = Script("return ARGV[1]")
@@ -253,10 +254,10 @@ async def test_a_silent_connection_is_dropped_when_a_bound_runs_out_and_connecte
                 await run(pipe, echo, ["warm"])
                 connections = (await admin.info("stats"))["total_connections_received"]
                 await admin.client_pause(400, all=False)  # scripts wait, INFO does not
-                with pytest.raises(asyncio.CancelledError):
-                    await run(pipe, echo, ["lost"], seconds=0.1)
-                await asyncio.sleep(0.15)  # a whole bound since the write: dropped
+                with pytest.raises(ConnectionError, match="no reply from Redis within"):
+                    await run(pipe, echo, ["lost"], seconds=5.0)  # ended by the watch
                 assert not pipe.connected
+                await asyncio.sleep(0.35)  # the pause is over
                 await pipe.connect()
                 assert await run(pipe, echo, ["again"]) == b"again"  # after the pause
                 stats = await admin.info("stats")
@@ -519,3 +520,101 @@ async def test_closing_is_cancelled_with_its_caller(redis_url: str) -> None:
     finally:
         await pipe.aclose()
         await pool.aclose()
+
+
+@pytest.mark.redis
+async def test_a_path_gone_silent_between_pipelined_replies_is_dropped_and_replaced() -> None:
+    # The path to Redis drops everything after one reply (a partition mid-stream): a
+    # command sent before that reply was read never gets its own. The connection must
+    # not stay up because replies came not long before: it is dropped a bound after the
+    # last read, and the calls after it run on a new one.
+    with private_redis_server() as server:
+        connections = 0
+        silent = asyncio.Event()
+
+        async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            first = connections == 1
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", server.port)
+
+            async def down() -> None:
+                try:
+                    while data := await up_r.read(65536):
+                        if first and silent.is_set():
+                            continue  # the path gone silent, this connection only
+                        writer.write(data)
+                        if first and b"fast" in data:
+                            silent.set()
+                finally:
+                    writer.close()
+
+            await asyncio.gather(pump(reader, up_w), down(), return_exceptions=True)
+
+        proxy = await asyncio.start_server(relay, "127.0.0.1", 0)
+        port = proxy.sockets[0].getsockname()[1]
+        store = RedisCounterStore(
+            f"redis://127.0.0.1:{port}", timeout=0.3, breaker=Breaker(failures=100)
+        )
+        busy = Script(BUSY)
+        try:
+            await store._call(busy, [], ["warm", 0])
+            fast = asyncio.create_task(store._call(busy, [], ["fast", 100_000]))
+            await asyncio.sleep(0.01)  # sent before the reply of "fast" is read
+            slow = asyncio.create_task(store._call(busy, [], ["slow", 100_000]))
+            assert await fast == b"fast"
+            with pytest.raises(StateUnavailable):
+                await slow
+            await asyncio.sleep(0.4)  # a bound after the last read: dropped
+            assert [await store._call(busy, [], [f"later{n}", 0]) for n in range(3)] == [
+                b"later0",
+                b"later1",
+                b"later2",
+            ]
+            assert connections == 2
+        finally:
+            await store.aclose()
+            proxy.close()
+
+
+@pytest.mark.redis
+async def test_a_reload_after_a_deadline_taken_back_fails_at_once() -> None:
+    # NOSCRIPT comes back as the deadline falls due: read in the turns the deadline
+    # grants, no time is left under it for SCRIPT LOAD and the call again, so the call
+    # fails at once; read earlier, the reload runs under what is left of the bound.
+    # Either way the call ends within its bound, not unbounded after it
+    with private_redis_server() as server:
+        admin = Redis.from_url(server.url)
+        pipe_pool = BlockingConnectionPool.from_url(server.url, max_connections=2)
+        pipe = ScriptPipe(pipe_pool, 4, bound=5.0)
+        try:
+            await pipe.connect()
+            await admin.script_flush()
+            pipe.take()
+            deadline = Deadline(0.05)
+            flush = pipe._flush
+
+            def stalled_flush() -> None:
+                flush()
+                pipe._flush = flush  # type: ignore[method-assign]  # once
+                time.sleep(0.1)  # the deadline falls due with the reply
+
+            pipe._flush = stalled_flush  # type: ignore[method-assign]
+            started = time.monotonic()
+            try:
+                await pipe.run(Script("return 'x'"), [], [], deadline)
+            except NoScriptError:
+                assert deadline.spent  # read in the deadline's grace: no reload started
+            except asyncio.CancelledError:
+                assert deadline.expired()  # the reload began in time, the bound ended it
+            else:
+                raise AssertionError("the call after NOSCRIPT returned")
+            finally:
+                deadline.close()
+            assert time.monotonic() - started < 0.5
+            await asyncio.sleep(0.1)
+            assert not pipe._calls and pipe._places == 4
+        finally:
+            await pipe.aclose()
+            await pipe_pool.aclose()
+            await admin.aclose()

@@ -30,7 +30,7 @@ __all__ = ["Deadline"]
 class Deadline:
     """Cancels the current task ``seconds`` from now, two loop turns late (see above)."""
 
-    __slots__ = ("_cancelling", "_closed", "_fired", "_handle", "_task")
+    __slots__ = ("_cancelling", "_closed", "_fired", "_handle", "_spent", "_task")
 
     def __init__(self, seconds: float) -> None:
         task = asyncio.current_task()
@@ -40,6 +40,7 @@ class Deadline:
         self._cancelling = task.cancelling()
         self._closed = False
         self._fired = False
+        self._spent = False
         self._handle = loop.call_later(seconds, loop.call_soon, loop.call_soon, self._fire)
 
     def _fire(self) -> None:
@@ -58,7 +59,13 @@ class Deadline:
         if not self._fired:
             return False
         self._fired = False
+        self._spent = True
         return self._task.uncancel() <= self._cancelling
+
+    @property
+    def spent(self) -> bool:
+        """Whether this deadline fell due and was taken back: no time is left under it."""
+        return self._spent
 
     def close(self) -> None:
         """The call is over: the deadline no longer applies."""

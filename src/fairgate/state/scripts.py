@@ -32,12 +32,13 @@ that asks for the primary). A connection that fails (a read or write error, EOF,
 reply out of step, ``READONLY`` from a demoted primary) fails every call in flight on
 it with ``ConnectionError`` and is connected again at the next call, through
 ``connect`` as the pool would (a Sentinel-managed one asks for the primary again).
-A call whose own bound ran out takes the connection down with it once nothing at all
-has come back for a whole bound since the oldest command in flight was written: Redis,
-or the path to it, is gone silent, and the next call must not queue behind it. A call
-cancelled otherwise leaves its reply to the reader, which drops it: the connection
-stays in step, and the command keeps its place in the window until its reply is read
-(so the window bounds what Redis has queued, abandoned commands included).
+While commands are in flight a watch drops the connection once nothing at all has
+been read for a whole bound since the oldest of them was written: Redis, or the path
+to it, is gone silent, and the next call must not queue behind it (nor the window
+stay full of commands no reply will ever free). A call cancelled leaves its reply to
+the reader, which drops it: the connection stays in step, and the command keeps its
+place in the window until its reply is read (so the window bounds what Redis has
+queued, abandoned commands included, but for the reloads after a restart).
 """
 
 from __future__ import annotations
@@ -116,12 +117,11 @@ class _Call:
     got it after that future was cancelled (``answered``), and whether it holds one of
     the pipe's places (``placed``: given back when its reply is read, or it fails)."""
 
-    __slots__ = ("answered", "future", "placed", "reads", "reply", "written")
+    __slots__ = ("answered", "future", "placed", "reply", "written")
 
-    def __init__(self, future: asyncio.Future[Any], placed: bool, reads: int) -> None:
+    def __init__(self, future: asyncio.Future[Any], placed: bool) -> None:
         self.future = future
         self.placed = placed
-        self.reads = reads  # the connection's reads when it was sent
         self.written: float | None = None  # the loop's time when it was written
         self.reply: Any = None
         self.answered = False
@@ -149,7 +149,9 @@ class ScriptPipe:
         self._out: list[bytes] = []  # commands of this loop turn, not written yet
         self._out_calls: list[_Call] = []  # and their calls
         self._calls: deque[_Call] = deque()  # sent or to be sent, in order
-        self._reads = 0  # reads that brought bytes: a silent connection reads none
+        self._read_at = 0.0  # the loop's time of the last read that brought bytes
+        self._watch: asyncio.Handle | None = None  # the silence watch, while armed
+        self._window = self._places
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing: asyncio.Future[None] | None = None  # a dropped connection's close
         self._closed = False
@@ -246,6 +248,9 @@ class ScriptPipe:
         (the next call connects again)."""
         self._out.clear()
         self._out_calls.clear()
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         calls = self._calls
         while calls:
             failed = type(error)(*error.args)
@@ -272,7 +277,7 @@ class ScriptPipe:
                 more = await reader.read(_CHUNK)
                 if not more:
                     raise ConnectionError(_CLOSED)
-                self._reads += 1
+                self._read_at = self._loop.time()  # type: ignore[union-attr]  # connected
                 data = data + more if data else more
                 pos = 0
                 while True:
@@ -315,7 +320,7 @@ class ScriptPipe:
         if not out:
             self._loop.call_soon(self._flush)  # type: ignore[union-attr]  # connected
         out.append(payload)
-        call = _Call(self._loop.create_future(), placed, self._reads)  # type: ignore[union-attr]
+        call = _Call(self._loop.create_future(), placed)  # type: ignore[union-attr]
         self._calls.append(call)
         self._out_calls.append(call)
         return call
@@ -335,30 +340,49 @@ class ScriptPipe:
         for call in self._out_calls:
             call.written = now
         self._out_calls.clear()
+        if self._watch is None:
+            self._watch = self._loop.call_later(self._bound, self._look)  # type: ignore[union-attr]
 
-    def _suspect(self, call: _Call) -> None:
-        """``call``'s bound ran out with no reply: drop the connection once the oldest
-        command in flight was written a whole bound ago and nothing at all has been read
-        since it was sent. Looked at two loop turns from now, so that the loop reads
-        what already arrived first: a turn that ran long (the gateway's own doing)
-        delays the write and the reader alike, and says nothing about Redis."""
-        loop, reader = self._loop, self._reader
+    def _look(self) -> None:
+        """The silence watch, armed by a write while nothing watches: drop the connection
+        when commands are in flight and nothing at all has been read for a whole bound
+        since the oldest of them was written (Redis, or the path to it, gone silent).
+        Confirmed two loop turns later, so that the loop first reads what already came:
+        a turn that ran long (the gateway's own doing) delays the reader as much as the
+        watch, and says nothing about Redis."""
+        self._watch = None
+        quiet = self._quiet()
+        if quiet is None:
+            return  # nothing in flight: the next write arms the watch again
+        loop = self._loop
         assert loop is not None
+        if quiet < self._bound:
+            self._watch = loop.call_later(self._bound - quiet, self._look)
+            return
+        reader = self._reader
 
-        def check() -> None:
-            calls = self._calls
-            if self._reader is not reader or not calls:
-                return  # dropped meanwhile, or every reply came
-            oldest = calls[0]
-            if oldest.reads != self._reads:
-                return  # a reply came since it was sent: Redis is alive
-            quiet = 0.0 if oldest.written is None else loop.time() - oldest.written
-            if quiet < self._bound:
-                loop.call_later(self._bound - quiet, check)
-            else:
+        def confirm() -> None:
+            if self._reader is not reader:
+                return  # dropped meanwhile (a new connection has a watch of its own)
+            self._watch = None
+            quiet = self._quiet()
+            if quiet is None:
+                return
+            if quiet >= self._bound:
                 self._drop(ConnectionError("no reply from Redis within the bound"))
+            else:
+                self._watch = loop.call_later(self._bound - quiet, self._look)
 
-        loop.call_soon(loop.call_soon, check)
+        self._watch = loop.call_soon(loop.call_soon, confirm)
+
+    def _quiet(self) -> float | None:
+        """How long the connection has been silent while a written command waits (None:
+        none waits)."""
+        calls = self._calls
+        if not calls or calls[0].written is None or not self.connected:
+            return None
+        since = max(calls[0].written, self._read_at)
+        return self._loop.time() - since  # type: ignore[union-attr]  # connected
 
     # -- calls ----------------------------------------------------------------------
 
@@ -385,10 +409,12 @@ class ScriptPipe:
         if isinstance(reply, NoScriptError):  # a restarted or flushed Redis
             if held:
                 raise asyncio.CancelledError  # the script has not run
+            if deadline.spent:
+                raise reply  # in time, but no time is left for the reload
             if not self.connected:
                 raise ConnectionError(_CLOSED)
-            # in the same write, no round trip more; these two take no place (the window
-            # is passed by two for the one call that meets NOSCRIPT)
+            # in the same write, no round trip more; these two take no place (after a
+            # restart every call then in flight reloads: the window is passed, once)
             load = self._send(_load(script.text), False)
             again = self._send(payload, False)
             _, held = await self._reply(load, deadline, hold, held)
@@ -416,8 +442,6 @@ class ScriptPipe:
                 there = call.answered or (future.done() and not future.cancelled())
                 if deadline.fired:
                     if not there:
-                        if self.connected:
-                            self._suspect(call)
                         raise
                     if deadline.expired():
                         continue  # read by the turn the deadline cancelled: in time
@@ -429,10 +453,11 @@ class ScriptPipe:
                     call.future = asyncio.get_running_loop().create_future()
 
     async def disconnect_idle(self) -> None:
-        """Disconnect the connection when it is up and no call is in flight or
-        connecting (it reconnects when next used)."""
+        """Disconnect the connection when it is up and no call holds or waits for a
+        place, nor connects (it reconnects when next used)."""
         connecting = self._connecting is not None and not self._connecting.done()
-        if self.connected and not self._calls and not connecting:
+        idle = self._places == self._window and not self._waiters and not self._calls
+        if self.connected and idle and not connecting:
             self._drop(ConnectionError(_CLOSED))
             if self._closing is not None:
                 await asyncio.wait([self._closing])
@@ -441,6 +466,9 @@ class ScriptPipe:
         """Fail the calls still in flight, disconnect and give the connection back to the
         pool (before it closes)."""
         self._closed = True
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         connecting, self._connecting = self._connecting, None
         if connecting is not None and not connecting.done():
             connecting.cancel()
