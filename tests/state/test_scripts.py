@@ -618,3 +618,70 @@ async def test_a_reload_after_a_deadline_taken_back_fails_at_once() -> None:
             await pipe.aclose()
             await pipe_pool.aclose()
             await admin.aclose()
+
+
+@pytest.mark.redis
+async def test_turns_that_each_run_longer_than_the_bound_do_not_drop_a_healthy_connection() -> None:
+    # An overloaded gateway: for 3 s every loop turn is 0.25 s of its own work, the
+    # bound 0.2 s; Redis answers at once. Replies wait in the socket for the loop, not
+    # for Redis: the watch must not take that for silence.
+    with private_redis_server() as server:
+        pool = BlockingConnectionPool.from_url(server.url, max_connections=2)
+        pipe = ScriptPipe(pool, 16, bound=0.2)
+        echo = Script("return ARGV[1]")
+        loop = asyncio.get_running_loop()
+        try:
+            await pipe.connect()
+            reader = pipe._reader
+            stop = time.monotonic() + 3.0
+
+            def hog() -> None:
+                if time.monotonic() < stop:
+                    time.sleep(0.25)
+                    loop.call_soon(hog)
+
+            async def worker(n: int) -> list[bytes]:
+                for _ in range(n % 4):  # the workers' calls go out in different turns
+                    await asyncio.sleep(0)
+                got = []
+                while time.monotonic() < stop:
+                    got.append(await run(pipe, echo, [f"w{n}"]))
+                return got
+
+            loop.call_soon(hog)
+            results = await asyncio.gather(*(worker(n) for n in range(12)))
+            for n, got in enumerate(results):  # each its own replies, none failed
+                assert set(got) <= {f"w{n}".encode()}
+            assert sum(map(len, results)) >= 12
+            assert pipe._reader is reader  # never dropped
+        finally:
+            await pipe.aclose()
+            await pool.aclose()
+
+
+@pytest.mark.redis
+async def test_a_command_still_unsent_when_the_pipe_closes_is_never_sent() -> None:
+    # closed in the turn a call was made: the caller is told the connection closed, so
+    # the command must not reach Redis after that (a charge nobody would give back)
+    with private_redis_server() as server:
+        admin = Redis.from_url(server.url)
+        pool = BlockingConnectionPool.from_url(server.url, max_connections=2)
+        pipe = ScriptPipe(pool, 4, bound=0.3)
+        incr = Script("return redis.call('INCR', KEYS[1])")
+        try:
+            await pipe.connect()
+            await admin.script_load(incr.text)
+            pipe.take()
+            deadline = Deadline(5.0)
+            call = asyncio.create_task(pipe.run(incr, ["k"], [], deadline, hold=True))
+            await asyncio.sleep(0)  # queued: its write is due next turn
+            await pipe.aclose()
+            with pytest.raises(ConnectionError):
+                await call
+            deadline.close()
+            await asyncio.sleep(0.1)
+            assert await admin.get("k") is None
+            assert pipe._watch is None and pipe._places == 4
+        finally:
+            await pool.aclose()
+            await admin.aclose()

@@ -327,8 +327,8 @@ class ScriptPipe:
 
     def _flush(self) -> None:
         out = self._out
-        if not out:
-            return  # dropped meanwhile
+        if not out or self._closed:
+            return  # dropped or closed meanwhile
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         writer = None if self._conn is None else self._conn._writer
@@ -347,9 +347,10 @@ class ScriptPipe:
         """The silence watch, armed by a write while nothing watches: drop the connection
         when commands are in flight and nothing at all has been read for a whole bound
         since the oldest of them was written (Redis, or the path to it, gone silent).
-        Confirmed two loop turns later, so that the loop first reads what already came:
-        a turn that ran long (the gateway's own doing) delays the reader as much as the
-        watch, and says nothing about Redis."""
+        Confirmed two loop turns later, with the time those turns took added to the
+        bound, so that the loop first reads what already came: turns that run long (the
+        gateway's own doing) delay the reader as much as the watch, and say nothing
+        about Redis."""
         self._watch = None
         quiet = self._quiet()
         if quiet is None:
@@ -359,7 +360,7 @@ class ScriptPipe:
         if quiet < self._bound:
             self._watch = loop.call_later(self._bound - quiet, self._look)
             return
-        reader = self._reader
+        reader, looked = self._reader, loop.time()
 
         def confirm() -> None:
             if self._reader is not reader:
@@ -368,10 +369,13 @@ class ScriptPipe:
             quiet = self._quiet()
             if quiet is None:
                 return
-            if quiet >= self._bound:
+            # the loop's own lag since the look (turns that ran long) delays the reads as
+            # much as it lengthens the silence: it is not counted against Redis
+            allowed = self._bound + (loop.time() - looked)
+            if quiet >= allowed:
                 self._drop(ConnectionError("no reply from Redis within the bound"))
             else:
-                self._watch = loop.call_later(self._bound - quiet, self._look)
+                self._watch = loop.call_later(allowed - quiet, self._look)
 
         self._watch = loop.call_soon(loop.call_soon, confirm)
 
@@ -466,6 +470,8 @@ class ScriptPipe:
         """Fail the calls still in flight, disconnect and give the connection back to the
         pool (before it closes)."""
         self._closed = True
+        self._out.clear()  # not sent: their calls fail below as never sent
+        self._out_calls.clear()
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
