@@ -15,10 +15,11 @@ makes many script calls at once (~18 a turn at 32 requests in flight, measured w
 a read and a wake-up of its own for each, in the gateway and in Redis. ``ScriptPipe``
 queues the commands of one loop turn and writes them in one write; one reader task
 reads the replies as they come, in order (Redis answers a connection's commands in
-the order they came), and hands each to its caller. Measured on the full path, one
-before-and-after pair: the gateway's CPU a request 628 → 516 µs, Redis's ~240 → ~170,
-req/s 1,623 → 1,982 (``overhead.py throughput --state redis``). Redis runs one script
-at a time whatever the number of connections, so one connection costs no parallelism.
+the order they came), and hands each to its caller. Measured on the full path, two
+before-and-after pairs (``overhead.py throughput --state redis``): the gateway's CPU a
+request 658 / 691 → 557 / 614 µs, req/s 1,523 / 1,463 → 1,838 / 1,669; Redis's own CPU
+~240 → ~170 µs a request (``cpu_profile.py``). Redis runs one script at a time whatever
+the number of connections, so one connection costs no parallelism.
 
 The commands in flight at once are bounded (``window``): past it a call waits its turn
 (``room``, ``take``, ``wait``) in this gateway, in the order the calls came, and that
@@ -483,7 +484,6 @@ class ScriptPipe:
         if reader is not None:
             reader.cancel()
             await asyncio.wait([reader])
-        self._out.clear()
         calls = self._calls
         while calls:
             self._answer(calls.popleft(), ConnectionError(_CLOSED))
