@@ -16,7 +16,7 @@ from fairgate.config.diagnostics import ConfigError, Diagnostic
 from fairgate.config.document import Document
 from fairgate.config.fields import Section
 from fairgate.config.secrets import SecretRef
-from fairgate.core.tls import Certificate, TlsProblem, certificates, server_context
+from fairgate.config.tls_context import Certificate, TlsProblem, certificates, server_context
 
 __all__ = [
     "AdminTls",

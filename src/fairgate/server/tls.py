@@ -36,7 +36,7 @@ from prometheus_client.registry import Collector
 
 from fairgate.config import Config, ConfigError
 from fairgate.config.tls import ListenerTls, TlsMaterial, references
-from fairgate.core.tls import Certificate
+from fairgate.config.tls_context import Certificate
 
 __all__ = ["ServedTls", "TlsCollector", "listener_tls", "reload_on_hangup"]
 

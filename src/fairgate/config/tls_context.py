@@ -12,6 +12,9 @@ Every context refuses TLS before 1.2, compression and renegotiation, offers
 only forward-secret AEAD suites for TLS 1.2, and speaks HTTP/1.1 by ALPN. A
 context that verifies client certificates speaks TLS 1.3 only and resumes no
 session (see ``_no_resumption``).
+
+It sits in ``fairgate.config``, next to the settings it serves, rather than in
+the pure ``fairgate.core``: it writes the PEM text out and has OpenSSL read it.
 """
 
 from __future__ import annotations
