@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -34,6 +34,10 @@ from fairgate.engines import (
     policy_for,
 )
 from fairgate.proxy.exchange import Exchange
+
+if TYPE_CHECKING:
+    from fairgate.config import Model
+    from fairgate.upstream.replica import Replica
 
 __all__ = ["Candidate", "EndpointTable", "LocalHandler", "ModelEntry", "send_json"]
 
@@ -103,7 +107,7 @@ class Candidate:
         kind = self.endpoint_kind(route)
         return kind is not None and kind.usage in ("chat", "completion")
 
-    def headers_for(self, ex: Exchange, replica: Any) -> list[tuple[bytes, bytes]]:
+    def headers_for(self, ex: Exchange, replica: Replica) -> list[tuple[bytes, bytes]]:
         return self.adapter.headers(
             internal_key=replica.internal_key,
             content_type=ex.content_type,
@@ -158,7 +162,7 @@ class ModelEntry:
             candidate.policy.check_form(form)
 
 
-def _policy(model: Any) -> RequestPolicy:
+def _policy(model: Model) -> RequestPolicy:
     """The model's engine-kind defaults with its ``request_policy`` applied."""
     change = model.request_policy
     return policy_for(model.engine).merged(
@@ -171,7 +175,7 @@ class EndpointTable:
 
     def __init__(
         self,
-        models: Sequence[Any],
+        models: Sequence[Model],
         adapters: dict[str, EngineAdapter],
         local: dict[str, LocalHandler] | None = None,
     ) -> None:

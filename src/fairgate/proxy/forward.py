@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fairgate.core.asgi import Send
 from fairgate.core.errors import ServiceUnavailable
 from fairgate.proxy.affinity import routing_inputs
-from fairgate.proxy.endpoints import ModelEntry
+from fairgate.proxy.endpoints import Candidate, ModelEntry
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.relay import AttemptFailed, Relay
 from fairgate.proxy.request import ClientGone
@@ -31,13 +31,19 @@ from fairgate.proxy.settle import Settler
 from fairgate.proxy.share import share_header
 from fairgate.proxy.ticket import Ticket
 
+if TYPE_CHECKING:
+    from fairgate.upstream.registry import ReplicaRegistry
+    from fairgate.upstream.replica import Replica
+
 __all__ = ["Forwarder", "share_headers"]
 
 
 class Forwarder:
     """Routes and relays one request over its model chain; built once by the Gateway."""
 
-    def __init__(self, *, relay: Relay, registry: Any, settler: Settler, retries: int) -> None:
+    def __init__(
+        self, *, relay: Relay, registry: ReplicaRegistry, settler: Settler, retries: int
+    ) -> None:
         self._relay = relay
         self._registry = registry
         self._settler = settler
@@ -62,7 +68,7 @@ class Forwarder:
 
     def _tries(
         self, ex: Exchange, entry: ModelEntry, within_share: bool | None
-    ) -> Iterator[tuple[int, Any, Any]]:
+    ) -> Iterator[tuple[int, Candidate, Replica]]:
         """(position in the chain, model, replica) for each attempt: the replicas the
         router picks for each model of the chain in turn, none twice, at most
         ``1 + retries`` in all."""
@@ -88,7 +94,7 @@ class Forwarder:
                     self._settler.retried(ex.requested_model)
                 yield position, candidate, replica
 
-    def _failed(self, ex: Exchange, replica: Any, failed: AttemptFailed) -> None:
+    def _failed(self, ex: Exchange, replica: Replica, failed: AttemptFailed) -> None:
         self._settler.attempt_failed(replica.name, failed.reason)
         if failed.ran:
             ex.unanswered += 1
@@ -99,7 +105,7 @@ class Forwarder:
         ex.reason = failed.reason
 
     async def _attempt(
-        self, ex: Exchange, candidate: Any, replica: Any, send: Send, ticket: Ticket
+        self, ex: Exchange, candidate: Candidate, replica: Replica, send: Send, ticket: Ticket
     ) -> None:
         adapter = replica.adapter
         body = candidate.body_for(ex)
