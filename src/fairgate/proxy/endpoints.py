@@ -2,7 +2,7 @@
 
 The path is normalised first (``engines.normalize_path``) and must be on the
 allowlist of at least one configured engine kind, else 404 — engine-internal
-routes are never reachable, whatever their spelling. The model named in the
+paths are never reachable, whatever their spelling. The model named in the
 body (JSON or multipart) then selects a ``ModelEntry``: the model and its
 fallbacks, each a ``Candidate`` that knows its engine adapter. A model the
 body does not name, or names unreadably, is refused (fail-closed).
@@ -43,7 +43,7 @@ __all__ = ["Candidate", "EndpointTable", "LocalHandler", "ModelEntry", "send_jso
 
 LocalHandler = Callable[[Scope, Exchange, Send], Awaitable[None]]
 _MODEL_PREFIX = b"/v1/models/"
-_MODEL_ROUTE = "/v1/models/{model}"
+_MODEL_ENDPOINT = "/v1/models/{model}"
 _MAX_PATHS = 1024  # resolved paths remembered at most (all forgotten past that)
 _PATH_BYTES = 512  # a longer path is resolved each time, never held
 
@@ -63,23 +63,23 @@ class Candidate:
     upstream_model: str
     adapter: EngineAdapter
     policy: RequestPolicy = field(default_factory=RequestPolicy)
-    _routes: dict[str, EndpointKind | None] = field(default_factory=dict)
+    _kinds: dict[str, EndpointKind | None] = field(default_factory=dict)
 
-    def endpoint_kind(self, route: str) -> EndpointKind | None:
+    def endpoint_kind(self, endpoint: str) -> EndpointKind | None:
         try:
-            return self._routes[route]
+            return self._kinds[endpoint]
         except KeyError:
-            kind = self._routes[route] = self.adapter.endpoint(route)
+            kind = self._kinds[endpoint] = self.adapter.endpoint(endpoint)
             return kind
 
-    def upstream_target(self, route: str) -> bytes:
-        """The request target for ``route`` (a route this candidate serves)."""
-        kind = self.endpoint_kind(route)
+    def upstream_target(self, endpoint: str) -> bytes:
+        """The request target for ``endpoint`` (an endpoint this candidate serves)."""
+        kind = self.endpoint_kind(endpoint)
         assert kind is not None
         return kind.path.encode("ascii")
 
-    def upstream_path(self, route: str) -> str | None:
-        kind = self.endpoint_kind(route)
+    def upstream_path(self, endpoint: str) -> str | None:
+        kind = self.endpoint_kind(endpoint)
         return kind.path if kind is not None else None
 
     def body_for(self, ex: Exchange) -> bytes:
@@ -103,8 +103,8 @@ class Candidate:
             )
         return cached
 
-    def _usage_in_stream(self, route: str) -> bool:
-        kind = self.endpoint_kind(route)
+    def _usage_in_stream(self, endpoint: str) -> bool:
+        kind = self.endpoint_kind(endpoint)
         return kind is not None and kind.usage in ("chat", "completion")
 
     def headers_for(self, ex: Exchange, replica: Replica) -> list[tuple[bytes, bytes]]:
@@ -125,8 +125,8 @@ class ModelEntry:
     chain: Sequence[Candidate]  # the model itself first, then its fallbacks in order
     # every top-level key a policy of the chain reads, gathered once (not per request)
     _fields: frozenset[str] = field(init=False, repr=False, compare=False)
-    # route → this entry's candidates that serve it (None: none does), found once per route
-    _routes: dict[str, ModelEntry | None] = field(
+    # endpoint → this entry's candidates that serve it (None: none does), found once each
+    _serving: dict[str, ModelEntry | None] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -134,15 +134,15 @@ class ModelEntry:
         fields = frozenset().union(*(c.policy.fields for c in self.chain))
         object.__setattr__(self, "_fields", fields)
 
-    def serving(self, route: str) -> ModelEntry | None:
-        """The entry of this chain's models whose engine serves ``route`` (this entry when
-        all do), in chain order; None when none does."""
+    def serving(self, endpoint: str) -> ModelEntry | None:
+        """The entry of this chain's models whose engine serves ``endpoint`` (this entry
+        when all do), in chain order; None when none does."""
         try:
-            return self._routes[route]
+            return self._serving[endpoint]
         except KeyError:
-            chain = tuple(c for c in self.chain if c.upstream_path(route) is not None)
+            chain = tuple(c for c in self.chain if c.upstream_path(endpoint) is not None)
             entry = self if len(chain) == len(self.chain) else ModelEntry(chain) if chain else None
-            self._routes[route] = entry
+            self._serving[endpoint] = entry
             return entry
 
     def check_fields(self, ex: Exchange) -> None:
@@ -215,7 +215,7 @@ class EndpointTable:
             # One model id; ``org/name`` arrives as ``org%2Fname`` (the SDK encodes
             # it). Answered from configuration and never forwarded, so the path
             # policy's refusal of encoded slashes does not apply here.
-            return Endpoint(_MODEL_ROUTE, self._get_model)
+            return Endpoint(_MODEL_ENDPOINT, self._get_model)
         path = normalize_path(raw_path)
         if path is None:
             raise NotFound("unknown route", code="unknown_route")
@@ -225,8 +225,8 @@ class EndpointTable:
         if handler is not None:
             return Endpoint(path, handler)
         if path.startswith("/v1/models/"):
-            # The route's name is a metric label: never the client's model id.
-            return Endpoint(_MODEL_ROUTE, self._get_model)
+            # The endpoint's name is a metric label: never the client's model id.
+            return Endpoint(_MODEL_ENDPOINT, self._get_model)
         if not any(adapter.endpoint(path) is not None for adapter in self._adapters):
             raise NotFound("unknown route", code="unknown_route")
         return Endpoint(path)

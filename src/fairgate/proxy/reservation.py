@@ -66,8 +66,8 @@ class OutputPolicy:
     ``ceilings`` maps a canonical model to the largest cap a request may ask for
     (``models[].max_tokens`` and ``limits.max_tokens``, the smaller; absent: no
     ceiling); ``default`` is the cap a re-encoded body gets when it sets none (never
-    above the model's ceiling); ``assumed`` is the output a route without any cap
-    field is assumed to generate; ``max_prompts`` bounds a batch of prompts.
+    above the model's ceiling); ``assumed`` is the output an endpoint without any
+    cap field is assumed to generate; ``max_prompts`` bounds a batch of prompts.
     """
 
     ceilings: Mapping[str, int | None]
@@ -84,7 +84,7 @@ class OutputPolicy:
         kept = []
         for position, candidate in enumerate(entry.chain):
             kind = candidate.endpoint_kind(ex.endpoint)
-            assert kind is not None  # the chain holds only models serving the route
+            assert kind is not None  # the chain holds only models serving the endpoint
             ceiling = self.ceilings.get(candidate.name)
             default = self.default if ceiling is None else min(self.default, ceiling)
             try:
