@@ -99,9 +99,11 @@ from fairgate.proxy.asgi import ProxyApp
 from fairgate.proxy.dispatch import Dispatcher, PoolEngines
 from fairgate.proxy.endpoints import EndpointTable
 from fairgate.proxy.forward import Forwarder
+from fairgate.proxy.identify import Identify
 from fairgate.proxy.limit import Limit
 from fairgate.proxy.me import me_handler
 from fairgate.proxy.pipeline import Pipeline
+from fairgate.proxy.read import Read
 from fairgate.proxy.records import RecordBuilder
 from fairgate.proxy.relay import Deadlines, Relay
 from fairgate.proxy.request import Caps
@@ -384,14 +386,26 @@ class Gateway:
             record=records,
         )
         self.pipeline = Pipeline(
-            endpoints=self.endpoints,
-            caps=Caps(
-                max_body_bytes=limits.max_body_bytes,
-                body_timeout=limits.client_body_timeout,
-                max_n=limits.max_n,
-                max_grammar_bytes=limits.max_grammar_bytes,
+            read=Read(
+                self.endpoints,
+                Caps(
+                    max_body_bytes=limits.max_body_bytes,
+                    body_timeout=limits.client_body_timeout,
+                    max_n=limits.max_n,
+                    max_grammar_bytes=limits.max_grammar_bytes,
+                ),
+                _output_policy(config),
+                tags=TagPolicy(
+                    config.tags.max_per_request,
+                    frozenset(config.tags.allowed),
+                    {o.name: frozenset(o.tags) for o in config.orgs},
+                    config.tags.header,
+                ),
+                salt=_salter(config),
+                session_header=config.routing.session_header.encode("latin-1"),
+                responses=self.responses,
             ),
-            output=_output_policy(config),
+            identify=Identify(authenticate, rules),
             forwarder=Forwarder(
                 relay=self.relay,
                 registry=self.registry,
@@ -401,21 +415,10 @@ class Gateway:
             settler=settler,
             request_ids=_request_ids(),
             stopping=lambda: self.draining,
-            authenticate=authenticate,
             exchange=self.exchanger.exchange if self.exchanger is not None else None,
             limit=self.limit,
             admit=self.admit,
-            tags=TagPolicy(
-                config.tags.max_per_request,
-                frozenset(config.tags.allowed),
-                {o.name: frozenset(o.tags) for o in config.orgs},
-                config.tags.header,
-            ),
-            salt=_salter(config),
-            session_header=config.routing.session_header.encode("latin-1"),
-            responses=self.responses,
             clients=self.clients,
-            rules=rules,
         )
         self.proxy_app = ProxyApp(
             self.pipeline,

@@ -1,10 +1,12 @@
-"""The admit stage: an admission lease, then a fair-share claim (and the dispatcher).
+"""The admit stage: an admission lease and a fair-share claim (and the dispatcher).
 
+    ahead = admit.claim_ahead(ex)      # before the limit stage: the claim may ride with it
+    await limit.enter(ex, ticket, ahead)
     await admit.enter(ex, ticket)      # ServiceUnavailable 503, 504
     ...                                # route, relay; ticket.dispatched()
     await admit.leave(ticket, ex)      # by the settle stage, whatever happened
 
-``enter`` runs, in this order, each only when configured for the request's model:
+Each part only when configured for the request's model:
 
 1. admission: a lease from the pool's admission controller, waiting in the
    team's band while the pool is saturated, its tenant the team (so a team's
@@ -18,6 +20,16 @@
 3. dispatch: a borrower finding its pool full waits in the gateway's own
    queue (``fairgate.proxy.dispatch``) and is claimed again when it may go,
    so its priority is the one its organisation ranks at that moment.
+
+The order of 1 and 2 depends on whether the request can be admitted at once. The
+Gateway wires ``claims_ride``: when the band has room (``claim_ahead``), the claim
+rides in the limit stage's call to the state back end (one round trip for limits
+and claim, made only if every limit was charged), and ``enter`` then takes the
+lease from the same saturation reading: claim, then lease. When the band is full
+(or claims do not ride), ``enter`` waits for the lease holding no slot, then
+claims: lease, then claim. A claim that rode and then finds the band filled
+meanwhile is given back before the wait (``_drop_ahead``), so no request ever
+waits in admission holding a within-share slot.
 
 ``leave`` gives the lease and the fair-share slot back and charges the request's
 cost to the organisation's decayed usage.

@@ -1,16 +1,22 @@
-"""The hot path, stage by stage; the code of each stage is in its own module.
+"""The hot path, stage by stage; each stage is one object the Gateway built.
 
-    identify   auth (``authenticate``), before the path is even resolved
-    read       body, model, tags          proxy/request.py, proxy/endpoints.py, proxy/tags.py
-    limit      rate limits and budgets    proxy/limit.py
-    admit      admission lease, then the fair-share claim   proxy/admit.py
-    route      pick a replica, retry      proxy/forward.py
-    relay      the attempt                proxy/relay.py (through proxy/forward.py)
-    settle     charge, give back, record  proxy/settle.py (Admit.leave, Limit.leave, Admit.finish)
+    read       the head; later the endpoint; the body, model, tags   proxy/read.py (Read)
+    identify   the credential becomes a Principal    proxy/identify.py (Identify, over auth/)
+    limit      head check before the body; rate limits and budgets   proxy/limit.py (Limit)
+    admit      admission lease and fair-share claim  proxy/admit.py (Admit)
+    route      pick a replica, retry                 proxy/forward.py (Forwarder)
+    relay      the attempt                           proxy/relay.py (through the Forwarder)
+    settle     charge, give back, record             proxy/settle.py (Settler)
 
-Each stage is a call on an object built once by the Gateway; nothing here reads
-the configuration file, the store or the environment. Retries and fallbacks
-happen only while nothing has reached the client (``Exchange.responded``).
+The order of the calls in ``handle``: ``Read.head`` (one pass over the headers, the
+credential among them) → ``Identify.enter`` (before the path is even resolved, so no
+route answers a caller without a key) → ``Read.endpoint`` (the gateway's own GET
+endpoints are metered and answered here) → ``Limit.check_head`` (a key the limiter
+would refuse costs no body's memory) → ``Read.body`` → ``Limit.enter`` (with the
+fair-share claim riding along when the band has room: ``Admit.claim_ahead``) →
+``Admit.enter`` → ``Forwarder.forward`` (routes, relays each attempt, retries while
+nothing reached the client) → ``Settler.settle``, the one call in the ``finally``.
+Nothing here reads the configuration file, the store or the environment.
 """
 
 from __future__ import annotations
@@ -20,25 +26,19 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from fairgate.auth import invalid_credential
 from fairgate.core.asgi import Receive, Scope, Send
 from fairgate.core.client_addr import ClientAddresses
-from fairgate.core.errors import BadRequest, GatewayError, NotFound, ServiceUnavailable
-from fairgate.core.principal import Principal
-from fairgate.core.route_classes import RouteRules, refusal
-from fairgate.engines import FieldRefused, is_json
+from fairgate.core.errors import GatewayError, NotFound, ServiceUnavailable
 from fairgate.proxy.admit import Admit
-from fairgate.proxy.endpoints import EndpointTable, ModelEntry
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.forward import Forwarder, share_headers
+from fairgate.proxy.identify import Identify
 from fairgate.proxy.limit import Limit
+from fairgate.proxy.read import Read
 from fairgate.proxy.relay import SlowReader
-from fairgate.proxy.request import Caps, ClientGone, check_caps, parse_json, read_body
-from fairgate.proxy.reservation import OutputPolicy
-from fairgate.proxy.responses import ResponseScope
+from fairgate.proxy.request import ClientGone
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.sse import error_event
-from fairgate.proxy.tags import TagPolicy
 from fairgate.proxy.ticket import Ticket
 from fairgate.server.protocol import ABORT_EXTENSION, DISCONNECT_EXTENSION
 
@@ -57,43 +57,27 @@ class Pipeline:
     def __init__(
         self,
         *,
-        endpoints: EndpointTable,
-        caps: Caps,
-        output: OutputPolicy,
+        read: Read,
+        identify: Identify,
         forwarder: Forwarder,
         settler: Settler,
         request_ids: Callable[[], str],
-        authenticate: Callable[[bytes | None, str], Awaitable[Principal]],
         stopping: Callable[[], bool] = lambda: False,
         limit: Limit | None = None,
         admit: Admit | None = None,
-        tags: TagPolicy | None = None,
-        salt: Callable[[Principal], str | None] = lambda _p: None,
-        session_header: bytes = b"x-session-id",
-        responses: ResponseScope | None = None,
         clients: ClientAddresses | None = None,
-        rules: RouteRules | None = None,
         exchange: Callable[[bytes | None, str], Awaitable[bytes]] | None = None,
         exchange_path: str = "/v1/auth/exchange",
     ) -> None:
-        self._endpoints = endpoints
-        self._caps = caps
-        self._output = output
+        self._read = read
+        self._identify = identify
         self._forwarder = forwarder
         self._settler = settler
         self._ids = request_ids
         self._stopping = stopping  # true once the server drains: a cancellation is its own
-        self._authenticate = authenticate
         self._limit = limit
         self._admit = admit
-        self._tags = tags or TagPolicy()
-        self._salt = salt
-        self._session_header = session_header
-        self._tags_header = self._tags.header.encode("latin-1")
-        self._responses = responses
         self._clients = clients
-        # decided once: without a rule for inference, no request pays for a check
-        self._rules = rules if rules is not None and rules.restricts("inference") else None
         self._exchange = exchange
         self._exchange_path = exchange_path
 
@@ -109,26 +93,25 @@ class Pipeline:
         )
         ticket = Ticket()
         try:
-            authorization, length, tags = self._scan_headers(scope, ex)
+            authorization, length, tags = self._read.head(scope, ex)
             if self._exchange is not None and scope["path"] == self._exchange_path:
                 await self._exchanged(scope, ex, authorization, send)
                 return
-            principal = await self._identify(ex, authorization)
-            route = self._endpoints.resolve_path(scope.get("raw_path") or scope["path"].encode())
-            ex.endpoint = route.name
-            if route.local is not None and scope["method"] == "GET":
+            principal = await self._identify.enter(ex, authorization)
+            endpoint = self._read.endpoint(scope, ex)
+            if endpoint.local is not None and scope["method"] == "GET":
                 if self._limit is not None:
                     await self._limit.meter(ex)
-                await route.local(scope, ex, send)
+                await endpoint.local(scope, ex, send)
                 return
-            if route.local is not None or scope["method"] != "POST":
+            if endpoint.local is not None or scope["method"] != "POST":
                 raise NotFound(
                     f"unknown route {scope['method']} {scope['path']}", code="unknown_route"
                 )
             if self._limit is not None:
                 # before the body: a key the limiter would refuse costs no body's memory
                 self._limit.check_head(principal)
-            entry = await self._read(receive, ex, length, tags)
+            entry = await self._read.body(receive, ex, length, tags)
             _watch_disconnect(scope, receive, ex)
             if self._limit is not None:
                 # the fair-share claim rides with the limits when it can (one round trip)
@@ -168,29 +151,12 @@ class Pipeline:
         finally:
             await self._settler.settle(ex, ticket)
 
-    async def _identify(self, ex: Exchange, authorization: bytes | None) -> Principal:
-        """Before anything else, whatever the path, so no route can be reached without a
-        key (unknown paths answer 401 too, not 404)."""
-        if self._rules is not None and not self._rules.allows("inference", ex.client):
-            log.info("refused %s from %s: not in routes.inference.allow", ex.request_id, ex.client)
-            raise refusal()
-        if ex.credentials > 1:
-            # a key and a token, or two of either: never a silent choice between them
-            log.info("refused %s from %s: %d credentials", ex.request_id, ex.client, ex.credentials)
-            raise invalid_credential()
-        ex.principal = principal = await self._authenticate(authorization, ex.client)
-        return principal
-
     async def _exchanged(
         self, scope: Scope, ex: Exchange, authorization: bytes | None, send: Send
     ) -> None:
         """``POST /v1/auth/exchange``: a workload token for a short-lived key (auth.jwt)."""
         ex.endpoint = "auth_exchange"
-        if self._rules is not None and not self._rules.allows("inference", ex.client):
-            log.info("refused %s from %s: not in routes.inference.allow", ex.request_id, ex.client)
-            raise refusal()
-        if ex.credentials > 1:
-            raise invalid_credential()
+        self._identify.allowed(ex)
         if scope["method"] != "POST":
             raise NotFound(f"unknown route {scope['method']} {scope['path']}", code="unknown_route")
         assert self._exchange is not None
@@ -207,96 +173,6 @@ class Pipeline:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         ex.first_byte_at = time.monotonic()
         await send({"type": "http.response.body", "body": body})
-
-    def _scan_headers(
-        self, scope: Scope, ex: Exchange
-    ) -> tuple[bytes | None, bytes | None, bytes | None]:
-        """One pass over the request's headers: content type, accept, the session and
-        whether a body is announced onto the exchange; returns the Authorization,
-        Content-Length and tags values (the rest is never forwarded)."""
-        authorization = length = tags = None
-        session, tags_name = self._session_header, self._tags_header
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                # the first, as the admin API and the metrics door read it; a second
-                # one is a second credential, refused by the identify stage
-                ex.credentials += 1
-                if authorization is None:
-                    authorization = value
-            elif name == b"content-type":
-                ex.content_type = value
-            elif name == b"content-length":
-                length = value
-                ex.body_unread = value.strip() != b"0"
-            elif name == b"transfer-encoding":
-                ex.body_unread = True
-            elif name == b"accept":
-                ex.accept = value
-            elif name == b"accept-encoding":
-                ex.accept_encoding = value
-            elif name == session:
-                ex.session = value
-            elif name == tags_name:
-                tags = value
-            elif name == b"x-api-key" or name == b"api-key":
-                ex.credentials += 1
-        return authorization, length, tags
-
-    async def _read(
-        self, receive: Receive, ex: Exchange, length: bytes | None, tags: bytes | None
-    ) -> ModelEntry:
-        """The read stage: the body (bounded, parsed once, capped), the model it names
-        with its reservation and request policies, the tenant's cache salt, and the
-        request's tags; returns the model's entry (its chain)."""
-        await self._read_body(receive, ex, length)
-        entry = self._output.reserve(ex, self._endpoints.model_for(ex))
-        _check_fields(ex, entry)
-        principal = ex.principal
-        assert principal is not None
-        ex.cache_salt = self._salt(principal)
-        if self._responses is not None:
-            await self._responses.check(ex)  # a state read only with previous_response_id
-        added = self._tags.apply(principal, tags)
-        if added is not None:
-            ex.tags = added
-        return entry
-
-    async def _read_body(self, receive: Receive, ex: Exchange, length: bytes | None) -> None:
-        declared = None
-        if length is not None:
-            try:
-                declared = int(length)
-            except ValueError:
-                raise BadRequest("invalid Content-Length header") from None
-        ex.body = await read_body(receive, declared, self._caps)
-        ex.body_unread = False
-        ex.prompt_bytes = len(ex.body)
-        # Any spelling the model check reads as JSON (``Application/JSON``,
-        # ``application/…+json``) is parsed here, so the caps cannot be sidestepped.
-        if ex.content_type is None or is_json(ex.content_type):
-            ex.parsed = parsed = parse_json(ex.body)
-            check_caps(parsed, self._caps)
-            ex.stream = "stream" in parsed and parsed["stream"] is True
-            if "stream_options" in parsed:
-                options = parsed["stream_options"]
-                ex.client_wants_usage = (
-                    isinstance(options, dict) and options.get("include_usage") is True
-                )
-
-
-def _check_fields(ex: Exchange, entry: ModelEntry) -> None:
-    """The chain's request policies (``engines.policy``); a refusal is logged with its field."""
-    try:
-        entry.check_fields(ex)
-    except FieldRefused as refused:
-        log.info(
-            "request %s refused: %s (%s, model %s)",
-            ex.request_id,
-            refused.code,
-            refused.message,
-            ex.requested_model,
-        )
-        raise
 
 
 def _watch_disconnect(scope: Scope, receive: Receive, ex: Exchange) -> None:
