@@ -13,17 +13,32 @@ once made, is exposed at zero by ``/metrics``, so making them all up front would
 series the gateway never counted. The first write makes the real child (through
 ``GatewayMetrics.child``, so every caller shares one) and puts it in the placeholder's
 slot; later writes go straight to the child.
+
+``GatewayMetrics`` builds them; what they read of it is the ``Families`` protocol
+(which it meets), so this module imports nothing of ``observability.metrics``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from fairgate.observability.metrics import GatewayMetrics
+from fairgate.observability.loop_metrics import LoopCounter, LoopHistogram
 
-__all__ = ["SettledMetrics"]
+__all__ = ["Families", "SettledMetrics"]
+
+
+class Families(Protocol):
+    """The families a settled request writes and the cached child lookup
+    (``GatewayMetrics`` meets it)."""
+
+    requests: LoopCounter
+    duration: LoopHistogram
+    ttft: LoopHistogram
+    tokens: LoopCounter
+    usage_estimated: LoopCounter
+
+    def child(self, family: Any, *labels: str) -> Any: ...
 
 
 class _FirstUse:
@@ -67,7 +82,7 @@ class SettledMetrics:
 
     def __init__(
         self,
-        metrics: GatewayMetrics,
+        metrics: Families,
         model: str,
         route: str,
         status: str,

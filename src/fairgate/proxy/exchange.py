@@ -1,21 +1,47 @@
-"""One request's state, passed down the pipeline: a single typed object, not a bag."""
+"""One request's state, passed down the pipeline: a single typed object, not a bag.
+
+``Reservation``, what the request may consume, is defined here beside the ``Exchange``
+that holds it; ``proxy.reservation`` decides it and charges it (and re-exports it).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
+from fairgate.limits.estimate import estimate_tokens
 from fairgate.proxy.usage import Usage
 
-if TYPE_CHECKING:
-    from fairgate.proxy.reservation import Reservation
-
-__all__ = ["Exchange", "Outcome"]
+__all__ = ["Exchange", "Outcome", "Reservation"]
 
 _FREE = Money(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The tokens a request is admitted for: the most it can be charged per attempt
+    (``proxy.reservation``).
+
+    It is a ``TokenCounts`` (none of its prompt is cached), so its cost is priced
+    without building a usage first."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: ClassVar[int] = 0
+
+    @property
+    def tokens(self) -> int:
+        """Prompt and completion together, at least 1 (what the token limits count)."""
+        return estimate_tokens(self.prompt_tokens, self.completion_tokens)
+
+    def usage(self, attempts: int = 1) -> Usage:
+        """The reservation as a flagged usage, ``attempts`` times over."""
+        return Usage(
+            self.prompt_tokens * attempts, self.completion_tokens * attempts, 0, estimated=True
+        )
 
 
 class Outcome:

@@ -18,45 +18,23 @@ record is built: an answer without a usage report, a stream cut off before its
 report, every earlier attempt that reached an engine and got no answer
 (a timeout, a broken connection) and an attempt the client left before the engine
 answered are charged the reservation.
+
+``Reservation`` itself is defined in ``proxy.exchange``, beside the ``Exchange`` that
+holds it (so neither module imports the other both ways), and exported here too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
 
 from fairgate.core.errors import BadRequest
 from fairgate.engines.output import bound
-from fairgate.limits.estimate import estimate_tokens, prompt_tokens
+from fairgate.limits.estimate import prompt_tokens
 from fairgate.proxy.endpoints import ModelEntry
-from fairgate.proxy.exchange import Exchange
-from fairgate.proxy.usage import Usage
+from fairgate.proxy.exchange import Exchange, Reservation
 
 __all__ = ["OutputPolicy", "Reservation", "charge"]
-
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """The tokens a request is admitted for: the most it can be charged per attempt.
-
-    It is a ``TokenCounts`` (none of its prompt is cached), so its cost is priced
-    without building a usage first."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: ClassVar[int] = 0
-
-    @property
-    def tokens(self) -> int:
-        """Prompt and completion together, at least 1 (what the token limits count)."""
-        return estimate_tokens(self.prompt_tokens, self.completion_tokens)
-
-    def usage(self, attempts: int = 1) -> Usage:
-        """The reservation as a flagged usage, ``attempts`` times over."""
-        return Usage(
-            self.prompt_tokens * attempts, self.completion_tokens * attempts, 0, estimated=True
-        )
 
 
 @dataclass(frozen=True, slots=True)
