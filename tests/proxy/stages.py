@@ -4,7 +4,7 @@
 parsing, then limit, then admit (with ``ride``, the fair-share claim rides with the
 limits as the Gateway wires it: ``Admit.claim_ahead`` into ``Limit.enter``); ``leave``
 gives back in the settle stage's order (admit, limit, then what admit still owes),
-``ex.cost`` computed first as the settle stage computes it.
+``ex.cost`` computed first by the settle stage's own ``Settler.cost_of``.
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ from fairgate.core.principal import Principal
 from fairgate.fairshare import FairShare
 from fairgate.limits import Budget, BudgetBook, Limiter, prompt_tokens
 from fairgate.limits.fairshare_state import FairShareState
+from fairgate.observability.metrics import GatewayMetrics
 from fairgate.proxy.admit import Admit
 from fairgate.proxy.dispatch import Dispatcher
 from fairgate.proxy.exchange import Exchange
 from fairgate.proxy.limit import Alert, Limit
 from fairgate.proxy.me import standing
 from fairgate.proxy.reservation import Reservation
+from fairgate.proxy.settle import Settler
 from fairgate.proxy.tags import TagPolicy
 from fairgate.proxy.ticket import Ticket
 from fairgate.proxy.usage import Usage
@@ -76,6 +78,8 @@ class Stages:
             clock=clock,
             on_soft_limit=on_soft_limit,
         )
+        # the cost is the settle stage's, at the same prices the limit stage charges
+        self.settler = Settler(GatewayMetrics(), prices=prices)
         self.admit = Admit(
             pools=pools,
             classes=classes,
@@ -111,8 +115,7 @@ class Stages:
     async def leave(self, ticket: Ticket, ex: Exchange) -> None:
         """As the settle stage leaves: ``ex.cost`` is the served usage's cost, then the
         admit stage gives back, then the limit stage."""
-        if ex.usage is not None:
-            ex.cost = self.limit.cost(ex.model, ex.usage)
+        ex.cost = self.settler.cost_of(ex)
         for leave in self.leaves:
             await leave(ticket, ex)
 

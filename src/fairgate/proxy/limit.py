@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from fairgate.accounting import Prices, TokenCounts
+from fairgate.accounting import Prices
 from fairgate.core.clock import Clock
 from fairgate.core.errors import RateLimited
 from fairgate.core.memo import BoundedMemo
@@ -240,11 +240,6 @@ class Limit:
         subject = subject_of(principal, principal.tags)
         demand = Demand(subject, limits, "", 1, Money(0), team_limits=team_limits)
         await self._admit(demand, principal, self._clock.wall())
-
-    def cost(self, model: str, usage: TokenCounts) -> Money:
-        """What ``usage`` of ``model`` costs at its prices (the reservation's bound)."""
-        prices = self._prices.get(model)
-        return prices.cost_of(usage) if prices is not None else Money(0)
 
     @property
     def limiter(self) -> Limiter:
