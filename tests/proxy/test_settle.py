@@ -155,7 +155,7 @@ async def test_a_refused_request_is_recorded_refused_and_counted_by_its_reason(
     books = Books(store)
     ex = exchange()
     ex.status, ex.outcome, ex.reason = 429, Outcome.REFUSED, "rpm"
-    await books.settler.settle(ex, None)  # refused before the gate admitted it
+    await books.settler.settle(ex, None)  # refused before the limit stage took anything
     [record] = books.records
     assert (record.key_id, record.status, record.outcome, record.cost_micro) == (
         "k1",

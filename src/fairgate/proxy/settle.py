@@ -71,8 +71,8 @@ class Settler:
         return prices.cost_of(usage) if prices is not None else _FREE
 
     async def settle(self, ex: Exchange, ticket: Ticket | None = None) -> None:
-        """Settle ``ex`` in the order of the module text; ``ticket`` is what the gate
-        admitted it with (None: refused before, or no gate)."""
+        """Settle ``ex`` in the order of the module text; ``ticket`` is what the limit
+        and admit stages took for it (None: refused before them, or neither ran)."""
         ex.complete = True  # from here on a disconnect does not cancel the request
         if ex.unwatch is not None:
             ex.unwatch()
