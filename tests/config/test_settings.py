@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fairgate.config import Breaker, Logging, Store
+from fairgate.config import BreakerSettings, Logging, Store
 
 from .conftest import MINIMAL, Load, Problems, with_minimal
 
@@ -88,7 +88,7 @@ def test_breaker_backoff_max_may_not_be_shorter_than_the_initial_backoff(
 ) -> None:
     found = problems("breaker: {backoff_initial: 10s, backoff_max: 5s}\n" + MINIMAL)
     assert found == ["1:46: breaker.backoff_max: must not be shorter than breaker.backoff_initial"]
-    assert Breaker(backoff_initial=1.0, backoff_max=1.0).backoff_max == 1.0
+    assert BreakerSettings(backoff_initial=1.0, backoff_max=1.0).backoff_max == 1.0
 
 
 def test_logging_json_is_a_plain_boolean_attribute(load: Load) -> None:

@@ -25,7 +25,7 @@ from fairgate.config.settings import (
     Admission,
     Alerts,
     Auth,
-    Breaker,
+    BreakerSettings,
     CacheIsolation,
     Fairshare,
     Health,
@@ -68,7 +68,7 @@ class Config(Section):
     limits: Limits = Field(default_factory=Limits)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     health: Health = Field(default_factory=Health)
-    breaker: Breaker = Field(default_factory=Breaker)
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     logging: Logging = Field(default_factory=Logging)
     fairshare: Fairshare = Field(default_factory=Fairshare)
     admission: Admission = Field(default_factory=Admission)

@@ -44,7 +44,7 @@ __all__ = [
     "Alerts",
     "Auth",
     "Band",
-    "Breaker",
+    "BreakerSettings",
     "CacheIsolation",
     "Fairshare",
     "Health",
@@ -159,7 +159,7 @@ class Health(Section):
     healthy_after: Count = 1
 
 
-class Breaker(Section):
+class BreakerSettings(Section):
     """Circuit breaker per upstream: consecutive failures that open it, backoff before a probe."""
 
     failures: Count = 3
