@@ -14,15 +14,20 @@ by ``;`` outermost first, then the number of samples. A frame reads
 - **inclusive time by function** — every function on the stack, once per sample: the
   share of CPU time spent in it and everything it called;
 - **by stage** — each sample goes to one stage of the request path (identify → read →
-  limit → admit → route → relay → settle), or to the server, the upstream client, the
-  accounting writer or other (the loop, the interpreter), by the innermost frame that
-  matches a row of ``STAGES``: a regular expression on the frame's file (searched in the
-  path, so ``fairgate/limits/`` matches wherever the package lives) and one on its
-  function name. The first matching row wins; the fallback rows (the Redis client's
-  own I/O, the loop, asyncio) only when no other row matches any frame. A sample no
-  row matches is *unmapped*: its share says how far the table is behind the code, and
-  its top functions say which rows to add. The rows name modules and functions, not
-  line numbers, so a stage moved to a module of its own needs one row.
+  limit → admit → route → relay → settle, and the pipeline's own code between them), or
+  to the server, the upstream client, the state client (Redis), the accounting writer
+  or other. Each frame, innermost first, takes the first row of ``STAGES`` it matches: a
+  regular expression on the frame's file (searched in the path, so ``fairgate/limits/``
+  matches wherever the package lives) and one on its function name (a closure or a
+  comprehension reads as its enclosing function). A stage's row decides the sample; a
+  ``CALLER`` row (helpers every stage calls: the exchange, key names) and a frame no
+  row matches pass it to the caller, so ``asyncio.wait_for`` called by the relay is the
+  relay's. The ``FALLBACK`` rows (SQLite's thread, a Redis stream's reader, the loop,
+  background tasks) count only when no row of ``STAGES`` decided any frame. A sample
+  nothing decides, or decided by a module of ``fairgate/proxy/`` no row names, is
+  *unmapped*: its share says how far the table is behind the code, and its top
+  functions say which rows to add. The rows name modules and functions, not line
+  numbers, so a stage moved to a module of its own needs one row.
 
 ``record`` samples only the thread holding the GIL (``--gil``): without it py-spy
 counted the store's worker thread (aiosqlite) as busy while it waited in its queue, and
@@ -45,76 +50,144 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["STAGES", "Hotspots", "library_of", "parse", "record", "stage_of"]
+__all__ = [
+    "FALLBACK",
+    "STAGES",
+    "Hotspots",
+    "library_of",
+    "parse",
+    "record",
+    "stage_of",
+]
 
-# (stage, file pattern, function pattern), the first match of the innermost matching frame
-# wins. Specific rows (a function in a module) before the module's catch-all row.
+# (stage, file pattern, function pattern). Each frame of a sample, innermost first, takes
+# the first row it matches: a row of a stage decides the sample; a CALLER row passes it to
+# the frame's caller (helpers every stage calls); a frame no row matches is passed on too.
+# Function patterns read the name py-spy gives (``Class.method`` or ``function``) without
+# a ``.<locals>.…`` tail: a closure or a comprehension is its enclosing function's work.
+# Specific rows (a function in a module) come before the module's catch-all row.
+CALLER = "caller"
+UNMAPPED = "unmapped"
+_ANY = r".*"
 STAGES: list[tuple[str, str, str]] = [
-    # settle: the pipeline's finally, the records, metrics, the limiter's and fair share's
-    # give-back (those functions live in the limit/admit modules)
-    ("settle", r"fairgate/proxy/(settle|records|reservation)\.py", r".*"),
-    ("settle", r"fairgate/proxy/(gate|limit|admit)\w*\.py", r"(^|\.)(leave|_settle\w*)$"),
+    # -- the state back end's client: fairgate's script pipe and reply parser, redis-py
+    # (what talking to Redis costs, whichever stage asked; counted before the stages' rows)
+    ("state client", r"fairgate/state/(scripts|replies|deadline|target)\.py", _ANY),
+    (
+        "state client",
+        r"fairgate/state/redis\.py",
+        r"(^|\.)(_call|_wait|_guarded|guarded|_completed|_finished|_drop_idle|client|aclose)$",
+    ),
+    ("state client", r"(^|/)redis/", _ANY),
+    (CALLER, r"fairgate/state/", r"(^|\.)(_key|_\w+_key|_slots_prefix|_escape|_unescape)$"),
+    # -- settle: Settler.settle, the record, and the way out of the stages before it
+    # (Limit.leave, Admit.leave and Admit.finish, the back ends' settle, release, charge)
+    ("route", r"fairgate/proxy/settle\.py", r"(^|\.)(retried|fell_back|attempt_failed)$"),
+    ("settle", r"fairgate/proxy/(settle|records)\.py", _ANY),
+    ("settle", r"fairgate/proxy/reservation\.py", r"(^|\.)charge$"),
+    ("settle", r"fairgate/proxy/limit\.py", r"(^|\.)leave$"),
+    (
+        "settle",
+        r"fairgate/proxy/admit\.py",
+        r"(^|\.)(leave|finish|_give_back|_owe|_pay|_usage_charge|_charged_here)$",
+    ),
+    ("settle", r"fairgate/proxy/dispatch\.py", r"(^|\.)(release|freed|seat_freed)$"),
+    ("settle", r"fairgate/admission/", r"(^|\.)(release|_lease_released)$"),
     ("settle", r"fairgate/limits/", r"(^|\.)(settle|_settle\w*|release|refund\w*)$"),
-    ("settle", r"fairgate/state/", r"(^|\.)(settle|release|refund\w*|charge|return\w*)$"),
-    ("settle", r"fairgate/accounting/(record|recorder|queue|cost)\.py", r".*"),
-    ("settle", r"fairgate/observability/", r".*"),
-    ("settle", r"fairgate/proxy/pipeline\.py", r"(^|\.)_?settle\w*$"),
-    # accounting writer: the batch to the store, SQLite in aiosqlite's thread
-    ("accounting writer", r"fairgate/accounting/", r".*"),
-    ("accounting writer", r"(^|/)(aiosqlite|sqlite3|sqlalchemy|asyncpg)/", r".*"),
-    # identify: the headers, the key, the network rules
-    ("identify", r"fairgate/(auth|tenancy)/", r".*"),
-    ("identify", r"fairgate/core/(client_addr|network|address_lists|cidr|principal)\.py", r".*"),
+    ("settle", r"fairgate/state/", r"(^|\.)_?(settle|release|charge|unclaim|give_back)\w*$"),
+    ("settle", r"fairgate/accounting/(record|queue|cost)\.py", _ANY),
+    ("settle", r"fairgate/accounting/recorder\.py", r"(^|\.)(record|_spill_or_drop|_drop)$"),
+    ("settle", r"fairgate/accounting/journal\.py", r"(^|\.)(append|encode)$"),
+    # -- accounting writer: the recorder's batches to the store (SQLite in aiosqlite's
+    # thread: the fallback rows below count that thread's own frames)
+    ("accounting writer", r"fairgate/accounting/(recorder|journal|store_writer)\.py", _ANY),
+    # -- identify: the network rules, the credential, the key (proxy/identify.py, or the
+    # pipeline's own functions before it)
+    ("identify", r"fairgate/(auth|tenancy)/", _ANY),
+    ("identify", r"fairgate/proxy/identify\.py", _ANY),
     (
         "identify",
-        r"fairgate/proxy/(pipeline|identify)\w*\.py",
-        r"(^|\.)(_scan_headers|_authenticate|identify)$",
+        r"fairgate/core/(client_addr|network|address_lists|cidr|route_classes|claims)\.py",
+        _ANY,
     ),
-    # read: body, model, caps and request policy, reservation estimate, salt, tags
-    ("read", r"fairgate/proxy/(request|salt|responses|read)\w*\.py", r".*"),
-    ("read", r"fairgate/proxy/pipeline\.py", r"(^|\.)(_read|_check_fields|read\w*)$"),
-    ("read", r"fairgate/engines/(body|output|policy|model_field|form|path)\.py", r".*"),
-    ("read", r"fairgate/proxy/(routes|endpoints)\.py", r".*"),
-    ("read", r"fairgate/proxy/(gate|tags)\w*\.py", r"(^|\.)(parse|TagPolicy\.parse|_subject)$"),
-    ("read", r"fairgate/limits/estimate\.py", r".*"),
-    ("read", r"(^|/)orjson", r".*"),
-    # admit: admission leases and the fair-share claim (state methods by name)
-    ("admit", r"fairgate/(admission|fairshare)/", r".*"),
-    ("admit", r"fairgate/limits/fairshare_state\.py", r".*"),
-    ("admit", r"fairgate/state/", r"(^|\.)(claim|usage|team_usage|in_flight|charge_usage)$"),
-    ("admit", r"fairgate/proxy/(admit|dispatch|share)\w*\.py", r".*"),
+    ("identify", r"fairgate/proxy/pipeline\.py", r"(^|\.)(_identify|_scan_headers|_exchanged)$"),
+    # -- read: head, endpoint, body, model and request policy, output reservation, salt,
+    # tags (proxy/read.py, or the pipeline's own functions before it)
+    ("read", r"fairgate/proxy/(read|request|tags|salt)\.py", _ANY),
+    ("read", r"fairgate/proxy/pipeline\.py", r"(^|\.)(_read\w*|_check_fields)$"),
+    (CALLER, r"fairgate/proxy/(reservation|exchange)\.py", r"(^|\.)Reservation\.\w+$"),
+    ("read", r"fairgate/proxy/reservation\.py", _ANY),
+    ("read", r"fairgate/proxy/responses\.py", r"(^|\.)check$"),
+    ("relay", r"fairgate/proxy/responses\.py", r"(^|\.)(relayed_\w+|_remember)$"),
+    ("read", r"fairgate/state/owners\.py", r"(^|\.)owner_of$"),
+    ("relay", r"fairgate/state/owners\.py", r"(^|\.)remember$"),
+    (
+        "relay",
+        r"fairgate/proxy/endpoints\.py",
+        r"(^|\.)(body_for|headers_for|upstream_target|upstream_path|_usage_in_stream"
+        r"|send_json|_list_models|_get_model|_listing)$",
+    ),
+    (CALLER, r"fairgate/proxy/endpoints\.py", r"(^|\.)endpoint_kind$"),
+    ("read", r"fairgate/proxy/endpoints\.py", _ANY),
+    ("read", r"fairgate/engines/(output|policy|model_field|path)\.py", _ANY),
+    (CALLER, r"fairgate/limits/estimate\.py", _ANY),
+    # -- admit: the admission lease, the fair-share claim and usage reads, the dispatcher
+    ("admit", r"fairgate/(admission|fairshare)/", _ANY),
+    ("admit", r"fairgate/limits/fairshare_state\.py", _ANY),
+    ("admit", r"fairgate/proxy/(admit|dispatch)\.py", _ANY),
     (
         "admit",
-        r"fairgate/proxy/gate\.py",
-        r"(^|\.)(_claim|_dispatch|_ranked|_provisional|_pool_\w+|_cached|_split|_weight|_class|ranks_now)$",
+        r"fairgate/state/",
+        r"(^|\.)(claim|_claim\w*|_borrowing|usage|team_usage|in_flight|team_in_flight"
+        r"|_in_flight_call|_lease)$",
     ),
-    # limit: the head check, the limiter, the counter store, budgets
-    ("limit", r"fairgate/(limits|state)/", r".*"),
-    ("limit", r"fairgate/proxy/(gate|limit)\w*\.py", r".*"),
-    # route: choosing a replica
-    ("route", r"fairgate/routing/", r".*"),
-    ("route", r"fairgate/proxy/(affinity|route)\w*\.py", r".*"),
-    ("route", r"fairgate/upstream/(registry|replica|breaker)\.py", r".*"),
-    ("route", r"fairgate/core/(breaker|replica)\.py", r".*"),
-    ("route", r"fairgate/proxy/pipeline\.py", r"(^|\.)(_forward|route\w*)$"),
+    ("admit", r"fairgate/state/board\.py", _ANY),
+    # -- limit: the head check, the limiter and its plan, budgets, the counter store
+    ("limit", r"fairgate/proxy/limit\.py", _ANY),
+    ("limit", r"fairgate/limits/", _ANY),
+    ("limit", r"fairgate/state/(memory|redis)\.py", _ANY),
+    # -- route: the replica the router picks, its lease and breaker, retries
+    ("route", r"fairgate/routing/", _ANY),
+    ("route", r"fairgate/proxy/affinity\.py", _ANY),
+    ("route", r"fairgate/upstream/(registry|replica|breaker)\.py", _ANY),
+    ("route", r"fairgate/core/(breaker|replica)\.py", _ANY),
     ("route", r"fairgate/proxy/forward\.py", r"(^|\.)(forward|_tries|_failed|_answer_failure)$"),
-    # relay: the attempt toward the engine and the answer toward the client
-    ("relay", r"fairgate/proxy/(relay|sse|encoding|usage|exchange)\w*\.py", r".*"),
-    ("relay", r"fairgate/engines/", r".*"),
-    ("relay", r"fairgate/proxy/pipeline\.py", r"(^|\.)(_attempt|_send_error|relay\w*)$"),
-    ("relay", r"fairgate/proxy/forward\.py", r".*"),
-    # the upstream client (httptools, the socket writes toward the engine)
-    ("upstream client", r"fairgate/upstream/", r".*"),
-    ("upstream client", r"(^|/)(aiohttp|httpx|httpcore)/", r".*"),
-    # the server: uvicorn and the gateway's protocol, the socket writes toward the client
-    ("server", r"fairgate/(server|proxy/asgi)", r".*"),
-    ("server", r"(^|/)(uvicorn|h11|httptools|starlette)/", r".*"),
-    # fallback rows: the Redis client's I/O outside any fairgate frame (its reader)
-    ("state client", r"(^|/)redis/|asyncio/streams\.py", r".*"),
-    # the pipeline's own frame (handle, glue between the stages)
-    ("other", r"fairgate/proxy/pipeline\.py", r".*"),
-    ("other", r"(^|/)(asyncio|uvloop|logging|threading|selectors|concurrent)/", r".*"),
-    ("other", r"^(<frozen|threading|selectors|queue|socket|ssl)", r".*"),
+    # -- relay: the attempt (the engine's body and headers) and the answer to the client
+    ("relay", r"fairgate/proxy/(relay|sse|encoding|usage|watchdog|share)\.py", _ANY),
+    ("relay", r"fairgate/proxy/forward\.py", _ANY),
+    ("relay", r"fairgate/engines/(adapter|body|headers|passthrough|vllm)\.py", _ANY),
+    (
+        "relay",
+        r"fairgate/proxy/pipeline\.py",
+        r"(^|\.)(_send_error|_end_at_shutdown|_abort_connection)$",
+    ),
+    # -- pipeline: Pipeline.handle's own code between the stages (the exchange, the
+    # ticket, the request id, the disconnect watch)
+    ("pipeline", r"fairgate/proxy/pipeline\.py", _ANY),
+    # -- the server: the listener's protocol and uvicorn, the socket writes to the client
+    ("server", r"fairgate/(server/|proxy/asgi\.py|core/asgi\.py)", _ANY),
+    ("server", r"(^|/)(uvicorn|h11|httptools|starlette|granian)/", _ANY),
+    ("server", r"(^|/)aiohttp/web\w*\.py", _ANY),
+    ("server", r"(^|/)(minimal_proxy|aiohttp_server)\.py$", _ANY),  # the minimal proxies
+    # -- the upstream client: connections, request heads, the socket writes to the engine
+    ("upstream client", r"fairgate/upstream/", _ANY),
+    ("upstream client", r"(^|/)(aiohttp|httpx|httpcore)/", _ANY),
+    ("upstream client", r"(^|/)proxy_clients\.py$", _ANY),  # the minimal proxies' clients
+    # -- the request path's own modules: data passed between the stages is its caller's;
+    # a module of proxy/ no row above names is unmapped (the table is behind the code)
+    (CALLER, r"fairgate/proxy/(exchange|ticket)\.py", _ANY),
+    ("relay", r"fairgate/proxy/me\.py", _ANY),  # GET /me, answered by the gateway
+    (UNMAPPED, r"fairgate/proxy/", _ANY),
+]
+# Tried only when no row above decides any frame of the sample: the store outside a stage
+# (aiosqlite's thread), a Redis stream's reader, and what runs beside the requests.
+FALLBACK: list[tuple[str, str, str]] = [
+    ("state client", r"(^|/)asyncio/streams\.py", _ANY),
+    ("accounting writer", r"(^|/)(aiosqlite|sqlite3|sqlalchemy|asyncpg|greenlet)/", _ANY),
+    ("accounting writer", r"fairgate/store/", _ANY),
+    ("other", r"fairgate/", _ANY),  # background tasks, metrics, the loop's own callbacks
+    ("other", r"(^|/)(asyncio|uvloop|logging|threading|selectors|concurrent)/", _ANY),
+    ("other", r"^(<frozen|<string>|threading|selectors|queue|socket|ssl|_weakrefset)", _ANY),
 ]
 STAGE_ORDER = (
     "identify",
@@ -124,31 +197,49 @@ STAGE_ORDER = (
     "route",
     "relay",
     "settle",
+    "pipeline",
     "server",
     "upstream client",
-    "accounting writer",
     "state client",
+    "accounting writer",
     "other",
     "unmapped",
 )
-_COMPILED = [(stage, re.compile(f), re.compile(g)) for stage, f, g in STAGES]
-_FALLBACK = ("state client", "other")
-_STAGED = [row for row in _COMPILED if row[0] not in _FALLBACK]
-_OTHER = [row for row in _COMPILED if row[0] in _FALLBACK]
+REQUEST_PATH = STAGE_ORDER[:8]  # the stages a request's own code runs in
+
+
+def _compiled(
+    rows: list[tuple[str, str, str]],
+) -> list[tuple[str, re.Pattern[str], re.Pattern[str]]]:
+    return [(stage, re.compile(f), re.compile(g)) for stage, f, g in rows]
+
+
+_STAGED = _compiled(STAGES)
+_FALLBACK = _compiled(FALLBACK)
 
 
 def stage_of(frames: list[tuple[str, str]]) -> str:
-    """The stage of one sample: its innermost frame that a row of ``STAGES`` matches.
+    """The stage of one sample (frames outermost first): its innermost frame a row of
+    ``STAGES`` decides, else its innermost frame a row of ``FALLBACK`` decides.
 
-    The "other" rows (the loop, asyncio, the pipeline's own frame) count only when no
-    other row matches any frame: ``asyncio.wait_for`` called by the relay is the relay's.
+    ``asyncio.wait_for`` called by the relay is the relay's; a dataclass ``__init__``
+    is its caller's; the loop's own callbacks are "other" only when no stage is above.
     """
-    for rows in (_STAGED, _OTHER):
-        for func, path in reversed(frames):
+    return _decide(frames)[0]
+
+
+def _decide(frames: list[tuple[str, str]]) -> tuple[str, tuple[str, str]]:
+    """The stage and the frame that decided it (the innermost frame when none did)."""
+    for rows in (_STAGED, _FALLBACK):
+        for frame in reversed(frames):
+            func, path = frame
+            name = func.split(".<locals>.", 1)[0]
             for stage, file_pattern, func_pattern in rows:
-                if file_pattern.search(path) and func_pattern.search(func):
-                    return stage
-    return "unmapped"
+                if file_pattern.search(path) and func_pattern.search(name):
+                    if stage != CALLER:
+                        return stage, frame
+                    break
+    return UNMAPPED, frames[-1]
 
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+?)(?::\d+)?\)$")
@@ -259,10 +350,10 @@ def parse(text: str) -> Hotspots:
             spots.by_library["event loop (uvloop, C)"] += count
             spots.by_stage["other"] += count
             continue
-        stage = stage_of(inner)
+        stage, (where, path) = _decide(inner)
         spots.by_stage[stage] += count
-        if stage == "unmapped":
-            spots.unmapped[f"{library_of(inner[-1][1])}:{inner[-1][0]}"] += count
+        if stage == UNMAPPED:
+            spots.unmapped[f"{library_of(path)}:{where}"] += count
         func, path = inner[-1]
         spots.by_library[library_of(path)] += count
         spots.self_by_function[f"{library_of(path)}:{func}"] += count
