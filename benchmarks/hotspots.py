@@ -54,6 +54,8 @@ __all__ = [
     "FALLBACK",
     "STAGES",
     "Hotspots",
+    "Unavailable",
+    "collect",
     "library_of",
     "parse",
     "record",
@@ -269,6 +271,16 @@ class Hotspots:
             lines.append(f"    unmapped: {100 * count / total:4.1f}% {name}")
         return "\n".join(lines)
 
+    def top_self(self, top: int = 8, us_per_request: float = 0.0) -> str:
+        """The ``top`` functions by self time (the innermost frame of each sample)."""
+        total = max(self.total, 1)
+        lines = [f"top self time ({self.total} samples)"]
+        for name, count in self.self_by_function.most_common(top):
+            share = count / total
+            cost = f"{share * us_per_request:6.1f} µs " if us_per_request else ""
+            lines.append(f"  {100 * share:5.1f}%  {cost} {name}")
+        return "\n".join(lines)
+
     def table(self, top: int = 20, us_per_request: float = 0.0) -> str:
         """The three views; with ``us_per_request`` (CPU µs per request measured meanwhile)
         each share is also shown as µs per request."""
@@ -368,17 +380,41 @@ def _is_loop(func: str, path: str) -> bool:
     return func in _LOOP and library_of(path) in ("asyncio", "uvloop")
 
 
+class Unavailable(RuntimeError):
+    """py-spy is not installed, or could not sample the process (ptrace refused)."""
+
+
 def record(pid: int, seconds: float, out: Path, rate: int = 250) -> subprocess.Popen[bytes]:
     """Start ``py-spy record`` on ``pid`` for ``seconds`` into ``out`` (raw collapsed stacks).
 
     ``--nonblocking`` samples without pausing the process (a little less exact, far less
     intrusive); ``--gil`` only the thread running Python. The caller waits for the
-    returned process.
+    returned process and reads the stacks with ``collect``. ``Unavailable`` when py-spy
+    is not installed.
     """
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).is_file():
+        raise Unavailable("py-spy is not installed (pip install py-spy; it is in the dev extras)")
     argv = [spy, "record", "--gil", "--nonblocking", "-r", str(rate), "-f", "raw", "-o", str(out)]
     argv += ["-d", str(max(1, round(seconds))), "--pid", str(pid)]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def collect(spy: subprocess.Popen[bytes], out: Path, timeout: float) -> Hotspots:
+    """Wait for ``record``'s py-spy and sum what it wrote; ``Unavailable`` with py-spy's
+    own last line when it wrote nothing (most often: ptrace refused)."""
+    try:
+        _, error = spy.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.communicate()
+        raise Unavailable(f"py-spy did not finish within {timeout:g} s") from None
+    if not out.exists() or not out.stat().st_size:
+        lines = [line for line in error.decode(errors="replace").splitlines() if line.strip()]
+        why = lines[-1].strip() if lines else f"exit status {spy.returncode}"
+        hint = " (py-spy needs ptrace: root, or kernel.yama.ptrace_scope 0)"
+        raise Unavailable(f"py-spy wrote nothing: {why}" + (hint if spy.returncode else ""))
+    return parse(out.read_text())
 
 
 def main(argv: list[str] | None = None) -> None:

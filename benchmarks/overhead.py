@@ -16,8 +16,11 @@
   (the measurement behind the gateway's choice of layers).
 - ``profile``: each proxy alone under the throughput load, sampled by py-spy; CPU time
   per library and per function (what costs what).
-- ``all`` (default): latency, throughput and streaming, then the verdict against the
-  targets of PRODUCT.md §2 and issue #12, per configuration.
+- ``all`` (default): latency, throughput, a short profile of each gateway configuration
+  (its CPU by stage and top functions, py-spy sampling ``--profile-duration`` seconds
+  under the throughput load; 0 skips it) and streaming, then the verdict against the
+  targets of PRODUCT.md §2 and issue #12, per configuration, each missed one with the
+  stages its profile puts first.
 
 The gateway runs ``--path full`` (default: what operators run, every stage working and
 none binding; see targets.FULL_CONFIG) or ``--path bare`` (one replica, a key without
@@ -69,6 +72,7 @@ BODY = (
     b'"max_tokens":1,"temperature":0}'
 )
 MODES = ("all", "latency", "throughput", "streaming", "stacks", "profile")
+PROFILE_TOP = 8  # mode all: the functions listed under each configuration's stages
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
@@ -145,6 +149,14 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     add("--count-idle", type=float, default=2.0, help="redis: seconds of idle background count")
     add("--repeat", type=int, default=1, help="repeat the measurements in the same processes")
     add("--top", type=int, default=25, help="profile: lines per table")
+    add(
+        "--profile-duration",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="all: py-spy samples each gateway configuration this long under the throughput "
+        "load, after the measurements, and its CPU by stage is printed (0: no profile leg)",
+    )
     add("--json", nargs="?", const="-", metavar="FILE", help="write results as JSON")
     return parser.parse_args(argv)
 
@@ -187,6 +199,9 @@ class Bench:
                 if self.redis is not None and args.mode != "stacks":
                     run["redis"] = uvloop.run(self._count_redis())
                 self.say("\n" + report.configurations_table(run))
+                last = repeat == args.repeat - 1
+                if args.mode == "all" and args.profile_duration > 0 and last:
+                    run["profile"] = uvloop.run(self._profile_configurations(upstreams, proxies))
                 self.runs.append(run)
         if args.mode in ("all", "streaming"):
             if not self.runs:
@@ -453,37 +468,93 @@ class Bench:
         for endpoint, service in proxies:
             if not isinstance(service, Service):
                 continue  # a compared gateway: no process of ours to sample
-            out = directory / f"{endpoint.name.replace('/', '-').replace(' ', '-')}.txt"
-            spy = hotspots.record(service.pid, args.duration, out)
+            spots, profile = await self._sample(
+                endpoint, service, upstream, args.duration, directory
+            )
+            cpu = profile["server_cpu_us_per_request"]
+            self.say(f"\nprofile of {endpoint.name} under {args.concurrency} connections")
+            self.say(f"({profile['rps']:.0f} req/s, {cpu:.0f} CPU µs per request while sampled)")
+            self.say(f"(raw stacks in {profile['stacks']})")
+            self.say(spots.stage_table(us_per_request=cpu))
+            self.say(spots.table(args.top, us_per_request=cpu))
+            profiles[endpoint.name] = profile
+        return {"profile": profiles}
+
+    async def _profile_configurations(
+        self, upstreams: list[Service], proxies: list[tuple[Endpoint, Meter]]
+    ) -> dict[str, Any]:
+        """Mode ``all``: each gateway configuration of one worker (memory, Redis) alone under
+        the throughput load for ``--profile-duration`` s while py-spy samples it; its CPU by
+        stage and top functions. py-spy missing or refused: one line says so, no profile."""
+        args = self.args
+        seconds = args.profile_duration
+        legs = [
+            (endpoint, service)
+            for endpoint, service in proxies
+            if isinstance(service, Service)
+            and endpoint.name in self.gateways
+            and ", " not in endpoint.name  # a gateway of N workers: no one process to sample
+        ]
+        profiles: dict[str, Any] = {}
+        if not legs:
+            return profiles
+        self.say(
+            f"\nCPU by stage per configuration (py-spy, {seconds:g} s each under "
+            f"{args.concurrency} connections; --profile-duration 0 skips this)"
+        )
+        directory = Path(tempfile.mkdtemp(prefix="fairgate-profile-"))
+        for endpoint, service in legs:
+            try:
+                spots, profile = await self._sample(
+                    endpoint, service, Group(upstreams), seconds, directory
+                )
+            except hotspots.Unavailable as exc:
+                self.say(f"no profile of the gateway configurations: {exc}")
+                break  # what refused one (no py-spy, no ptrace) refuses the others
+            cpu = profile["server_cpu_us_per_request"]
+            self.say(
+                f"\nprofile of {endpoint.name}: {profile['rps']:.0f} req/s, "
+                f"{cpu:.0f} CPU µs per request while sampled (stacks: {profile['stacks']})"
+            )
+            self.say(spots.stage_table(us_per_request=cpu))
+            self.say(spots.top_self(PROFILE_TOP, us_per_request=cpu))
+            profiles[endpoint.name] = {"seconds": seconds, **profile}
+        return profiles
+
+    async def _sample(
+        self, endpoint: Endpoint, service: Service, upstream: Meter, seconds: float, directory: Path
+    ) -> tuple[hotspots.Hotspots, dict[str, Any]]:
+        """``endpoint`` alone under the throughput load for ``seconds`` while py-spy samples
+        its process; the stacks summed, and the profile's figures for the JSON.
+        ``hotspots.Unavailable`` when py-spy is missing or could not sample."""
+        args = self.args
+        out = directory / f"{endpoint.name.replace('/', '-').replace(' ', '-')}.txt"
+        spy = hotspots.record(service.pid, seconds, out)
+        try:
             load = await measure_throughput(
                 [(endpoint, service)],
                 upstream,
                 concurrency=args.concurrency,
-                duration=args.duration,
+                duration=seconds,
                 segments=1,
                 body=BODY,
                 reference=endpoint.name,
             )
-            _, error = spy.communicate(timeout=args.duration + 60)
-            if not out.exists():
-                raise RuntimeError(f"py-spy wrote nothing: {error.decode(errors='replace')}")
-            spots = hotspots.parse(out.read_text())
-            leg = load.legs[endpoint.name]
-            self.say(f"\nprofile of {endpoint.name} under {args.concurrency} connections")
-            cpu = leg.to_json()["server_cpu_us_per_request"]
-            self.say(f"({leg.rps:.0f} req/s, {cpu:.0f} CPU µs per request while sampled)")
-            self.say(f"(raw stacks in {out})")
-            self.say(spots.stage_table(us_per_request=cpu))
-            self.say(spots.table(args.top, us_per_request=cpu))
-            profiles[endpoint.name] = {
-                "stacks": str(out),
-                "rps": round(leg.rps, 1),
-                "errors": leg.errors,
-                "first_error": leg.first_error,
-                "server_cpu_us_per_request": cpu,
-                **spots.to_json(),
-            }
-        return {"profile": profiles}
+        except BaseException:
+            spy.kill()
+            spy.communicate()
+            raise
+        spots = await asyncio.to_thread(hotspots.collect, spy, out, seconds + 60)
+        leg = load.legs[endpoint.name]
+        cpu = leg.to_json()["server_cpu_us_per_request"]
+        return spots, {
+            "stacks": str(out),
+            "rps": round(leg.rps, 1),
+            "errors": leg.errors,
+            "first_error": leg.first_error,
+            "server_cpu_us_per_request": cpu,
+            **spots.to_json(),
+        }
 
     def _streaming(self, stack: ExitStack) -> list[dict[str, Any]]:
         """The streaming leg once per state of ``--state``: the gateway on ``--path``, in
@@ -546,7 +617,7 @@ class Bench:
             self.say("\n" + report.ranges_table(self.runs))
         checks = report.verdict(self.runs[-1]) if self.runs else {}
         if checks:
-            self.say("\n" + report.verdict_table(checks))
+            self.say("\n" + report.verdict_table(checks, self.runs[-1].get("profile")))
         machine["load_at_end"] = load_average()
         self.say(f"load      {machine['load_at_end']} at end")
         return {"machine": machine, "runs": self.runs, "targets": checks}

@@ -18,6 +18,7 @@ __all__ = [
     "failures",
     "header",
     "latency_table",
+    "leading_stages",
     "ranges_table",
     "throughput_table",
     "verdict",
@@ -234,14 +235,31 @@ def verdict(run: dict[str, Any]) -> dict[str, Any]:
     return checks
 
 
-def verdict_table(checks: dict[str, Any]) -> str:
+def verdict_table(checks: dict[str, Any], profiles: dict[str, Any] | None = None) -> str:
+    """Each check, met or MISSED; under a configuration that missed one, the stages its
+    profile (``profiles``, mode all) puts first: where to look."""
     lines = ["targets (issue #12: each configuration against the minimal proxy, last run)"]
     for config, mine in checks.items():
         lines.append(f"  {config}")
         for name, check in mine.items():
             value = f" {check['value']:.2f} (limit {check['limit']:g})" if "value" in check else ""
             lines.append(f"    {name:<34}{value:<24}  {'met' if check['met'] else 'MISSED'}")
+        profile = (profiles or {}).get(config)
+        if profile and not all(check["met"] for check in mine.values()):
+            lines.append(f"    {'its profile, first stages:':<34}{leading_stages(profile)}")
     return "\n".join(lines)
+
+
+def leading_stages(profile: dict[str, Any], count: int = 3) -> str:
+    """The ``count`` largest stages of a profile (its JSON): share and CPU µs per request."""
+    shares = profile.get("by_stage", {})
+    cpu = profile.get("server_cpu_us_per_request") or 0.0
+    ranked = sorted(
+        (share, stage) for stage, share in shares.items() if stage not in ("other", "unmapped")
+    )[::-1][:count]
+    return ", ".join(
+        f"{stage} {100 * share:.0f}% ({share * cpu:.0f} µs)" for share, stage in ranked
+    )
 
 
 def failures(runs: list[dict[str, Any]]) -> list[str]:

@@ -8,6 +8,7 @@ their own modules (``proxy/identify.py``, ``proxy/read.py``).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -222,6 +223,9 @@ def test_parse_keeps_what_runs_on_the_loop_and_sums_stages() -> None:
     assert spots.self_by_function["fairgate.proxy:Limit.enter"] == 6
     table = spots.stage_table(us_per_request=100.0)
     assert "  limit               60.0%    60.0 µs" in table
+    top = spots.top_self(2, us_per_request=100.0)
+    assert top.splitlines()[0] == "top self time (10 samples)"
+    assert "fairgate.proxy:Limit.enter" in top.splitlines()[1]
     assert spots.to_json()["by_stage"]["pipeline"] == 0.0
 
 
@@ -229,3 +233,12 @@ def test_every_row_names_a_stage_of_the_table() -> None:
     known = {*hotspots.STAGE_ORDER, hotspots.CALLER}
     for stage, _, _ in hotspots.STAGES + hotspots.FALLBACK:
         assert stage in known
+
+
+def test_collect_says_why_py_spy_wrote_nothing(tmp_path: Path) -> None:
+    spy = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.exit('Error: Permission Denied')"],
+        stderr=subprocess.PIPE,
+    )
+    with pytest.raises(hotspots.Unavailable, match=r"Permission Denied.*ptrace"):
+        hotspots.collect(spy, tmp_path / "none.txt", timeout=30)

@@ -166,6 +166,36 @@ def test_streaming_runs_the_full_path_over_both_engines_and_frees_every_disconne
         assert streaming["completions"][name]["cpu_seconds"] >= 0
 
 
+@pytest.mark.timeout(300)  # a gateway for the measurements, one more for the streams
+def test_all_prints_each_configurations_cpu_by_stage_or_why_it_could_not() -> None:
+    done = _bench(
+        "all",
+        "--pairs", "10", "--warmup", "2",
+        "--duration", "1", "--concurrency", "2", "--segments", "1",
+        "--streams", "4", "--burst", "0", "--disconnects", "2",
+        "--stream-tokens", "4", "--token-rate", "50",
+        "--profile-duration", "1",
+        "--json", "-",
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(done.stdout)["runs"][0]
+    tables = done.stderr  # with --json -, the tables go to stderr
+    assert "CPU by stage per configuration (py-spy, 1 s each" in tables
+    if "no profile of the gateway configurations: " in tables:
+        # py-spy missing, or ptrace refused: said in one line, and the run goes on
+        assert run["profile"] == {}
+    else:
+        (name,) = run["profile"]
+        assert name == "gateway full/memory"
+        profile = run["profile"][name]
+        assert profile["samples"] > 0 and profile["errors"] == 0
+        assert set(profile["by_stage"]) >= {"identify", "limit", "relay", "settle", "unmapped"}
+        assert f"profile of {name}: " in tables
+        assert "  settle " in tables and "top self time (" in tables
+    assert run["streaming"][0]["complete"] == 4
+
+
 def test_streaming_on_the_bare_path_keeps_one_engine_and_its_label() -> None:
     document = _json(
         "streaming", "--path", "bare",

@@ -1,0 +1,36 @@
+"""benchmarks/report.py: a missed target points at the profile that explains it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import report
+
+
+def test_a_configuration_that_missed_a_target_names_its_leading_stages() -> None:
+    checks = {
+        "gateway full/memory": {
+            "throughput_ratio": {"value": 0.61, "limit": 0.8, "met": False},
+        },
+        "gateway full/redis": {
+            "throughput_ratio": {"value": 0.75, "limit": 0.7, "met": True},
+        },
+    }
+    profile = {
+        "server_cpu_us_per_request": 200.0,
+        "by_stage": {"limit": 0.2, "server": 0.3, "relay": 0.1, "other": 0.35, "unmapped": 0.05},
+    }
+    profiles = {"gateway full/memory": profile, "gateway full/redis": profile}
+
+    table = report.verdict_table(checks, profiles)
+
+    lines = table.splitlines()
+    memory = lines.index("  gateway full/memory")
+    assert "MISSED" in lines[memory + 1]
+    assert lines[memory + 2].split(":", 1)[1].strip() == (
+        "server 30% (60 µs), limit 20% (40 µs), relay 10% (20 µs)"
+    )
+    assert "first stages" not in table.split("gateway full/redis")[1]  # all met: no hint
+    assert "first stages" not in report.verdict_table(checks)  # no profile: as before
