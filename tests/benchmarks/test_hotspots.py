@@ -242,3 +242,10 @@ def test_collect_says_why_py_spy_wrote_nothing(tmp_path: Path) -> None:
     )
     with pytest.raises(hotspots.Unavailable, match=r"Permission Denied.*ptrace"):
         hotspots.collect(spy, tmp_path / "none.txt", timeout=30)
+
+
+def test_record_without_py_spy_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hotspots.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(hotspots.sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(hotspots.Unavailable, match="py-spy is not installed"):
+        hotspots.record(1, 1.0, tmp_path / "stacks.txt")
