@@ -155,6 +155,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("route", r"fairgate/core/(breaker|replica)\.py", _ANY),
     ("route", r"fairgate/proxy/forward\.py", r"(^|\.)(forward|_tries|_failed|_answer_failure)$"),
     # -- relay: the attempt (the engine's body and headers) and the answer to the client
+    (CALLER, r"fairgate/proxy/usage\.py", r"(^|\.)Usage\.\w+$"),  # also settle's sums
     ("relay", r"fairgate/proxy/(relay|sse|encoding|usage|watchdog|share)\.py", _ANY),
     ("relay", r"fairgate/proxy/forward\.py", _ANY),
     ("relay", r"fairgate/engines/(adapter|body|headers|passthrough|vllm)\.py", _ANY),

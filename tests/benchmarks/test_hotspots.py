@@ -184,6 +184,9 @@ def test_helpers_every_stage_calls_go_to_their_caller() -> None:
     assert hotspots.stage_of(_path(SETTLE, responded)) == "settle"
     tokens = ("Reservation.tokens", "fairgate/proxy/exchange.py")
     assert hotspots.stage_of(_path(LIMIT_ENTER, tokens)) == "limit"
+    plus = ("Usage.plus", "fairgate/proxy/usage.py")
+    assert hotspots.stage_of(_path(SETTLE, ("charge", RESERVATION), plus)) == "settle"
+    assert hotspots.stage_of(_path(FORWARD, ATTEMPT, plus)) == "relay"
     estimate = ("estimate_tokens", "fairgate/limits/estimate.py")
     assert hotspots.stage_of(_path(LIMIT_ENTER, tokens, estimate)) == "limit"
     timeout = ("Timeout.__aexit__", "asyncio/timeouts.py")
