@@ -10,7 +10,8 @@ from fairgate.core.money import Money
 __all__ = ["UsageRecord"]
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class UsageRecord:
     """The accounting record of one request, whatever its outcome.
 

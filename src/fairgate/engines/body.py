@@ -13,7 +13,8 @@ from fairgate.engines.form import Form, is_form, parse_form
 __all__ = ["UpstreamRequestBody"]
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class UpstreamRequestBody:
     """The client's request body and the gateway's decisions about it.
 

@@ -44,7 +44,8 @@ def decay(value: float, dt: float, half_life: float) -> float:
     return value * math.exp(-_LN2 * dt / half_life)
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class DecayedUsage:
     """Decayed usage of one organisation in one pool: ``value`` as it stood at time ``at``.
 

@@ -54,7 +54,8 @@ class PriorityClass(enum.IntEnum):
     BATCH = 1
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class Decision:
     """The fair-share verdict for one request.
 

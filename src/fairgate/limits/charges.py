@@ -34,7 +34,8 @@ __all__ = [
 IN_FLIGHT_RETRY_AFTER = 1.0
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class WindowCharge:
     """Add ``amount`` to a sliding window of ``window`` seconds capped at ``limit``.
 
@@ -50,7 +51,8 @@ class WindowCharge:
     granules: int = DEFAULT_GRANULES
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class PeriodCharge:
     """Add ``amount`` to the counter of one calendar period (its label is in ``key``).
 
@@ -150,7 +152,8 @@ def layout_of(charges: Sequence[Charge]) -> Layout:
     return charges.layout if isinstance(charges, Charges) else Layout.of(charges)
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class Lease:
     """What an admitted acquisition charged: settle it exactly once.
 
@@ -164,7 +167,8 @@ class Lease:
     charged_at: float
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class Verdict:
     """The answer of one acquisition.
 

@@ -15,7 +15,8 @@ from fairgate.limits.subject import Subject
 __all__ = ["Admission", "Demand"]
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class Demand:
     """One request at admission: who, under which limits and budgets, and its estimates.
 

@@ -57,7 +57,8 @@ def lease_team(lease: str) -> str | None:
     return team if slash else None
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class Claim:
     """The outcome of one ``claim``: within share (holding ``lease``) or borrowing.
 
@@ -82,7 +83,8 @@ class Claim:
     in_org: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class ClaimRequest:
     """A ``claim`` to make in the same atomic step as a limits acquisition
     (``CounterStore.acquire(..., claim=...)``): the arguments of ``claim`` but ``now``."""
@@ -94,7 +96,8 @@ class ClaimRequest:
     team: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class UsageCharge:
     """A ``charge`` to make in the same round trip as a settle
     (``CounterStore.settle(..., charge=...)``): the arguments of ``charge`` but ``now``."""

@@ -46,7 +46,8 @@ Refusal = Callable[[float | None], RateLimited]
 _Counter = WindowCharge | PeriodCharge | InFlightCharge  # the charges that count something
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class Plan:
     """The charges of one demand (with their layout); ``refusals[i]`` explains a refusal
     of ``charges[i]``."""

@@ -12,7 +12,8 @@ from fairgate.proxy.dispatch import Grant
 __all__ = ["Due", "Ticket"]
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class Due:
     """What the admit stage owes the fair-share state on the way out: the slot to
     release (``claim``; None for a borrower) and the usage to charge (None: nothing

@@ -20,7 +20,8 @@ import orjson
 __all__ = ["Usage", "llama_usage", "usage_from", "usage_in_body"]
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 __all__ = ["RequestFeatures"]
 
 
-@dataclass(frozen=True, slots=True)
+# built on every request: slotted, not frozen (docs/architecture.md, "Value types")
+@dataclass(slots=True)
 class RequestFeatures:
     """The request as the routing plugins see it.
 
