@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 import pytest
 from tests.e2e.conftest import HEAVIEST_FIRST
+from tests.proxy.asgi_client import Client
 
 from fairgate.config import Model
 from fairgate.core.breaker import Breaker
@@ -67,28 +68,6 @@ def configured(name: str, *, fallbacks: Sequence[str] = ()) -> Model:
             "upstreams": [{"name": "u", "url": "http://127.0.0.1:9"}],
         }
     )
-
-
-class Client:
-    """What the client received, message by message."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-
-    async def send(self, message: dict[str, Any]) -> None:
-        self.messages.append(message)
-
-    @property
-    def status(self) -> int:
-        return int(self.messages[0]["status"])
-
-    @property
-    def headers(self) -> dict[bytes, bytes]:
-        return dict(self.messages[0]["headers"])
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.messages[1:])
 
 
 class Route:

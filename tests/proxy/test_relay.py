@@ -10,10 +10,10 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 import orjson
 import pytest
+from tests.proxy.asgi_client import Client
 
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.relay import AttemptFailed, Deadlines, Relay
@@ -96,24 +96,6 @@ def content(text: str) -> bytes:
     return (
         b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}) + b"\n\n"
     )
-
-
-class Client:
-    """What the client received, message by message."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-
-    async def send(self, message: dict[str, Any]) -> None:
-        self.messages.append(message)
-
-    @property
-    def status(self) -> int:
-        return int(self.messages[0]["status"])
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.messages[1:])
 
 
 def exchange(*, stream: bool) -> Exchange:
