@@ -9,11 +9,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from tests.proxy.tables import endpoint_table
 
-from fairgate.config import load_config
 from fairgate.core.errors import NotFound
 from fairgate.core.principal import Principal
-from fairgate.engines import FieldRefused, adapter_for
+from fairgate.engines import FieldRefused
 from fairgate.proxy.endpoints import EndpointTable
 from fairgate.proxy.exchange import Exchange
 
@@ -35,11 +35,7 @@ models:
 
 @pytest.fixture
 def table(tmp_path: Path) -> EndpointTable:
-    path = tmp_path / "gateway.yaml"
-    path.write_text(CONFIG, encoding="utf-8")
-    config = load_config(path, env={})
-    adapters = {kind: adapter_for(kind) for kind in {m.engine for m in config.models}}
-    return EndpointTable(config.models, adapters)
+    return endpoint_table(CONFIG, tmp_path)
 
 
 def request(table: EndpointTable, path: bytes, model: str) -> Exchange:

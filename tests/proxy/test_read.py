@@ -13,12 +13,10 @@ from typing import Any
 
 import orjson
 import pytest
+from tests.proxy.tables import endpoint_table
 
-from fairgate.config import load_config
 from fairgate.core.errors import BadRequest, NotFound
 from fairgate.core.principal import Principal
-from fairgate.engines import adapter_for
-from fairgate.proxy.endpoints import EndpointTable
 from fairgate.proxy.exchange import Exchange
 from fairgate.proxy.read import Read
 from fairgate.proxy.request import Caps
@@ -37,12 +35,8 @@ ALICE = Principal("key-alice", "org-a", "team-a", tags=("lab",))
 
 @pytest.fixture
 def read(tmp_path: Path) -> Read:
-    path = tmp_path / "gateway.yaml"
-    path.write_text(CONFIG, encoding="utf-8")
-    config = load_config(path, env={})
-    adapters = {kind: adapter_for(kind) for kind in {m.engine for m in config.models}}
     return Read(
-        EndpointTable(config.models, adapters),
+        endpoint_table(CONFIG, tmp_path),
         CAPS,
         OutputPolicy(ceilings={"chat": 512}, default=256, assumed=256, max_prompts=8),
         tags=TagPolicy(allowed=frozenset({"run-7"})),
