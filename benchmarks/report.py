@@ -237,7 +237,8 @@ def verdict(run: dict[str, Any]) -> dict[str, Any]:
 
 def verdict_table(checks: dict[str, Any], profiles: dict[str, Any] | None = None) -> str:
     """Each check, met or MISSED; under a configuration that missed one, the stages its
-    profile (``profiles``, mode all) puts first: where to look."""
+    profile (``profiles``, mode all) puts first: where to look; and when any is missed,
+    where its next step is written (``NEXT_STEP``)."""
     lines = ["targets (issue #12: each configuration against the minimal proxy, last run)"]
     for config, mine in checks.items():
         lines.append(f"  {config}")
@@ -247,7 +248,16 @@ def verdict_table(checks: dict[str, Any], profiles: dict[str, Any] | None = None
         profile = (profiles or {}).get(config)
         if profile and not all(check["met"] for check in mine.values()):
             lines.append(f"    {'its profile, first stages:':<34}{leading_stages(profile)}")
+    if any(not check["met"] for mine in checks.values() for check in mine.values()):
+        lines.append(NEXT_STEP)
     return "\n".join(lines)
+
+
+# Where a missed target's next step is written down, with the arithmetic behind it.
+NEXT_STEP = (
+    "a target missed: why, and the next step, in docs/benchmarks.md, "
+    '"What the targets need" (keep it in step with these figures)'
+)
 
 
 def leading_stages(profile: dict[str, Any], count: int = 3) -> str:

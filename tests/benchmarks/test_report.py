@@ -34,3 +34,19 @@ def test_a_configuration_that_missed_a_target_names_its_leading_stages() -> None
     )
     assert "first stages" not in table.split("gateway full/redis")[1]  # all met: no hint
     assert "first stages" not in report.verdict_table(checks)  # no profile: as before
+    assert lines[-1] == report.NEXT_STEP  # a target missed: where its next step is
+
+
+def test_every_target_met_points_at_no_next_step() -> None:
+    checks = {
+        "gateway full/memory": {"throughput_ratio": {"value": 0.9, "limit": 0.8, "met": True}}
+    }
+
+    assert report.NEXT_STEP not in report.verdict_table(checks)
+
+
+def test_the_next_step_it_points_at_is_written() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
+
+    assert "## What the targets need" in docs.read_text(encoding="utf-8")
+    assert '"What the targets need"' in report.NEXT_STEP
