@@ -83,9 +83,11 @@ class InProcess:
         key: str = TEST_KEY,
         headers: Mapping[str, str] | None = None,
         disconnect: asyncio.Event | None = None,
+        at_end: Callable[[dict[bytes, bytes]], None] | None = None,
     ) -> Answer:
         """POST ``body`` to ``path``; with ``disconnect``, the client goes away when it is
-        set (the body sent, the answer not yet read)."""
+        set (the body sent, the answer not yet read); ``at_end`` is called with the
+        answer's headers when its last message reaches the server, before it is sent."""
         data = orjson.dumps(body)
         raw = [
             (b"authorization", f"Bearer {key}".encode()),
@@ -128,9 +130,11 @@ class InProcess:
                 status = message["status"]
                 got.update(message.get("headers", []))
             elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
                 if not message.get("more_body", False):
+                    if at_end is not None:
+                        at_end(got)
                     done.set()
+                chunks.append(message.get("body", b""))
 
         await self.gateway.proxy_app(scope, receive, send)
         done.set()

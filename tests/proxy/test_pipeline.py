@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
+import pytest
 from tests.e2e.conftest import HEAVIEST_FIRST, model
 from tests.proxy.conftest import InProcess, StartGateway
 
+from fairgate.config.settings import DEFAULT_JOURNAL
 from fairgate.sim.process import SimProcess
 from fairgate.tenancy.limits import Limits
 
@@ -130,3 +133,40 @@ async def test_no_retry_once_bytes_reached_the_client(
     assert b"[DONE]" not in answer.body
     assert await engine_saw(sim) + await engine_saw(other_sim) == 1  # no other try
     assert gw.metric("fairgate_upstream_retries_total", model="m") == 0
+
+
+def journal_lines(gw: InProcess, request_id: bytes) -> list[dict[str, Any]]:
+    """The journal's records of one request, read off the files as a process that replays
+    a dead gateway's journal would read them."""
+    directory = gw.config.parent / DEFAULT_JOURNAL
+    lines = [line for path in directory.glob("*.jsonl") for line in path.read_bytes().splitlines()]
+    return [orjson.loads(line) for line in lines if request_id in line]
+
+
+@pytest.mark.parametrize("kind", ["plain", "stream", "refused"])
+async def test_an_answers_record_is_journaled_before_its_last_message_goes_out(
+    kind: str, sim: SimProcess, start_gateway: StartGateway
+) -> None:
+    """A gateway killed (SIGKILL) once a client has a whole answer has journaled its record:
+    the record is on disk before the answer's last message reaches the server."""
+    gw = await start_gateway([model("m", sim)])
+    key = await gw.add_key(limits=Limits(rpm=1))
+    if kind == "refused":
+        assert (await gw.call(CHAT, chat(), key=key)).status == 200
+    at_end: list[list[dict[str, Any]]] = []
+
+    def look(headers: dict[bytes, bytes]) -> None:
+        at_end.append(journal_lines(gw, headers[b"x-request-id"]))
+
+    answer = await gw.call(CHAT, chat(stream=kind == "stream"), key=key, at_end=look)
+
+    assert answer.status == (429 if kind == "refused" else 200), answer.body
+    [records_then] = at_end
+    assert len(records_then) == 1, "the record was not journaled before the answer ended"
+    [record] = records_then
+    assert record["status"] == answer.status
+    assert record["outcome"] == ("refused" if kind == "refused" else "ok")
+    if kind != "refused":
+        assert record["completion_tokens"] == 5 and not record["estimated"]
+    # settled once: the record is not made a second time when the request settles
+    assert journal_lines(gw, answer.headers[b"x-request-id"]) == records_then

@@ -100,6 +100,7 @@ class Exchange:
     sent_priority: int | None = None  # the priority the last attempt sent (none: not sent)
     disconnected: bool = False  # the client went away while the request ran
     complete: bool = False  # the request is settling: a disconnect no longer cancels it
+    recorded: bool = False  # charged, priced and recorded (proxy.settle: at its answer's end)
     unwatch: Callable[[], object] | None = None  # ends the disconnect watch (proxy.pipeline)
     upstream_bodies: dict[str, bytes] = field(default_factory=dict)  # per candidate model
 

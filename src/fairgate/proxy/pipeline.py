@@ -16,6 +16,8 @@ would refuse costs no body's memory) → ``Read.body`` → ``Limit.enter`` (with
 fair-share claim riding along when the band has room: ``Admit.claim_ahead``) →
 ``Admit.enter`` → ``Forwarder.forward`` (routes, relays each attempt, retries while
 nothing reached the client) → ``Settler.settle``, the one call in the ``finally``.
+Every message goes out through ``send``, which hands the answer's last one to the
+server only after ``Settler.end`` recorded the request (proxy/settle.py says why).
 Nothing here reads the configuration file, the store or the environment.
 """
 
@@ -26,7 +28,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from fairgate.core.asgi import Receive, Scope, Send
+from fairgate.core.asgi import Message, Receive, Scope, Send
 from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.errors import GatewayError, NotFound, ServiceUnavailable
 from fairgate.proxy.admit import Admit
@@ -81,7 +83,7 @@ class Pipeline:
         self._exchange = exchange
         self._exchange_path = exchange_path
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def handle(self, scope: Scope, receive: Receive, to_server: Send) -> None:
         client = scope.get("client")
         peer = client[0] if client else ""
         ex = Exchange(
@@ -92,6 +94,14 @@ class Pipeline:
             client=peer if self._clients is None else self._clients.of(peer, scope["headers"]),
         )
         ticket = Ticket()
+        end = self._settler.end
+
+        async def send(message: Message) -> None:
+            # the answer's last message: its record goes to the journal first (proxy.settle)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                end(ex)
+            await to_server(message)
+
         try:
             authorization, length, tags = self._read.head(scope, ex)
             if self._exchange is not None and scope["path"] == self._exchange_path:

@@ -15,6 +15,17 @@ client's connection (``ex.unwatch``): from then on a disconnect cancels nothing.
 Only the leave step awaits (the state back end); when it is cancelled, the later
 leaves, the record and the metrics are still made, and nothing here raises but
 that ``CancelledError``.
+
+An answer's end comes first: when the answer's last message is handed to the server,
+steps 1, 2 and 4 are made then (``Settler.end``, called by the pipeline), and
+``settle`` later makes only the others. The record is in the recorder's queue, and in
+its journal, before the client can have the whole answer, so a process killed
+(SIGKILL) at any moment after that has journaled the record of every answer a client
+received whole. An answer whose last message the client never read is recorded as the
+answer it was (a plain answer's outcome would not have changed; a stream's last
+message is its end, sent once the outcome is known). An SSE client may take a stream's
+``data: [DONE]`` event, sent before that last message, as the end: a process killed
+between the two loses that stream's record, as one killed mid-stream does.
 """
 
 from __future__ import annotations
@@ -70,6 +81,17 @@ class Settler:
         prices = self._prices.get(ex.model)
         return prices.cost_of(usage) if prices is not None else _FREE
 
+    def end(self, ex: Exchange) -> None:
+        """The answer's last message is about to go out: charge, cost and record ``ex``
+        now (once), so that its record is journaled before the client has the whole
+        answer (see the module text)."""
+        if ex.recorded:
+            return
+        ex.finished = time.monotonic()
+        charge(ex)
+        ex.cost = self.cost_of(ex)
+        self._record_of(ex)
+
     async def settle(self, ex: Exchange, ticket: Ticket | None = None) -> None:
         """Settle ``ex`` in the order of the module text; ``ticket`` is what the limit
         and admit stages took for it (None: refused before them, or neither ran)."""
@@ -78,12 +100,16 @@ class Settler:
             ex.unwatch()
             ex.unwatch = None
         ex.finished = time.monotonic()
-        charge(ex)
-        ex.cost = self.cost_of(ex)
+        recorded = ex.recorded  # charged, priced and recorded as its answer ended
+        if not recorded:
+            charge(ex)
+            ex.cost = self.cost_of(ex)
         try:
             if ticket is not None:
                 await self._give_back(ticket, ex)
         finally:
+            if not recorded:
+                self._record_of(ex)
             self._account(ex)
 
     async def _give_back(self, ticket: Ticket, ex: Exchange) -> None:
@@ -98,13 +124,16 @@ class Settler:
         if cancelled is not None:
             raise cancelled
 
-    def _account(self, ex: Exchange) -> None:
+    def _record_of(self, ex: Exchange) -> None:
+        ex.recorded = True
         if self._record is not None:
             try:
                 self._record(ex)
             except Exception:  # never let accounting break the answer; counted as a drop
                 log.exception("could not build the usage record of %s", ex.request_id)
                 self._m.child(self._m.accounting, "dropped").inc()
+
+    def _account(self, ex: Exchange) -> None:
         m = self._m
         model = ex.model or "-"
         route = ex.endpoint or "-"
