@@ -83,11 +83,11 @@ class InProcess:
         key: str = TEST_KEY,
         headers: Mapping[str, str] | None = None,
         disconnect: asyncio.Event | None = None,
-        at_end: Callable[[dict[bytes, bytes]], None] | None = None,
+        at_message: Callable[[dict[bytes, bytes], dict[str, Any]], None] | None = None,
     ) -> Answer:
         """POST ``body`` to ``path``; with ``disconnect``, the client goes away when it is
-        set (the body sent, the answer not yet read); ``at_end`` is called with the
-        answer's headers when its last message reaches the server, before it is sent."""
+        set (the body sent, the answer not yet read); ``at_message`` is called with the
+        answer's headers and each body message as it reaches the server."""
         data = orjson.dumps(body)
         raw = [
             (b"authorization", f"Bearer {key}".encode()),
@@ -130,11 +130,11 @@ class InProcess:
                 status = message["status"]
                 got.update(message.get("headers", []))
             elif message["type"] == "http.response.body":
-                if not message.get("more_body", False):
-                    if at_end is not None:
-                        at_end(got)
-                    done.set()
+                if at_message is not None:
+                    at_message(got, message)
                 chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    done.set()
 
         await self.gateway.proxy_app(scope, receive, send)
         done.set()

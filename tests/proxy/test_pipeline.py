@@ -144,21 +144,27 @@ def journal_lines(gw: InProcess, request_id: bytes) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("kind", ["plain", "stream", "refused"])
-async def test_an_answers_record_is_journaled_before_its_last_message_goes_out(
+async def test_an_answers_record_is_journaled_before_a_client_can_hold_it_whole(
     kind: str, sim: SimProcess, start_gateway: StartGateway
 ) -> None:
     """A gateway killed (SIGKILL) once a client has a whole answer has journaled its record:
-    the record is on disk before the answer's last message reaches the server."""
+    the record is on disk before the answer's last message, or the message with a stream's
+    ``data: [DONE]``, reaches the server."""
     gw = await start_gateway([model("m", sim)])
     key = await gw.add_key(limits=Limits(rpm=1))
     if kind == "refused":
         assert (await gw.call(CHAT, chat(), key=key)).status == 200
     at_end: list[list[dict[str, Any]]] = []
 
-    def look(headers: dict[bytes, bytes]) -> None:
-        at_end.append(journal_lines(gw, headers[b"x-request-id"]))
+    def look(headers: dict[bytes, bytes], message: dict[str, Any]) -> None:
+        if kind == "stream":  # a client may stop reading at the terminal event
+            ends = b"data: [DONE]" in message["body"]
+        else:
+            ends = not message.get("more_body", False)
+        if ends:
+            at_end.append(journal_lines(gw, headers[b"x-request-id"]))
 
-    answer = await gw.call(CHAT, chat(stream=kind == "stream"), key=key, at_end=look)
+    answer = await gw.call(CHAT, chat(stream=kind == "stream"), key=key, at_message=look)
 
     assert answer.status == (429 if kind == "refused" else 200), answer.body
     [records_then] = at_end

@@ -101,6 +101,7 @@ class Exchange:
     disconnected: bool = False  # the client went away while the request ran
     complete: bool = False  # the request is settling: a disconnect no longer cancels it
     recorded: bool = False  # charged, priced and recorded (proxy.settle: at its answer's end)
+    ending: bool = False  # the next message carries the stream's terminal event (proxy.relay)
     unwatch: Callable[[], object] | None = None  # ends the disconnect watch (proxy.pipeline)
     upstream_bodies: dict[str, bytes] = field(default_factory=dict)  # per candidate model
 

@@ -16,8 +16,9 @@ would refuse costs no body's memory) → ``Read.body`` → ``Limit.enter`` (with
 fair-share claim riding along when the band has room: ``Admit.claim_ahead``) →
 ``Admit.enter`` → ``Forwarder.forward`` (routes, relays each attempt, retries while
 nothing reached the client) → ``Settler.settle``, the one call in the ``finally``.
-Every message goes out through ``send``, which hands the answer's last one to the
-server only after ``Settler.end`` recorded the request (proxy/settle.py says why).
+Every message goes out through ``send``, which hands the answer's last one (or a
+stream's terminal event) to the server only after ``Settler.end`` recorded the request
+(proxy/settle.py says why).
 Nothing here reads the configuration file, the store or the environment.
 """
 
@@ -97,8 +98,11 @@ class Pipeline:
         end = self._settler.end
 
         async def send(message: Message) -> None:
-            # the answer's last message: its record goes to the journal first (proxy.settle)
-            if message["type"] == "http.response.body" and not message.get("more_body"):
+            # the answer's last message, or the one with its stream's terminal event: the
+            # record goes to the journal first (proxy.settle)
+            if message["type"] == "http.response.body" and (
+                ex.ending or not message.get("more_body")
+            ):
                 end(ex)
             await to_server(message)
 

@@ -493,6 +493,7 @@ class Relay:
                 ex.content_events += 1
             elif kind == "done" or kind == "final":
                 terminal = True
+                ex.ending = True  # the client may take it as the end: recorded first
             elif kind == "error":
                 ex.outcome = Outcome.TRUNCATED
                 ex.reason = "engine_error_event"

@@ -16,16 +16,17 @@ Only the leave step awaits (the state back end); when it is cancelled, the later
 leaves, the record and the metrics are still made, and nothing here raises but
 that ``CancelledError``.
 
-An answer's end comes first: when the answer's last message is handed to the server,
-steps 1, 2 and 4 are made then (``Settler.end``, called by the pipeline), and
-``settle`` later makes only the others. The record is in the recorder's queue, and in
-its journal, before the client can have the whole answer, so a process killed
-(SIGKILL) at any moment after that has journaled the record of every answer a client
-received whole. An answer whose last message the client never read is recorded as the
-answer it was (a plain answer's outcome would not have changed; a stream's last
-message is its end, sent once the outcome is known). An SSE client may take a stream's
-``data: [DONE]`` event, sent before that last message, as the end: a process killed
-between the two loses that stream's record, as one killed mid-stream does.
+An answer's end comes first: when the answer's last message, or the message of a
+stream that carries its terminal event (``data: [DONE]``, the Responses API's
+``response.completed``, llama.cpp's stop event, after which a client may stop
+reading), is handed to the server, steps 1, 2 and 4 are made then (``Settler.end``,
+called by the pipeline), and ``settle`` later makes only the others. The record is in
+the recorder's queue, and in its journal, before the client can have the whole
+answer, so a process killed (SIGKILL) at any moment after that has journaled the
+record of every answer a client received whole. It records the answer as it stood
+then: what happens after (the client not reading the rest, the engine's connection
+breaking after the terminal event) does not change the record, only the metrics, and
+the charge is the same. A stream cut off mid-way by a kill has no record.
 """
 
 from __future__ import annotations
