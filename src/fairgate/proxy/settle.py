@@ -83,9 +83,9 @@ class Settler:
         return prices.cost_of(usage) if prices is not None else _FREE
 
     def end(self, ex: Exchange) -> None:
-        """The answer's last message is about to go out: charge, cost and record ``ex``
-        now (once), so that its record is journaled before the client has the whole
-        answer (see the module text)."""
+        """The answer's end (its last message, or a stream's terminal event) is about to
+        go out: charge, cost and record ``ex`` now (once), so that its record is
+        journaled before the client has the whole answer (see the module text)."""
         if ex.recorded:
             return
         ex.finished = time.monotonic()
