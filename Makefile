@@ -34,6 +34,7 @@ lint: install
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/mypy benchmarks  # scripts importing each other by name: checked as files
 	$(BIN)/lint-imports
 
 # The full path (what operators run) on memory and on a private Redis, in one run;

@@ -47,7 +47,7 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -157,6 +157,13 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
         help="all: py-spy samples each gateway configuration this long under the throughput "
         "load, after the measurements, and its CPU by stage is printed (0: no profile leg)",
     )
+    add(
+        "--keep-stacks",
+        type=Path,
+        metavar="DIR",
+        help="profile, all: keep py-spy's raw stacks in DIR (one file per process sampled; "
+        "read them again with benchmarks/hotspots.py); without it they are deleted at exit",
+    )
     add("--json", nargs="?", const="-", metavar="FILE", help="write results as JSON")
     return parser.parse_args(argv)
 
@@ -170,6 +177,7 @@ class Bench:
         self.runs: list[dict[str, Any]] = []
         self.redis: RedisServer | None = None
         self.gateways: dict[str, tuple[Service, Path, str]] = {}  # name → service, workdir, state
+        self._stacks_dir: Path | None = None
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -184,6 +192,13 @@ class Bench:
 
     def run(self, stack: ExitStack) -> None:
         args = self.args
+        if args.keep_stacks is not None:
+            args.keep_stacks.mkdir(parents=True, exist_ok=True)
+            self._stacks_dir = args.keep_stacks
+        else:  # py-spy writes its stacks to a file: a directory of this run's, removed at exit
+            self._stacks_dir = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="fairgate-profile-"))
+            )
         modes = {"latency", "throughput"} if args.mode in ("all", "stacks") else {args.mode}
         if args.mode == "profile":
             upstreams = self._upstreams(stack)
@@ -364,7 +379,7 @@ class Bench:
             self.say(report.latency_table(latency))
         if "throughput" in modes:
             self._under_load: Counter[str] = Counter()
-            self._redis_cpu: Counter[str] = Counter()
+            self._redis_cpu: defaultdict[str, float] = defaultdict(float)  # seconds
             self._busy: Counter[str] = Counter()
             group = Group(upstreams)
             throughput = await measure_throughput(
@@ -463,7 +478,7 @@ class Bench:
         """Each proxy alone under the throughput load while py-spy samples it."""
         args = self.args
         profiles: dict[str, Any] = {}
-        directory = Path(tempfile.mkdtemp(prefix="fairgate-profile-"))
+        directory = self._stacks()
         await self._ready(proxies)
         for endpoint, service in proxies:
             if not isinstance(service, Service):
@@ -474,7 +489,8 @@ class Bench:
             cpu = profile["server_cpu_us_per_request"]
             self.say(f"\nprofile of {endpoint.name} under {args.concurrency} connections")
             self.say(f"({profile['rps']:.0f} req/s, {cpu:.0f} CPU µs per request while sampled)")
-            self.say(f"(raw stacks in {profile['stacks']})")
+            if "stacks" in profile:
+                self.say(f"(raw stacks in {profile['stacks']})")
             self.say(spots.stage_table(us_per_request=cpu))
             self.say(spots.table(args.top, us_per_request=cpu))
             profiles[endpoint.name] = profile
@@ -502,7 +518,7 @@ class Bench:
             f"\nCPU by stage per configuration (py-spy, {seconds:g} s each under "
             f"{args.concurrency} connections; --profile-duration 0 skips this)"
         )
-        directory = Path(tempfile.mkdtemp(prefix="fairgate-profile-"))
+        directory = self._stacks()
         for endpoint, service in legs:
             try:
                 spots, profile = await self._sample(
@@ -512,14 +528,21 @@ class Bench:
                 self.say(f"no profile of the gateway configurations: {exc}")
                 break  # what refused one (no py-spy, no ptrace) refuses the others
             cpu = profile["server_cpu_us_per_request"]
+            kept = f" (stacks: {profile['stacks']})" if "stacks" in profile else ""
             self.say(
                 f"\nprofile of {endpoint.name}: {profile['rps']:.0f} req/s, "
-                f"{cpu:.0f} CPU µs per request while sampled (stacks: {profile['stacks']})"
+                f"{cpu:.0f} CPU µs per request while sampled{kept}"
             )
             self.say(spots.stage_table(us_per_request=cpu))
             self.say(spots.top_self(PROFILE_TOP, us_per_request=cpu))
             profiles[endpoint.name] = {"seconds": seconds, **profile}
         return profiles
+
+    def _stacks(self) -> Path:
+        """Where py-spy writes this run's raw stacks (``--keep-stacks``, or a temporary
+        directory the run removes at exit)."""
+        assert self._stacks_dir is not None, "run() sets it first"
+        return self._stacks_dir
 
     async def _sample(
         self, endpoint: Endpoint, service: Service, upstream: Meter, seconds: float, directory: Path
@@ -547,8 +570,9 @@ class Bench:
         spots = await asyncio.to_thread(hotspots.collect, spy, out, seconds + 60)
         leg = load.legs[endpoint.name]
         cpu = leg.to_json()["server_cpu_us_per_request"]
+        kept = {"stacks": str(out)} if self.args.keep_stacks is not None else {}
         return spots, {
-            "stacks": str(out),
+            **kept,
             "rps": round(leg.rps, 1),
             "errors": leg.errors,
             "first_error": leg.first_error,

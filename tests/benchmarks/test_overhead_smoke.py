@@ -30,13 +30,18 @@ needs_redis_server = pytest.mark.skipif(
 )
 
 
-def _bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _bench(
+    *args: str, timeout: float = 240, tmpdir: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """overhead.py in a process group of its own: if it does not end (its timeout, or the
-    test's), the whole group goes, so no engine or gateway it started is left running."""
+    test's), the whole group goes, so no engine or gateway it started is left running.
+    ``tmpdir``: its TMPDIR, to see what it leaves behind there."""
     argv = [sys.executable, str(SCRIPT), *args]
+    env = None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
     with subprocess.Popen(
         argv,
         cwd=ROOT,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -167,7 +172,8 @@ def test_streaming_runs_the_full_path_over_both_engines_and_frees_every_disconne
 
 
 @pytest.mark.timeout(300)  # a gateway for the measurements, one more for the streams
-def test_all_prints_each_configurations_cpu_by_stage_or_why_it_could_not() -> None:
+def test_all_prints_each_configurations_cpu_by_stage_or_why_it_could_not(tmp_path: Path) -> None:
+    kept = tmp_path / "stacks"
     done = _bench(
         "all",
         "--pairs", "10", "--warmup", "2",
@@ -175,6 +181,7 @@ def test_all_prints_each_configurations_cpu_by_stage_or_why_it_could_not() -> No
         "--streams", "4", "--burst", "0", "--disconnects", "2",
         "--stream-tokens", "4", "--token-rate", "50",
         "--profile-duration", "1",
+        "--keep-stacks", str(kept),
         "--json", "-",
     )  # fmt: skip
 
@@ -193,7 +200,29 @@ def test_all_prints_each_configurations_cpu_by_stage_or_why_it_could_not() -> No
         assert set(profile["by_stage"]) >= {"identify", "limit", "relay", "settle", "unmapped"}
         assert f"profile of {name}: " in tables
         assert "  settle " in tables and "top self time (" in tables
+        # --keep-stacks: py-spy's raw stacks stay where asked, named in the JSON and the table
+        stacks = Path(profile["stacks"])
+        assert stacks.parent == kept and stacks.stat().st_size > 0
+        assert f"(stacks: {stacks})" in tables
     assert run["streaming"][0]["complete"] == 4
+
+
+def test_profile_leaves_no_stacks_behind_unless_asked_to_keep_them(tmp_path: Path) -> None:
+    done = _bench(
+        "profile", "--path", "bare", "--without-gateway",
+        "--duration", "1", "--concurrency", "2", "--top", "3",
+        "--json", "-",
+        tmpdir=tmp_path,
+    )  # fmt: skip
+
+    if done.returncode != 0 and "py-spy" in done.stderr:
+        pytest.skip(f"py-spy cannot sample here: {done.stderr.strip().splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    profiles = json.loads(done.stdout)["runs"][0]["profile"]
+    assert profiles and all(p["samples"] > 0 and "stacks" not in p for p in profiles.values())
+    assert "raw stacks in" not in done.stderr
+    # py-spy wrote its files under TMPDIR; the run removed them when it ended
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_streaming_on_the_bare_path_keeps_one_engine_and_its_label() -> None:
