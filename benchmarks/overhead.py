@@ -90,6 +90,13 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     add("--segments", type=int, default=5, help="throughput: turns the legs take")
     add("--streams", type=int, default=1000, help="streaming: concurrent streams")
     add("--stream-tokens", type=int, default=16, help="streaming: tokens per stream")
+    add(
+        "--stream-rounds",
+        type=int,
+        default=3,
+        help="streaming: rounds of --streams streams per proxy, the proxies taking turns; "
+        "counts and CPU per token are summed over them",
+    )
     add("--token-rate", type=float, default=5.0, help="streaming: sim tokens/s per stream")
     add("--disconnects", type=int, default=100, help="streaming: streams dropped mid-way")
     add("--burst", type=int, default=200, help="streaming: streams sent at once (0: none)")
@@ -629,6 +636,7 @@ class Bench:
                     state=state,
                     burst=args.burst,
                     yardstick=None if args.without_gateway else minimal,
+                    rounds=args.stream_rounds,
                 )
             )
             self.say(f"\nstreaming: {args.streams} concurrent streams through {result.proxy}")

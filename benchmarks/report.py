@@ -224,7 +224,9 @@ def verdict(run: dict[str, Any]) -> dict[str, Any]:
         if not streaming["proxy"].startswith("gateway"):
             continue  # the minimal proxy alone (--without-gateway): nothing to compare
         streamed: dict[str, Any] = {
-            "streams_complete": {"met": streaming["complete"] == streaming["streams"]},
+            "streams_complete": {
+                "met": streaming["complete"] == streaming["streams"] * streaming.get("rounds", 1)
+            },
             "disconnects_freed": {"met": streaming["freed"]},
         }
         for key in ("ttft_p99_ratio", "cpu_per_token_ratio"):

@@ -12,7 +12,10 @@ proxy (the yardstick) in front of the first of them:
    requested number of content tokens and end with ``data: [DONE]``. The proxy's RSS is
    sampled meanwhile; its growth over the idle RSS, divided by S, is the memory one open
    stream costs. The proxy's CPU time over the phase, divided by the content tokens it
-   relayed, is its CPU per relayed token. Run through the yardstick too, for the ratio.
+   relayed, is its CPU per relayed token. Run through the yardstick too, for the ratio,
+   in ``rounds`` rounds (the legs taking turns, each leg's counts and CPU summed over its
+   rounds): on a shared machine the ratio of one pair of phases moved by a quarter from
+   one pair to the next.
    How many of the phase's streams each engine received (``/sim/stats``) and the
    ``x-fairgate-share`` values of the answers are kept: what shows which path served.
 3. **disconnect** — K long streams are opened; once each has delivered a first chunk and
@@ -58,11 +61,13 @@ _BURST_ROUNDS = 3  # per proxy, alternating; the first of each is on cold connec
 
 @dataclass(slots=True)
 class Completion:
-    """One proxy's complete phase: counts, stream durations (s), RSS, CPU per token."""
+    """One proxy's complete phase: counts, stream durations (s), RSS, CPU per token, each
+    over its ``rounds`` rounds of ``streams`` streams (the RSS growth over the first)."""
 
     proxy: str
     streams: int
     tokens: int
+    rounds: int = 0
     complete: int = 0
     failed: int = 0
     first_failure: str = ""
@@ -92,13 +97,15 @@ class Completion:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in data.items()}
 
     def lines(self) -> list[str]:
+        rounds = f" × {self.rounds} rounds" if self.rounds > 1 else ""
         lines = [
-            f"  complete      {self.proxy}: {self.complete}/{self.streams} streams of "
-            f"{self.tokens} tokens with [DONE] in {self.seconds:.1f} s (per stream p50 "
+            f"  complete      {self.proxy}: {self.complete}/{self.streams * self.rounds} "
+            f"streams{rounds} of {self.tokens} tokens with [DONE], the longest round "
+            f"{self.seconds:.1f} s (per stream p50 "
             f"{self.duration_p50:.2f} s, p99 {self.duration_p99:.2f} s); failed {self.failed}",
             f"  memory        {self.proxy} RSS {self.rss_idle_mib:.0f} MiB idle, "
             f"{self.rss_peak_mib:.0f} MiB peak: {self.kib_per_stream:.0f} KiB per open stream",
-            f"  cpu           {self.proxy} {self.cpu_seconds:.2f} s over the phase: "
+            f"  cpu           {self.proxy} {self.cpu_seconds:.2f} s over the phases: "
             f"{self.cpu_us_per_token:.1f} µs per relayed token",
         ]
         if self.engine_streams:
@@ -280,14 +287,21 @@ async def _engines_stats(sims: Sequence[Endpoint]) -> dict[str, Any]:
 
 
 async def _complete_phase(
-    endpoint: Endpoint, service: Service, sims: Sequence[Endpoint], result: Completion
+    endpoint: Endpoint,
+    service: Service,
+    sims: Sequence[Endpoint],
+    result: Completion,
+    durations: list[int],
+    shares: Counter[str],
 ) -> None:
+    """One round: ``result.streams`` streams at once, added to ``result``'s counts and CPU
+    (its stream durations to ``durations``, its answers' share values to ``shares``)."""
     conns = await open_connections(endpoint, result.streams)
     raw = _stream_request(endpoint, result.tokens)
-    result.rss_idle_mib = _rss_mib(service)
+    if not result.rounds:
+        result.rss_idle_mib = _rss_mib(service)
+    result.rounds += 1
     received_before = (await _engines_stats(sims))["received"]
-    durations: list[int] = []
-    shares: Counter[str] = Counter()
 
     async def one(conn: Connection) -> None:
         t0 = time.perf_counter_ns()
@@ -321,15 +335,18 @@ async def _complete_phase(
     except TimeoutError:
         _fail(result, f"phase not finished after {_PHASE_TIMEOUT:.0f} s")
     finally:
-        result.cpu_seconds = service.cpu_seconds() - cpu_before
+        result.cpu_seconds += service.cpu_seconds() - cpu_before
         sampler.cancel()
         for conn in conns:
             conn.close()
-    result.seconds = time.monotonic() - started
-    summary = summarize(durations)
-    result.duration_p50, result.duration_p99 = summary.p50 / 1e6, summary.p99 / 1e6
+    result.seconds = max(result.seconds, time.monotonic() - started)
+    if durations:
+        summary = summarize(durations)
+        result.duration_p50, result.duration_p99 = summary.p50 / 1e6, summary.p99 / 1e6
     received_after = (await _engines_stats(sims))["received"]
-    result.engine_streams = [a - b for a, b in zip(received_after, received_before, strict=True)]
+    received = [a - b for a, b in zip(received_after, received_before, strict=True)]
+    before = result.engine_streams or [0] * len(received)
+    result.engine_streams = [a + b for a, b in zip(before, received, strict=True)]
     result.share = dict(shares.most_common())
 
 
@@ -398,12 +415,14 @@ async def measure_streaming(
     state: str = "",
     burst: int = 0,
     yardstick: Callable[[str, Path], Service] | None = None,
+    rounds: int = 3,
 ) -> StreamingResult:
     """Start ``engines`` sims at ``token_rate`` tokens/s per stream and no prefill time,
     and ``proxy(sim_urls, workdir)`` in front of them (the gateway, or the minimal proxy
     alone), its requests carrying ``headers`` besides the key; plus ``yardstick(sim_url,
     workdir)`` (the minimal proxy, in front of the first sim) to compare when given; run
-    the burst (``burst`` streams, 0: none), complete and disconnect phases."""
+    the burst (``burst`` streams, 0: none), complete (``rounds`` per leg, the legs taking
+    turns) and disconnect phases."""
     # Every engine can hold every stream: how the gateway spreads them is its own choice.
     seats = str(max(streams, burst) + disconnects + 16)
     sim_args = ["--tokens-per-second", f"{token_rate:g}", "--ttft", "0", "--max-num-seqs", seats]
@@ -428,10 +447,17 @@ async def measure_streaming(
         try:
             if burst:
                 await _bursts(legs, burst, tokens, result)
-            for leg, leg_service in legs:
-                completion = Completion(leg.name, streams=streams, tokens=tokens)
-                result.completions[leg.name] = completion
-                await _complete_phase(leg, leg_service, sim_endpoints, completion)
+            pooled: dict[str, tuple[Completion, list[int], Counter[str]]] = {
+                leg.name: (Completion(leg.name, streams=streams, tokens=tokens), [], Counter())
+                for leg, _ in legs
+            }
+            for _round in range(rounds):
+                for leg, leg_service in legs:
+                    completion, durations, shares = pooled[leg.name]
+                    result.completions[leg.name] = completion
+                    await _complete_phase(
+                        leg, leg_service, sim_endpoints, completion, durations, shares
+                    )
         finally:
             if yardstick is not None:
                 legs[0][1].stop()

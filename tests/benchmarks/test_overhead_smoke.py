@@ -139,19 +139,22 @@ def test_streaming_runs_the_full_path_over_both_engines_and_frees_every_disconne
         "--disconnects", "4",
         "--stream-tokens", "4",
         "--token-rate", "50",
+        "--stream-rounds", "2",
     )  # fmt: skip
 
     (streaming,) = document["runs"][0]["streaming"]
     gateway = "gateway full/memory"  # --path full, the default
     assert streaming["proxy"] == gateway
     assert (streaming["path"], streaming["state"]) == ("full", "memory")
-    assert streaming["complete"] == 10 and streaming["failed"] == 0
+    # two rounds of 10 streams, counted together
+    assert streaming["rounds"] == 2
+    assert streaming["complete"] == 20 and streaming["failed"] == 0
     completion = streaming["completions"][gateway]
     # the full path: the two replicas both served streams, each admitted within the
     # organisation's fair share (the bare path has one engine and no pool: no header)
-    assert streaming["engines"] == 2 and sum(completion["engine_streams"]) == 10
+    assert streaming["engines"] == 2 and sum(completion["engine_streams"]) == 20
     assert min(completion["engine_streams"]) > 0
-    assert completion["share"] == {"within; priority=0": 10}
+    assert completion["share"] == {"within; priority=0": 20}
     # the disconnects, counted over both engines, every one freed
     assert streaming["running_before_close"] == 4
     assert streaming["freed"] is True and streaming["aborted"] == 4
@@ -161,13 +164,14 @@ def test_streaming_runs_the_full_path_over_both_engines_and_frees_every_disconne
     # the burst and the CPU per token, for the gateway and the minimal proxy alike
     assert streaming["yardstick"] == "uvicorn+aiohttp"
     yardstick = streaming["completions"]["uvicorn+aiohttp"]
-    assert yardstick["engine_streams"] == [10, 0] and yardstick["share"] == {}
+    assert yardstick["engine_streams"] == [20, 0] and yardstick["share"] == {}
     for name in (gateway, "uvicorn+aiohttp"):
         burst = streaming["burst"][name]
         assert burst["failed"] == 0 and burst["rounds"] >= 2
         assert 0 < burst["ttft_p50_ms"] <= burst["ttft_p99_ms"]
         # /proc counts CPU in clock ticks (10 ms): a phase of 40 tokens may read as zero
-        assert streaming["completions"][name]["complete"] == 10
+        assert streaming["completions"][name]["complete"] == 20
+        assert streaming["completions"][name]["rounds"] == 2
         assert streaming["completions"][name]["cpu_seconds"] >= 0
 
 
@@ -204,7 +208,7 @@ def test_all_prints_each_configurations_cpu_by_stage_or_why_it_could_not(tmp_pat
         stacks = Path(profile["stacks"])
         assert stacks.parent == kept and stacks.stat().st_size > 0
         assert f"(stacks: {stacks})" in tables
-    assert run["streaming"][0]["complete"] == 4
+    assert run["streaming"][0]["complete"] == 4 * 3  # the default: 3 rounds
 
 
 def test_profile_leaves_no_stacks_behind_unless_asked_to_keep_them(tmp_path: Path) -> None:
@@ -234,7 +238,7 @@ def test_streaming_on_the_bare_path_keeps_one_engine_and_its_label() -> None:
 
     (streaming,) = document["runs"][0]["streaming"]
     assert streaming["proxy"] == "gateway bare/memory" and streaming["engines"] == 1
-    assert streaming["complete"] == 6 and streaming["freed"] is True
+    assert streaming["complete"] == 6 * 3 and streaming["freed"] is True
     assert streaming["completions"]["gateway bare/memory"]["share"] == {}
     assert document["targets"]["streaming (bare/memory)"]["streams_complete"]["met"] is True
 

@@ -50,3 +50,27 @@ def test_the_next_step_it_points_at_is_written() -> None:
 
     assert "## What the targets need" in docs.read_text(encoding="utf-8")
     assert '"What the targets need"' in report.NEXT_STEP
+
+
+def _streamed(complete: int, rounds: int) -> dict[str, object]:
+    return {
+        "proxy": "gateway full/memory",
+        "path": "full",
+        "state": "memory",
+        "streams": 1000,
+        "rounds": rounds,
+        "complete": complete,
+        "freed": True,
+    }
+
+
+def test_streams_complete_counts_every_round_of_the_phase() -> None:
+    def met(complete: int, rounds: int) -> bool:
+        run = {"streaming": [_streamed(complete, rounds)]}
+        verdict: bool = report.verdict(run)["streaming (full/memory)"]["streams_complete"]["met"]
+        return verdict
+
+    assert met(3000, 3)
+    assert not met(1000, 3)  # one round's worth of 3: two rounds lost streams
+    assert not met(2999, 3)
+    assert met(1000, 1)
