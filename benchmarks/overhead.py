@@ -172,7 +172,10 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
         "read them again with benchmarks/hotspots.py); without it they are deleted at exit",
     )
     add("--json", nargs="?", const="-", metavar="FILE", help="write results as JSON")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.stream_rounds < 1:
+        parser.error("--stream-rounds must be at least 1")
+    return args
 
 
 class Bench:
