@@ -451,10 +451,10 @@ async def measure_streaming(
                 leg.name: (Completion(leg.name, streams=streams, tokens=tokens), [], Counter())
                 for leg, _ in legs
             }
+            result.completions.update((name, kept[0]) for name, kept in pooled.items())
             for _round in range(rounds):
                 for leg, leg_service in legs:
                     completion, durations, shares = pooled[leg.name]
-                    result.completions[leg.name] = completion
                     await _complete_phase(
                         leg, leg_service, sim_endpoints, completion, durations, shares
                     )
