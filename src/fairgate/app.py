@@ -378,12 +378,18 @@ class Gateway:
         )
         recorder = self.recorder
         self.metrics.watch_accounting(lambda: (recorder.stats.queued, recorder.stats.duplicates))
-        records = RecordBuilder(self.recorder.record, {m.name: m.pool for m in config.models})
+        records = RecordBuilder(
+            self.recorder.record,
+            {m.name: m.pool for m in config.models},
+            intend=self.recorder.intend,
+            retire=self.recorder.retire,
+        )
         settler = Settler(
             self.metrics,
             prices=prices_by_model(config.models),
             leave=(self.admit.leave, self.limit.leave, self.admit.finish),
             record=records,
+            intend=records.intend,
         )
         self.pipeline = Pipeline(
             read=Read(

@@ -14,6 +14,7 @@ import asyncpg
 from sqlalchemy import func, select
 
 from fairgate.accounting import UsageRecord
+from fairgate.accounting.journal import ENTRY_FIELDS
 from fairgate.store import Store
 from fairgate.store.tables import usage_records
 
@@ -110,3 +111,10 @@ async def hold_write_lock(store: Store) -> AsyncIterator[None]:
             await transaction.rollback()
     finally:
         await asyncio.wait_for(pg.close(), 10)
+
+
+def entry(rec: UsageRecord) -> tuple[object, ...]:
+    """``rec`` as the write-ahead entry that stands for it (``journal.ENTRY_FIELDS``)."""
+    return tuple(
+        rec.at.timestamp() if name == "at" else getattr(rec, name) for name in ENTRY_FIELDS
+    )

@@ -11,14 +11,16 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 from sqlalchemy import select
 
-from accounting.samples import hold_write_lock, record, stored_count
+from accounting.samples import entry, hold_write_lock, record, stored_count
 from fairgate.accounting import Recorder, StoreUsageWriter
-from fairgate.accounting.journal import Journal, decode, encode
+from fairgate.accounting.journal import Journal, decode, encode, encode_intent, entry_record
 from fairgate.store import Store
 from fairgate.store.tables import usage_records
 
@@ -215,6 +217,15 @@ def test_a_journal_line_is_the_record() -> None:
         decode(b'{"request_id": "x"')
 
 
+def test_a_write_ahead_entry_is_the_record_of_an_interrupted_request() -> None:
+    rec = record(tags=("a",), project="p", completion_tokens=500, cost_micro=900, attempts=2)
+    line = encode_intent(entry(rec))
+    assert line.startswith(b'{"intent":') and line.endswith(b"}\n")
+    made = entry_record(orjson.loads(line)["intent"])
+    # what the entry does not carry: the outcome, the status, the flag, the first byte
+    assert made == replace(rec, outcome="interrupted", status=0, estimated=True, ttft_ms=None)
+
+
 async def test_a_drain_while_the_store_stalls_keeps_the_records_for_the_next_start(
     store: Store, store_url: str, tmp_path: Path
 ) -> None:
@@ -243,4 +254,123 @@ async def test_a_drain_while_the_store_stalls_keeps_the_records_for_the_next_sta
     assert await again.open() == 30
     assert await stored_ids(store) == {rec.request_id for rec in sent}
     assert await again.drain(timeout=DEADLINE) is True
+    assert segments(directory) == []
+
+
+# A child that, on segments of one line each, journals the write-ahead entry of four
+# requests: "done" gets its record after it, "retried" a second entry (a retry: two
+# reservations), "cut" and "retried" nothing more; then it kills itself.
+_INTENT_CHILD = """
+import os, signal, sys, time
+from datetime import UTC, datetime
+from pathlib import Path
+from fairgate.accounting import UsageRecord
+from fairgate.accounting.journal import Journal
+
+def rec(rid, tokens, attempts):
+    return UsageRecord(request_id=rid, at=datetime.now(UTC), key_id="k", org="A", team="a1",
+                       model="m", replica="r1", status=200, completion_tokens=tokens,
+                       cost_micro=tokens, attempts=attempts)
+
+def entry(rid, tokens, attempts):  # the values of journal.ENTRY_FIELDS
+    return (rid, time.time(), "k", "A", "a1", None, (), "m", None, "r1", "chat", 0, tokens,
+            tokens, 5, attempts, "")
+
+journal = Journal(Path(sys.argv[1]), max_bytes=2**30, segment_bytes=1)
+journal.open()
+done = journal.intend(entry("done", 50, 1))
+first = journal.intend(entry("retried", 50, 1))
+journal.intend(entry("cut", 50, 1))
+journal.append(rec("done", 12, 1))
+journal.retire(done)
+journal.intend(entry("retried", 100, 2))
+journal.retire(first)
+print("ready", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+async def test_requests_a_killed_process_had_in_flight_are_charged_their_reservation(
+    store: Store, tmp_path: Path
+) -> None:
+    directory = tmp_path / "journal"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.run(
+        [sys.executable, "-c", _INTENT_CHILD, str(directory)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    # the entry of "done" went with its segment once its record was journaled
+    assert len(segments(directory)) == 4
+    recorder = Recorder(StoreUsageWriter(store), journal=Journal(directory, max_bytes=2**30))
+    await recorder.open()
+    async with store.read() as conn:
+        rows = (
+            await conn.execute(
+                select(
+                    usage_records.c.request_id,
+                    usage_records.c.outcome,
+                    usage_records.c.completion_tokens,
+                    usage_records.c.estimated,
+                    usage_records.c.attempts,
+                )
+            )
+        ).all()
+    assert sorted(map(tuple, rows)) == [
+        ("cut", "interrupted", 50, True, 1),
+        ("done", "ok", 12, False, 1),  # its record, not its entry
+        ("retried", "interrupted", 100, True, 2),  # the last entry: both attempts
+    ]
+    assert await recorder.drain(timeout=DEADLINE) is True
+    assert segments(directory) == []
+
+
+async def test_an_entry_whose_record_is_in_a_later_segment_is_not_charged_again(
+    store: Store, tmp_path: Path
+) -> None:
+    """The adopting process matches entries and records across every adopted segment, in
+    whatever order it reads them: a request recorded is never charged its entry too."""
+    directory = tmp_path / "journal"
+    dead = Journal(directory, max_bytes=2**30, segment_bytes=1)
+    dead.open()
+    dead.intend(entry(record(request_id="r", completion_tokens=500)))
+    dead.append(record(request_id="r", completion_tokens=20))
+    dead.close()  # a process gone: both segments kept (nothing was stored or retired)
+    names = segments(directory)
+    assert len(names) == 2
+    # the record's segment named first: read before the entry's
+    names[1].rename(directory / ("0" + names[1].name))
+    recorder = Recorder(StoreUsageWriter(store), journal=Journal(directory, max_bytes=2**30))
+    await recorder.open()
+    async with store.read() as conn:
+        rows = (
+            await conn.execute(select(usage_records.c.request_id, usage_records.c.outcome))
+        ).all()
+    assert list(map(tuple, rows)) == [("r", "ok")]
+    assert await recorder.drain(timeout=DEADLINE) is True
+
+
+def test_a_segment_is_kept_while_an_entry_in_it_is_live(tmp_path: Path) -> None:
+    """A request's entry and another's record in one segment: read back after a spill,
+    the entry is not a record, and the segment outlives its records while the entry
+    stands for a request in flight."""
+    directory = tmp_path / "journal"
+    journal = Journal(directory, max_bytes=2**30)
+    journal.open()
+    live = journal.intend(entry(record(request_id="r")))
+    seq = journal.append(record(request_id="s"))
+    assert live is not None and seq == live
+    journal.spill(seq)  # the record left memory unwritten
+    spilled = journal.next_spilled()
+    assert spilled is not None
+    assert [r.request_id for r in journal.read(spilled)] == ["s"]
+    journal.done(spilled)  # "s" is in the store now
+    assert spilled.path.exists()  # "r" is still in flight
+    journal.retire(live)  # its request's record is journaled
+    assert not spilled.path.exists()
+    journal.close()
     assert segments(directory) == []

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import os
+import signal
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 from tests.e2e.conftest import AUTH, StartSim, add_key, model, state_section
-from tests.e2e.robust_wire import until
+from tests.e2e.robust_wire import chat_body, connect, post, read_until, until
 from tests.e2e.test_limits import PRICES, chat, configure, refusal
 from tests.redis_keys import delete_prefix
 
@@ -162,6 +164,48 @@ def test_fifty_concurrent_requests_against_room_for_five_pass_five(shared: Share
             budget_refusal(answer, "team 'b50'")
     assert shared.served() - before == 5
     budget_refusal(chat(gateway, 10, key=key), "team 'b50'")
+
+
+def test_a_kill_mid_stream_keeps_the_streams_reservation_in_the_spend(
+    tmp_path: Path, start_sim: StartSim
+) -> None:
+    """Memory back end: a gateway killed (SIGKILL) with two streams half-way leaves their
+    write-ahead entries; the next start charges each its reservation (the whole budget),
+    flagged estimated, so the spend the engine did is not lost with the process."""
+    sim = start_sim("--model", "m", "--tokens-per-second", "4", "--ttft", "0")
+    config = configure(
+        tmp_path,
+        [model("m", sim, cost=PRICES)],
+        budgets=[("team:t", 20)],
+        state={"backend": "memory"},
+    )
+    gateway = GatewayProcess(config).start()
+    streams = []
+    try:
+        for _ in range(2):  # 10 tokens at 4 a second: each runs 2.5 s
+            sock = connect(gateway.host, gateway.port)
+            post(sock, "/v1/chat/completions", chat_body(stream=True, max_tokens=10))
+            streams.append(sock)
+        heads = [read_until(s, lambda got: got.count(b"data: {") >= 2, timeout=30) for s in streams]
+        assert all(b"[DONE]" not in head for head in heads)
+        assert gateway.pid is not None
+        os.kill(gateway.pid, signal.SIGKILL)
+        assert gateway.wait(30) == -signal.SIGKILL
+    finally:
+        for sock in streams:
+            sock.close()
+        gateway.stop()
+    assert stored_records(tmp_path) == 0  # nothing of the two streams reached the store
+
+    with GatewayProcess(config) as again:  # replays the journal before it serves
+        budget_refusal(chat(again, 1), "team 't'")
+    with sqlite3.connect(tmp_path / "fairgate.db") as db:
+        rows = db.execute(
+            "SELECT outcome, status, completion_tokens, estimated, cost_micro, attempts"
+            " FROM usage_records"
+        ).fetchall()
+    # the two streams, each its reservation, and the refusal just made
+    assert sorted(rows) == [("interrupted", 0, 10, 1, 10, 1)] * 2 + [("refused", 429, 0, 0, 0, 0)]
 
 
 def test_a_restart_keeps_the_spend_of_the_period(tmp_path: Path, start_sim: StartSim) -> None:

@@ -10,6 +10,7 @@ before its answer is charged the reservation).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 from typing import Any
 
 import orjson
@@ -17,6 +18,7 @@ import pytest
 from tests.e2e.conftest import HEAVIEST_FIRST, model
 from tests.proxy.conftest import InProcess, StartGateway
 
+from fairgate.accounting.journal import entry_record
 from fairgate.config.settings import DEFAULT_JOURNAL
 from fairgate.sim.process import SimProcess
 from fairgate.tenancy.limits import Limits
@@ -135,12 +137,17 @@ async def test_no_retry_once_bytes_reached_the_client(
     assert gw.metric("fairgate_upstream_retries_total", model="m") == 0
 
 
-def journal_lines(gw: InProcess, request_id: bytes) -> list[dict[str, Any]]:
-    """The journal's records of one request, read off the files as a process that replays
-    a dead gateway's journal would read them."""
+def journal_lines(
+    gw: InProcess, request_id: bytes, *, intents: bool = False
+) -> list[dict[str, Any]]:
+    """The journal's records of one request (``intents``: its write-ahead entries instead),
+    read off the files as a process that replays a dead gateway's journal would read them."""
     directory = gw.config.parent / DEFAULT_JOURNAL
     lines = [line for path in directory.glob("*.jsonl") for line in path.read_bytes().splitlines()]
-    return [orjson.loads(line) for line in lines if request_id in line]
+    found = [orjson.loads(line) for line in lines if request_id in line]
+    if intents:
+        return [asdict(entry_record(line["intent"])) for line in found if "intent" in line]
+    return [line for line in found if "intent" not in line]
 
 
 @pytest.mark.parametrize("kind", ["plain", "stream", "refused"])
@@ -176,3 +183,34 @@ async def test_an_answers_record_is_journaled_before_a_client_can_hold_it_whole(
         assert record["completion_tokens"] == 5 and not record["estimated"]
     # settled once: the record is not made a second time when the request settles
     assert journal_lines(gw, answer.headers[b"x-request-id"]) == records_then
+
+
+async def test_each_attempt_journals_what_a_kill_would_owe_before_the_engine_answers(
+    sim: SimProcess, other_sim: SimProcess, start_gateway: StartGateway
+) -> None:
+    """While a request is in flight its write-ahead entry is on disk: the record the next
+    process writes if this one is killed now, charged the reservation of every attempt that
+    reached an engine. A retry's entry replaces the first attempt's."""
+    gw = await start_gateway([heaviest_first(sim, other_sim)], limits={"headers_timeout": "1s"})
+    # tried first: takes the request and never answers, so the retry goes to the other
+    await asyncio.to_thread(sim.faults, stall_before_headers=30)
+    seen: list[list[dict[str, Any]]] = []
+
+    def look(headers: dict[bytes, bytes], message: dict[str, Any]) -> None:
+        if not seen:  # the answer's first message: the request is still in flight
+            seen.append(journal_lines(gw, headers[b"x-request-id"], intents=True))
+
+    answer = await gw.call(CHAT, chat(tokens=7, stream=True), at_message=look)
+    assert answer.status == 200 and b"data: [DONE]" in answer.body
+    [entries] = seen
+    assert [e["attempts"] for e in entries] == [1, 2]
+    first, retry = entries
+    assert (first["replica"], retry["replica"]) == ("r0", "r1")
+    for entry, reserved in ((first, 1), (retry, 2)):  # the stalled attempt is owed too
+        assert entry["outcome"] == "interrupted" and entry["estimated"]
+        assert entry["status"] == 0 and entry["model"] == "m"
+        assert entry["completion_tokens"] == 7 * reserved
+    # the record made as the answer ended is what the store gets: one, not an entry (the
+    # answer's 7 tokens and the stalled attempt's reservation)
+    [record] = journal_lines(gw, answer.headers[b"x-request-id"])
+    assert record["outcome"] == "ok" and record["completion_tokens"] == 7 + 7

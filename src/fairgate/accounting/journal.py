@@ -4,6 +4,8 @@
     journal.open()                        # adopts the segments a dead process left
     seq = journal.append(record)          # None: not journaled (the bound is reached)
     journal.settle(seq)                   # the record is in the store now
+    intent = journal.intend(entry)        # before an engine starts: what a kill would owe
+    journal.retire(intent)                # the request's own record is journaled now
     journal.spill(seq)                    # the record left memory unwritten: the file keeps it
     segment = journal.next_spilled()      # a segment whose records must be read back
     records = journal.read(segment); …; journal.done(segment)
@@ -30,6 +32,20 @@ kept and read back whole when the store answers again. The directory never
 holds more than ``max_bytes``: past that, :meth:`append` refuses and the
 record lives in memory only (the recorder then drops and counts what does not
 fit there).
+
+**Write-ahead entries.** Before a request reaches an engine, the gateway journals
+an *entry* (an intent): the values of the record the request would have if it ended
+there and then (``ENTRY_FIELDS``, a compact JSON array: building and encoding the
+whole record on every attempt cost four times as much), charged its reservation; the
+record it stands for (``entry_record``) has outcome ``interrupted`` and is flagged
+estimated. The request's own record supersedes it (:meth:`retire`, as that record is
+appended); an entry is never written to the store by its own process. When a process
+dies, the requests it still had in flight have no record; their entries stand for
+them. :func:`unmatched` reads the segments adopted from dead processes and returns
+the records of the entries no record of the same request follows (the last entry of
+a request that was retried), which the adopting process journals and writes. A
+segment holding an entry not yet retired is kept, even when all its records are
+stored.
 """
 
 from __future__ import annotations
@@ -39,8 +55,9 @@ import fcntl
 import logging
 import os
 import secrets
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +65,7 @@ import orjson
 
 from fairgate.accounting.record import UsageRecord
 
-__all__ = ["Journal", "Segment"]
+__all__ = ["ENTRY_FIELDS", "INTERRUPTED", "Journal", "Segment", "entry_record", "unmatched"]
 
 log = logging.getLogger("fairgate.accounting")
 
@@ -65,6 +82,35 @@ class Segment:
     size: int = 0
     pending: int = 0  # records appended here, still in memory, not yet in the store
     spilled: bool = False  # some record here must be read back from the file
+    intents: int = 0  # write-ahead entries here of requests still in flight
+
+
+_INTENT = b'{"intent":'
+
+INTERRUPTED = "interrupted"  # the outcome of a record made from a write-ahead entry
+# A write-ahead entry is the values of these fields of the record it stands for, in this
+# order (a tuple: cheaper to build and encode than the record on every attempt); the
+# others are set by ``entry_record``. ``at`` is in seconds since the epoch.
+ENTRY_FIELDS = (
+    "request_id",
+    "at",
+    "key_id",
+    "org",
+    "team",
+    "project",
+    "tags",
+    "model",
+    "pool",
+    "replica",
+    "route",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost_micro",
+    "total_ms",
+    "attempts",
+    "client_addr",
+)
+_ATTEMPTS = ENTRY_FIELDS.index("attempts")
 
 
 def encode(record: UsageRecord) -> bytes:
@@ -72,14 +118,82 @@ def encode(record: UsageRecord) -> bytes:
     return orjson.dumps(record) + b"\n"
 
 
+def encode_intent(entry: Sequence[object]) -> bytes:
+    """One write-ahead line: ``{"intent": [<the values of ENTRY_FIELDS>]}``, which a record
+    line never starts with (and which an older reader skips as unreadable)."""
+    return _INTENT + orjson.dumps(entry) + b"}\n"
+
+
+def entry_record(entry: Sequence[Any]) -> UsageRecord:
+    """The record a write-ahead entry stands for: outcome ``interrupted``, status 0, its
+    tokens (the reservation) flagged estimated. Raises ``ValueError``/``TypeError`` on a
+    malformed entry."""
+    values = dict(zip(ENTRY_FIELDS, entry, strict=True))
+    values["at"] = datetime.fromtimestamp(values["at"], UTC)
+    values["tags"] = tuple(values["tags"] or ())
+    return UsageRecord(**values, status=0, outcome=INTERRUPTED, estimated=True)
+
+
 def decode(line: bytes) -> UsageRecord:
     """The record of one journal line; raises ``ValueError``/``TypeError``/``KeyError`` on a
     line that is not one (a torn last line of a process killed mid-write, or a machine crash)."""
-    data: dict[str, Any] = orjson.loads(line)
+    return _record_of(orjson.loads(line))
+
+
+def _record_of(data: dict[str, Any]) -> UsageRecord:
     values = {k: v for k, v in data.items() if k in _FIELDS}
     values["at"] = datetime.fromisoformat(values["at"])
     values["tags"] = tuple(values.get("tags") or ())
     return UsageRecord(**values)
+
+
+def _lines(paths: Sequence[Path], intents: bool) -> Iterator[Any]:
+    """The parsed write-ahead entries (``intents``: each a list of ENTRY_FIELDS' values)
+    or records of the files ``paths``; lines that do not parse are skipped
+    (``Journal.read`` logs them)."""
+    for path in paths:
+        with open(path, "rb") as file:
+            for line in file:
+                if line.startswith(_INTENT) != intents or not line.strip():
+                    continue
+                try:
+                    data = orjson.loads(line)
+                    yield data["intent"] if intents else data
+                except (ValueError, KeyError, TypeError):
+                    continue
+
+
+def _entry_key(entry: Any) -> tuple[str, int] | None:
+    """(request id, attempts) of a parsed entry; None when it is not one."""
+    if isinstance(entry, list) and len(entry) == len(ENTRY_FIELDS):
+        request_id, attempts = entry[0], entry[_ATTEMPTS]
+        if isinstance(request_id, str) and isinstance(attempts, int):
+            return request_id, attempts
+    return None
+
+
+def unmatched(paths: Sequence[Path]) -> list[UsageRecord]:
+    """The records of the write-ahead entries in the segments ``paths`` (of processes
+    that are gone) that no record of the same request follows anywhere among them: for
+    each such request its last entry (the most ``attempts``), in whatever order the
+    files are read. Reads the files up to three times, keeping in memory the request
+    ids of the entries and the records of those left over. Raises ``OSError``."""
+    last: dict[str, int] = {}  # request id → the most attempts among its entries
+    for entry in _lines(paths, intents=True):
+        if (key := _entry_key(entry)) is not None:
+            last[key[0]] = max(key[1], last.get(key[0], key[1]))
+    if last:
+        for data in _lines(paths, intents=False):
+            if isinstance(data, dict):
+                last.pop(str(data.get("request_id")), None)
+    found: dict[str, UsageRecord] = {}
+    if last:
+        for entry in _lines(paths, intents=True):
+            key = _entry_key(entry)
+            if key is not None and last.get(key[0]) == key[1] and key[0] not in found:
+                with contextlib.suppress(ValueError, TypeError):
+                    found[key[0]] = entry_record(entry)
+    return list(found.values())
 
 
 class Journal:
@@ -102,6 +216,7 @@ class Journal:
         self._current: int | None = None
         self._bytes = 0
         self._refused = 0
+        self._adopted: list[Path] = []  # adopted segments whose intents are still unread
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -132,17 +247,23 @@ class Journal:
                 continue
             size = os.fstat(fd).st_size
             self._add(Segment(path, fd, size=size, spilled=True))
+            self._adopted.append(path)
             taken += 1
         if taken:
             log.warning("accounting: %d journal segments of an earlier process to replay", taken)
         return taken
+
+    def take_adopted(self) -> list[Path]:
+        """The segments adopted since the last call, for :func:`unmatched` (oldest first)."""
+        adopted, self._adopted = self._adopted, []
+        return adopted
 
     def close(self) -> None:
         """Delete the segments whose records are all stored, keep the others for the next
         start (they are adopted then), and release every lock."""
         kept = 0
         for seq, segment in list(self._segments.items()):
-            if segment.pending <= 0 and not segment.spilled:
+            if _finished(segment):
                 self._delete(seq)
             else:
                 kept += 1
@@ -158,9 +279,37 @@ class Journal:
     def append(self, record: UsageRecord) -> int | None:
         """Write ``record`` to the current segment; its segment's number, or None when it
         was not written (the bound is reached, or the write failed: logged)."""
-        if self._current is None:
+        seq = self._current
+        if seq is None or not self._write(seq, encode(record)):
             return None
-        line = encode(record)
+        self._segments[seq].pending += 1
+        self._after_write(seq)
+        return seq
+
+    def intend(self, entry: Sequence[object]) -> int | None:
+        """Write the write-ahead entry ``entry`` (the values of ``ENTRY_FIELDS``; module
+        docstring); its segment's number for :meth:`retire`, or None when it was not
+        written (as :meth:`append`)."""
+        seq = self._current
+        if seq is None or not self._write(seq, encode_intent(entry)):
+            return None
+        self._segments[seq].intents += 1
+        self._after_write(seq)
+        return seq
+
+    def retire(self, seq: int) -> None:
+        """The write-ahead entry in segment ``seq`` is superseded (its request's record, or
+        a later entry, is journaled): the segment no longer has to be kept for it."""
+        segment = self._segments.get(seq)
+        if segment is None:
+            return
+        segment.intents -= 1
+        if _finished(segment) and seq != self._current:
+            self._delete(seq)
+
+    def _write(self, seq: int, line: bytes) -> bool:
+        """Append ``line`` to segment ``seq``; False when the bound or the write refused it
+        (logged)."""
         size = len(line)
         if self._bytes + size > self._max_bytes:
             self._refused += 1
@@ -170,20 +319,20 @@ class Journal:
                     self._max_bytes,
                     self._refused,
                 )
-            return None
-        seq = self._current
+            return False
         segment = self._segments[seq]
         try:
             os.write(segment.fd, line)
         except OSError as exc:
             log.error("accounting: a journal write failed (%s)", exc.strerror or exc)
-            return None
+            return False
         segment.size += size
-        segment.pending += 1
         self._bytes += size
-        if segment.size >= self._segment_bytes:
+        return True
+
+    def _after_write(self, seq: int) -> None:
+        if self._segments[seq].size >= self._segment_bytes:
             self._rotate()
-        return seq
 
     # -- what became of a journaled record ------------------------------------------
 
@@ -193,7 +342,7 @@ class Journal:
         if segment is None:
             return  # read back from the file and deleted already
         segment.pending -= 1
-        if segment.pending <= 0 and not segment.spilled:
+        if _finished(segment):
             if seq == self._current:
                 if segment.size >= self._segment_bytes // 64:
                     self._rotate()  # a fresh file, so that a kill replays little
@@ -217,13 +366,14 @@ class Journal:
         return None
 
     def read(self, segment: Segment) -> list[UsageRecord]:
-        """Every whole record of ``segment``'s file (lines that do not parse are logged and
-        skipped: only a torn last line or a machine crash makes one)."""
+        """Every whole record of ``segment``'s file, write-ahead entries left out (lines
+        that do not parse are logged and skipped: only a torn last line or a machine crash
+        makes one)."""
         records: list[UsageRecord] = []
         bad = 0
         with open(segment.path, "rb") as file:
             for line in file:
-                if not line.strip():
+                if not line.strip() or line.startswith(_INTENT):
                     continue
                 try:
                     records.append(decode(line))
@@ -234,10 +384,15 @@ class Journal:
         return records
 
     def done(self, segment: Segment) -> None:
-        """Every record of ``segment`` was read back into the store: delete it."""
+        """Every record of ``segment`` was read back into the store: delete it, unless it
+        holds a write-ahead entry still needed (then it is kept until that is retired)."""
         for seq, known in list(self._segments.items()):
             if known is segment:
-                self._delete(seq)
+                if segment.intents > 0:
+                    segment.pending = 0
+                    segment.spilled = False
+                else:
+                    self._delete(seq)
 
     # -- figures --------------------------------------------------------------------
 
@@ -273,10 +428,8 @@ class Journal:
             log.error("accounting: a new journal segment failed (%s)", exc.strerror or exc)
             return
         self._current = self._add(Segment(path, fd))
-        if old is not None:
-            segment = self._segments[old]
-            if segment.pending <= 0 and not segment.spilled:
-                self._delete(old)
+        if old is not None and _finished(self._segments[old]):
+            self._delete(old)
 
     def _delete(self, seq: int) -> None:
         segment = self._segments.pop(seq)
@@ -286,3 +439,8 @@ class Journal:
         os.close(segment.fd)
         if seq == self._current:
             self._current = None
+
+
+def _finished(segment: Segment) -> bool:
+    """Nothing of ``segment`` is needed any more: every record stored, no entry live."""
+    return segment.pending <= 0 and segment.intents <= 0 and not segment.spilled

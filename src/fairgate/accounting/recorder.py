@@ -25,6 +25,11 @@ The journal is also where records go when the queue is full or a batch fails
 twice: they **spill** (kept in the file, read back once the store answers)
 instead of being dropped, up to the journal's bound; only a record that is
 neither journaled nor kept in memory is lost, dropped and counted.
+
+Write-ahead entries (``intend``, ``retire``) stand for the requests in flight: a process
+that adopts a dead one's segments turns the entries no record follows into records
+(``journal.unmatched``), journaled in its own segment and written like spilled ones, so
+a request cut off by a kill is charged its reservation.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from fairgate.accounting.journal import Journal, Segment
+from fairgate.accounting.journal import Journal, Segment, unmatched
 from fairgate.accounting.queue import TenantQueue
 from fairgate.accounting.record import UsageRecord
 
@@ -169,6 +174,31 @@ class Recorder:
             log.exception("accounting: a record could not be queued")
             return False
 
+    def intend(self, entry: Sequence[object], previous: int | None = None) -> int | None:
+        """Journal the write-ahead entry ``entry`` (``journal.ENTRY_FIELDS``) and retire
+        ``previous`` (the same request's earlier one); the entry's segment, or None (no
+        journal, or not written). Never raises."""
+        journal = self._journal
+        if journal is None:
+            return None
+        try:
+            seq = journal.intend(entry)
+            if previous is not None:
+                journal.retire(previous)
+            return seq
+        except Exception:  # never let accounting break a request
+            log.exception("accounting: a write-ahead entry could not be journaled")
+            return None
+
+    def retire(self, seq: int) -> None:
+        """The write-ahead entry in segment ``seq`` is superseded by its request's record
+        (queued by ``record``). Never raises."""
+        if self._journal is not None:
+            try:
+                self._journal.retire(seq)
+            except Exception:
+                log.exception("accounting: a write-ahead entry could not be retired")
+
     # -- life cycle -----------------------------------------------------------------
 
     async def open(self) -> int:
@@ -180,6 +210,7 @@ class Recorder:
             return 0
         self.open_journal()
         self._replayed_journal = True
+        await self._charge_interrupted()
         replayed = 0
         while (segment := self._journal.next_spilled()) is not None:
             count = await self._replay(segment)
@@ -271,6 +302,7 @@ class Recorder:
         wake = self._wake
         replay_failed = False
         next_adopt = time.monotonic() + _ADOPT_EVERY
+        await self._charge_interrupted()  # what the journal adopted when it was opened
         while True:
             if len(self._queue) < self._batch_size and not self._closing:
                 wake.clear()
@@ -293,6 +325,7 @@ class Recorder:
                 next_adopt = time.monotonic() + _ADOPT_EVERY
                 with contextlib.suppress(OSError):
                     self._journal.adopt()
+                await self._charge_interrupted()
 
     async def _replay(self, segment: Segment) -> int | None:
         """Write every record of a spilled segment; its count, or None when the store failed
@@ -377,6 +410,41 @@ class Recorder:
         if count_drop:
             self._drop(1, why)
         return False
+
+    async def _charge_interrupted(self) -> None:
+        """The requests that dead processes had in flight, from the write-ahead entries of
+        the segments adopted since the last call that no record follows: each becomes a
+        record (charged its reservation, flagged estimated), journaled in this process's
+        segment and marked for read-back, so it is written like a spilled record and
+        survives this process too; queued when the journal cannot take it."""
+        journal = self._journal
+        if journal is None:
+            return
+        adopted = journal.take_adopted()
+        if not adopted:
+            return
+        try:
+            interrupted = await asyncio.to_thread(unmatched, adopted)
+        except OSError as exc:
+            log.error(
+                "accounting: the write-ahead entries of %d adopted journal segments could"
+                " not be read (%s); the requests in flight they stood for are not charged",
+                len(adopted),
+                exc.strerror or exc,
+            )
+            return
+        for rec in interrupted:
+            seq = journal.append(rec)
+            if seq is None:
+                self.record(rec)
+            else:
+                journal.spill(seq)
+        if interrupted:
+            log.warning(
+                "accounting: %d requests in flight when their gateway process stopped are"
+                " charged their reservation",
+                len(interrupted),
+            )
 
     def _spill_segments(self, seqs: Iterable[int]) -> None:
         journal = self._journal

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from fairgate.accounting.journal import INTERRUPTED as _INTERRUPTED
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.limits.estimate import estimate_tokens
@@ -54,6 +55,9 @@ class Outcome:
     TRUNCATED = "truncated"  # the engine broke a stream off after the first byte
     CLIENT_ABORT = "client_abort"  # the client went away; the upstream was cancelled
     SLOW_READER = "slow_reader"  # the client fell too far behind and was cut off
+    # the gateway process stopped (a kill, a crash) while the request was in flight: its
+    # record comes from the write-ahead entry (accounting.journal), charged the reservation
+    INTERRUPTED = _INTERRUPTED
 
 
 @dataclass(slots=True)
@@ -101,6 +105,7 @@ class Exchange:
     disconnected: bool = False  # the client went away while the request ran
     complete: bool = False  # the request is settling: a disconnect no longer cancels it
     recorded: bool = False  # charged, priced and recorded (proxy.settle: at its answer's end)
+    intent: int | None = None  # the journal segment of its write-ahead entry (proxy.records)
     ending: bool = False  # the next message carries the stream's terminal event (proxy.relay)
     unwatch: Callable[[], object] | None = None  # ends the disconnect watch (proxy.pipeline)
     upstream_bodies: dict[str, bytes] = field(default_factory=dict)  # per candidate model

@@ -115,6 +115,7 @@ class Forwarder:
         ex.sent_priority = ex.priority if adapter.sends_priority else None
         with self._registry.lease(replica, ticket.within_share):
             ticket.dispatched()
+            self._settler.intend(ex, candidate.name, replica.name)
             try:
                 opened = await self._relay.open(ex, replica, target, headers, body)
             except (asyncio.CancelledError, ClientGone):

@@ -3,14 +3,21 @@
 Every authenticated request gets one, whatever its outcome: a request that used
 a GPU and then failed still used it. A request refused before its key was known
 (no principal) has nobody to charge and is left to the metrics and the log.
+
+Before each attempt reaches an engine, ``intend`` journals a write-ahead entry: the
+record the request would get if the gateway process died there and then (outcome
+``interrupted``, charged the reservation; ``accounting.journal``). The request's own
+record retires it. A process killed mid-request thereby leaves what it owes.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 from fairgate.accounting import UsageRecord
+from fairgate.core.money import Money
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.usage import Usage
 
@@ -25,15 +32,23 @@ class RecordBuilder:
     ``record`` is the recorder's non-blocking ``record()``; ``pools`` is per canonical
     model name, built once from the configuration. The cost is the exchange's, computed
     once when it was settled (``proxy.settle``), as the limits and budgets were charged.
+    ``intend`` journals a write-ahead entry and retires the one it replaces, returning
+    the entry's journal segment (None: not journaled); ``retire`` retires one (both the
+    recorder's). Without them no entry is written.
     """
 
     def __init__(
         self,
         record: Callable[[UsageRecord], bool],
         pools: Mapping[str, str | None],
+        *,
+        intend: Callable[[tuple[object, ...], int | None], int | None] | None = None,
+        retire: Callable[[int], None] | None = None,
     ) -> None:
         self._record = record
         self._pools = pools
+        self._intend = intend
+        self._retire = retire
 
     def __call__(self, ex: Exchange) -> None:
         principal = ex.principal
@@ -72,3 +87,35 @@ class RecordBuilder:
                 client_addr=ex.client,
             )
         )
+        intent = ex.intent
+        if intent is not None and self._retire is not None:
+            ex.intent = None
+            self._retire(intent)
+
+    def intend(self, ex: Exchange, model: str, replica: str, usage: Usage, cost: Money) -> None:
+        """Journal what ``ex`` owes if the process dies before it ends: ``usage`` (its
+        reservation) at ``cost``, served by ``model`` on ``replica``. The entry is the
+        values of ``accounting.journal.ENTRY_FIELDS``, in their order."""
+        principal = ex.principal
+        if principal is None or self._intend is None:
+            return
+        entry = (
+            ex.request_id,
+            time.time(),
+            principal.key_id,
+            principal.org,
+            principal.team,
+            principal.project,
+            principal.tags if ex.tags is None else ex.tags,
+            model,
+            self._pools.get(model),
+            replica,
+            ex.endpoint,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            cost.micro,
+            round((time.monotonic() - ex.started) * 1000),
+            ex.attempts,
+            ex.client,
+        )
+        ex.intent = self._intend(entry, ex.intent)

@@ -26,7 +26,13 @@ answer, so a process killed (SIGKILL) at any moment after that has journaled the
 record of every answer a client received whole. It records the answer as it stood
 then: what happens after (the client not reading the rest, the engine's connection
 breaking after the terminal event) does not change the record, only the metrics, and
-the charge is the same. A stream cut off mid-way by a kill has no record.
+the charge is the same.
+
+Before that, as each attempt is about to reach an engine, ``intend`` journals a
+write-ahead entry (``proxy.records``): what the request owes if the process is killed
+before its record is made, its reservation for this attempt and every earlier
+unanswered one, at the prices of the model tried. A stream cut off mid-way by a kill is
+charged that when the next process replays the journal (``accounting.journal``).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from fairgate.core.money import Money
 from fairgate.observability.metrics import GatewayMetrics
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.reservation import charge
+from fairgate.proxy.usage import Usage
 
 if TYPE_CHECKING:
     from fairgate.proxy.ticket import Ticket
@@ -65,11 +72,13 @@ class Settler:
         prices: Mapping[str, Prices] | None = None,
         leave: Sequence[Callable[[Ticket, Exchange], Awaitable[None]]] = (),
         record: Callable[[Exchange], None] | None = None,
+        intend: Callable[[Exchange, str, str, Usage, Money], None] | None = None,
     ) -> None:
         self._m = metrics
         self._prices: Mapping[str, Prices] = {} if prices is None else prices
         self._leave = tuple(leave)
         self._record = record
+        self._intend = intend
         # Read once: the level does not change while serving, and the check costs µs.
         self._debug = log.isEnabledFor(logging.DEBUG)
 
@@ -81,6 +90,20 @@ class Settler:
             return _FREE
         prices = self._prices.get(ex.model)
         return prices.cost_of(usage) if prices is not None else _FREE
+
+    def intend(self, ex: Exchange, model: str, replica: str) -> None:
+        """An attempt of ``ex`` on ``model`` at ``replica`` is about to reach the engine:
+        journal what the request would be charged if the process died now (the module
+        text). Never raises."""
+        reservation = ex.reservation
+        if self._intend is None or reservation is None:
+            return
+        usage = reservation.usage(ex.unanswered + 1)
+        prices = self._prices.get(model)
+        try:
+            self._intend(ex, model, replica, usage, prices.cost_of(usage) if prices else _FREE)
+        except Exception:  # never let accounting break the request; the record still comes
+            log.exception("could not journal the write-ahead entry of %s", ex.request_id)
 
     def end(self, ex: Exchange) -> None:
         """The answer's end (its last message, or a stream's terminal event) is about to
