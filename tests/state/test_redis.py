@@ -375,3 +375,42 @@ async def test_callers_cancelled_on_the_way_in_and_out_leave_nothing_held(
     finally:
         await admin.aclose()
         await store.aclose()
+
+
+async def test_a_burst_of_pooled_commands_waits_its_turn_and_never_opens_the_breaker(
+    stores: StoreFactory,
+) -> None:
+    """Commands on pooled connections (a release, the usage reads, the response owners)
+    past the pool's size wait for a turn within ``wait_timeout``: a healthy Redis is not
+    taken for a failing one however many of this gateway's own commands queue."""
+    store = stores(timeout=0.5, max_connections=3, wait_timeout=5.0)  # 2 pooled at once
+    key = f"{store.prefix}never-pushed"
+
+    def slow() -> Any:  # 0.3 s on the server, well within the 0.5 s timeout
+        return store.guarded(lambda: store.client.blpop([key], timeout=0.3))
+
+    # 9 at once: 2 a turn, 5 turns; a command that counted its wait under the timeout
+    # would fail from the third turn on, and three failures open the breaker
+    results = await asyncio.gather(*(slow() for _ in range(9)), return_exceptions=True)
+    assert results == [None] * 9
+    verdict = await store.acquire([WindowCharge("rpm:k", 1, 10)], T0)
+    assert verdict.admitted
+
+
+async def test_a_pooled_command_that_waits_out_its_turn_is_refused_alone(
+    stores: StoreFactory,
+) -> None:
+    store = stores(timeout=0.5, max_connections=3, wait_timeout=0.4)
+    key = f"{store.prefix}never-pushed"
+
+    def slow() -> Any:
+        return store.guarded(lambda: store.client.blpop([key], timeout=0.3))
+
+    results = await asyncio.gather(*(slow() for _ in range(10)), return_exceptions=True)
+    refused = [r for r in results if isinstance(r, StateUnavailable)]
+    assert results.count(None) == 4  # two turns within the 0.4 s wait
+    assert len(refused) == 6
+    assert all("no Redis connection of this gateway came free" in str(r) for r in refused)
+    # six refusals, none counted by the breaker: the next call goes through
+    assert await store.guarded(lambda: store.client.ping()) is True
+    assert (await store.acquire([WindowCharge("rpm:k", 1, 10)], T0)).admitted

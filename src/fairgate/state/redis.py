@@ -110,7 +110,10 @@ class RedisCounterStore:
     most three quarters of ``max_connections`` calls in flight; past them a script call
     waits its turn, up to ``wait_timeout`` (s, > 0): a burst queued in this gateway,
     not a Redis failure, so the wait is not counted by the breaker and is not under
-    ``timeout``.
+    ``timeout``. The other commands (``release``, the usage reads, the siblings'
+    ``guarded``) each hold a pooled connection, at most ``max_connections - 1`` at once
+    (one is the scripts'); past them a command waits the same way, within
+    ``wait_timeout`` and not counted.
     Raises ``StateUnavailable`` on any Redis failure or a wait that ran out; never
     retries.
     """
@@ -157,6 +160,10 @@ class RedisCounterStore:
         # a request's way in and way out, each one script (one round trip)
         self._enter = Script(_functions("acquire", "claim", "team_claim") + _lua("enter"))
         self._leave = Script(_functions("settle", "charge") + _lua("leave"))
+        # the commands on pooled connections: no more at once than the pool has beside
+        # the scripts' own, so the pool never makes one wait under ``timeout`` (which the
+        # breaker would count: a burst of this gateway's taken for a Redis failure)
+        self._pooled_room = asyncio.Semaphore(max(1, max_connections - 1))
         # lease id → the (sorted set, member) pairs its refresh extends
         self._held: dict[str, tuple[tuple[str, str], ...]] = {}
         self._pending: set[asyncio.Future[Any]] = set()  # work of cancelled callers
@@ -348,7 +355,7 @@ class RedisCounterStore:
             return
         self._held.pop(claim.lease, None)  # no longer refreshed, even if Redis is down now
         key, lease = self._slot_key(claim), claim.lease
-        await self._completed(self._guarded(lambda _: self._redis.zrem(key, lease)))
+        await self._completed(self._pooled(lambda: self._redis.zrem(key, lease)))
 
     async def _completed(self, work: Coroutine[Any, Any, Any]) -> Any:
         """``work`` run as a task of its own, completed even when the caller is cancelled
@@ -388,7 +395,7 @@ class RedisCounterStore:
         self, pool: str, now: float, half_life: float
     ) -> dict[str, dict[str, float]]:
         key = self._team_usage_key(pool)
-        stored: dict[bytes, bytes] = await self._guarded(lambda _: self._redis.hgetall(key))
+        stored: dict[bytes, bytes] = await self._pooled(lambda: self._redis.hgetall(key))
         usage: dict[str, dict[str, float]] = {}
         for field, record in stored.items():
             org, _, team = field.decode().partition(":")
@@ -399,7 +406,7 @@ class RedisCounterStore:
 
     async def usage(self, pool: str, now: float, half_life: float) -> dict[str, float]:
         key = self._usage_key(pool)
-        stored: dict[bytes, bytes] = await self._guarded(lambda _: self._redis.hgetall(key))
+        stored: dict[bytes, bytes] = await self._pooled(lambda: self._redis.hgetall(key))
         usage: dict[str, float] = {}
         for org, record in stored.items():
             value, at = (float(part) for part in record.split())
@@ -568,8 +575,30 @@ class RedisCounterStore:
         return self._redis
 
     async def guarded(self, command: Callable[[], Awaitable[Any]]) -> Any:
-        """``_guarded`` for siblings sharing this store's timeout and breaker."""
-        return await self._guarded(lambda _: command())
+        """One command of a sibling on the pooled client (``client``), under this store's
+        wait for a connection, timeout and breaker (``_pooled``)."""
+        return await self._pooled(command)
+
+    async def _pooled(self, command: Callable[[], Awaitable[Any]]) -> Any:
+        """``command`` on a pooled connection: first a turn among this gateway's pooled
+        commands, handed over within ``wait_timeout`` (its own congestion: not under
+        ``timeout``, not counted by the breaker, refused alone), then ``_guarded``."""
+        room = self._pooled_room
+        if room.locked():
+            try:
+                async with asyncio.timeout(self._wait_timeout):
+                    await room.acquire()
+            except TimeoutError:
+                raise StateUnavailable(
+                    f"no Redis connection of this gateway came free within"
+                    f" {self._wait_timeout:g}s (every one taken by other calls)"
+                ) from None
+        else:
+            await room.acquire()  # free: returns at once
+        try:
+            return await self._guarded(lambda _: command())
+        finally:
+            room.release()
 
     async def _guarded(self, command: Callable[[Deadline], Awaitable[Any]]) -> Any:
         """Run one Redis command under the timeout (``Deadline``: a reply the loop has read
