@@ -374,3 +374,22 @@ def test_a_segment_is_kept_while_an_entry_in_it_is_live(tmp_path: Path) -> None:
     assert not spilled.path.exists()
     journal.close()
     assert segments(directory) == []
+
+
+async def test_an_entry_the_journal_cannot_take_leaves_the_earlier_one_standing(
+    store: Store, tmp_path: Path
+) -> None:
+    first = entry(record(request_id="r"))
+    bound = len(encode_intent(first)) + 10  # room for one entry, not two
+    directory = tmp_path / "journal"
+    recorder = Recorder(StoreUsageWriter(store), journal=Journal(directory, max_bytes=bound))
+    recorder.open_journal()
+    kept = recorder.intend(first)
+    assert kept is not None
+    # the retry's entry is refused (the bound): the first attempt's still stands for it
+    assert recorder.intend(entry(record(request_id="r", attempts=2)), kept) == kept
+    [segment] = segments(directory)
+    assert segment.read_bytes().count(b'{"intent":') == 1
+    recorder.retire(kept)
+    assert await recorder.drain(timeout=DEADLINE) is True
+    assert segments(directory) == []

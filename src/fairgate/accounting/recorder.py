@@ -177,12 +177,16 @@ class Recorder:
     def intend(self, entry: Sequence[object], previous: int | None = None) -> int | None:
         """Journal the write-ahead entry ``entry`` (``journal.ENTRY_FIELDS``) and retire
         ``previous`` (the same request's earlier one); the entry's segment, or None (no
-        journal, or not written). Never raises."""
+        journal). When ``entry`` cannot be written (the bound, a failed write),
+        ``previous`` stays and is returned: an earlier entry still stands for the request.
+        Never raises."""
         journal = self._journal
         if journal is None:
             return None
         try:
             seq = journal.intend(entry)
+            if seq is None:
+                return previous
             if previous is not None:
                 journal.retire(previous)
             return seq
