@@ -107,16 +107,16 @@ class RedisProcess:
 
 @contextmanager
 def private_redis_server(
-    *, password: str | None = None, directory: str | None = None
+    *, password: str | None = None, directory: str | None = None, extra: Sequence[str] = ()
 ) -> Iterator[RedisProcess]:
-    """A started :class:`RedisProcess`, stopped on exit (skipped, or failed under CI=true,
-    when redis-server is not installed)."""
+    """A started :class:`RedisProcess` (``extra``: more redis-server options), stopped on
+    exit (skipped, or failed under CI=true, when redis-server is not installed)."""
     if shutil.which("redis-server") is None:
         reason = "redis-server is not installed"
         if os.environ.get("CI") == "true":
             pytest.fail(f"{reason} (CI=true: services are required, not optional)")
         pytest.skip(reason)
-    server = RedisProcess(password=password, directory=directory)
+    server = RedisProcess(password=password, directory=directory, extra=extra)
     server.start()
     try:
         yield server

@@ -615,6 +615,8 @@ class Gateway:
             restored = await self.snapshots.restore()
             log.info("rate counters: %d restored from the last snapshot", restored)
         await self.change_watcher.start()
+        if isinstance(self.state, RedisCounterStore):
+            await self.state.warn_of_eviction()
         self._token_retries: list[asyncio.Task[None]] = []
         await self._start_tokens()
         replayed = await self.recorder.open()  # before budgets restore spend from the records

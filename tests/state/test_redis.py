@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -414,3 +415,48 @@ async def test_a_pooled_command_that_waits_out_its_turn_is_refused_alone(
     # six refusals, none counted by the breaker: the next call goes through
     assert await store.guarded(lambda: store.client.ping()) is True
     assert (await store.acquire([WindowCharge("rpm:k", 1, 10)], T0)).admitted
+
+
+@pytest.mark.parametrize(
+    ("options", "evicts"),
+    [
+        ((), False),  # no memory bound: nothing is evicted
+        (("--maxmemory", "64mb", "--maxmemory-policy", "noeviction"), False),
+        (("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"), True),
+        # every key of the store has an expiry: volatile-* policies take them too
+        (("--maxmemory", "64mb", "--maxmemory-policy", "volatile-ttl"), True),
+    ],
+)
+async def test_a_redis_that_may_evict_the_counters_is_named_at_start(
+    options: tuple[str, ...], evicts: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    with private_redis_server(extra=options) as server:
+        store = RedisCounterStore(server.url, timeout=2.0)
+        try:
+            with caplog.at_level(logging.WARNING, logger="fairgate.state.redis"):
+                await store.warn_of_eviction()
+        finally:
+            await store.aclose()
+    warned = [r.getMessage() for r in caplog.records if "may evict" in r.getMessage()]
+    if evicts:
+        [message] = warned
+        assert f"maxmemory-policy {options[-1]}" in message
+        assert "maxmemory 67108864 bytes" in message
+        assert "noeviction" in message  # what to set instead
+        assert server.url not in message
+    else:
+        assert warned == []
+
+
+async def test_an_unreachable_redis_at_start_is_a_warning_not_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = RedisCounterStore(f"redis://127.0.0.1:{free_port()}/0", timeout=0.5)
+    try:
+        with caplog.at_level(logging.WARNING, logger="fairgate.state.redis"):
+            await store.warn_of_eviction()
+        assert any(
+            "could not read Redis's eviction policy" in r.getMessage() for r in caplog.records
+        )
+    finally:
+        await store.aclose()

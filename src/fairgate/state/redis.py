@@ -569,6 +569,35 @@ class RedisCounterStore:
                 f" {self._wait_timeout:g}s (every one taken by other requests)"
             ) from None
 
+    async def eviction(self) -> str | None:
+        """How Redis may evict this store's keys, from ``INFO memory``: ``maxmemory`` set
+        and a ``maxmemory-policy`` other than ``noeviction`` (every key here has an expiry,
+        so ``volatile-*`` policies take them too); None when it cannot (no memory bound,
+        or writes refused when full). An evicted window, period or slot counter starts
+        again from zero. Raises ``StateUnavailable``."""
+        info: dict[str, Any] = await self._pooled(lambda: self._redis.info("memory"))
+        bound, policy = int(info.get("maxmemory", 0) or 0), str(info.get("maxmemory_policy"))
+        if bound <= 0 or policy == "noeviction":
+            return None
+        return f"maxmemory {bound} bytes, maxmemory-policy {policy}"
+
+    async def warn_of_eviction(self) -> None:
+        """Log a warning when Redis may evict the counters (``eviction``): limits and
+        budgets would then be overshot without an error anywhere. Never raises."""
+        try:
+            eviction = await self.eviction()
+        except StateUnavailable as exc:
+            log.warning("state: could not read Redis's eviction policy (%s)", exc)
+            return
+        if eviction is not None:
+            log.warning(
+                "state: Redis may evict the gateway's counters (%s): an evicted rate window,"
+                " budget or in-flight count starts again from zero, so limits and budgets"
+                " can be overshot; set maxmemory-policy noeviction (writes are then refused"
+                " when Redis is full, and requests fail closed) or maxmemory 0",
+                eviction,
+            )
+
     @property
     def client(self) -> Redis:
         """The connection pool's client, for siblings sharing it (``state.owners``)."""
