@@ -192,7 +192,7 @@ class Recorder:
             return seq
         except Exception:  # never let accounting break a request
             log.exception("accounting: a write-ahead entry could not be journaled")
-            return None
+            return previous
 
     def retire(self, seq: int) -> None:
         """The write-ahead entry in segment ``seq`` is superseded by its request's record
