@@ -5,6 +5,7 @@ the journal's bound drops and counts, and a clean drain leaves no file behind.""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import signal
@@ -20,7 +21,14 @@ from sqlalchemy import select
 
 from accounting.samples import entry, hold_write_lock, record, stored_count
 from fairgate.accounting import Recorder, StoreUsageWriter
-from fairgate.accounting.journal import Journal, decode, encode, encode_intent, entry_record
+from fairgate.accounting.journal import (
+    Journal,
+    decode,
+    encode,
+    encode_intent,
+    entry_record,
+    unmatched,
+)
 from fairgate.store import Store
 from fairgate.store.tables import usage_records
 
@@ -393,3 +401,63 @@ async def test_an_entry_the_journal_cannot_take_leaves_the_earlier_one_standing(
     recorder.retire(kept)
     assert await recorder.drain(timeout=DEADLINE) is True
     assert segments(directory) == []
+
+
+def test_a_process_found_dying_half_way_is_adopted_whole_at_the_next_pass(
+    tmp_path: Path,
+) -> None:
+    """Its entries and the records that retire them are read in one pass: adopted in two,
+    an entry read first would be charged its reservation although its request had a
+    record (stored first, the interrupted record would win over the real one)."""
+    directory = tmp_path / "journal"
+    dead = Journal(directory, max_bytes=2**30, segment_bytes=1)
+    dead.open()
+    dead.intend(entry(record(request_id="r", completion_tokens=500)))
+    dead.append(record(request_id="r", completion_tokens=20))
+    dead.close()
+    entry_segment, record_segment = segments(directory)
+    # the owner's lock on its later segment, as if it were still exiting
+    held = os.open(record_segment, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    other = Journal(directory, max_bytes=2**30)
+    try:
+        other.open()
+        assert other.take_adopted() == []  # not the first segment alone
+        os.close(held)
+        assert other.adopt() == 2
+        adopted = other.take_adopted()
+        assert adopted == [entry_segment, record_segment]
+        assert unmatched(adopted) == []  # "r" has its record: nothing to charge
+    finally:
+        other.close()
+
+
+def test_a_sibling_adopting_cannot_take_a_segment_being_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers start together on one directory: a sibling's adoption that runs between a
+    segment's creation and its lock must not take it (the maker could then not start)."""
+    directory = tmp_path / "journal"
+    directory.mkdir()
+    sibling = Journal(directory, max_bytes=2**30)
+    real_flock = fcntl.flock
+    taken: list[int] = []
+    raced = False
+
+    def flock_after_a_sibling_adopts(fd: int, operation: int) -> None:
+        nonlocal raced
+        if not raced:  # the maker's lock, first of all: the sibling gets there before it
+            raced = True
+            taken.append(sibling.adopt())
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_a_sibling_adopts)
+    maker = Journal(directory, max_bytes=2**30)
+    maker.open()
+    monkeypatch.setattr(fcntl, "flock", real_flock)
+    assert taken == [0]
+    [made] = segments(directory)
+    assert maker.append(record(request_id="m")) is not None
+    assert b'"m"' in made.read_bytes()
+    maker.close()
+    sibling.close()

@@ -230,25 +230,24 @@ class Journal:
 
     def adopt(self) -> int:
         """Take the segments of processes that are gone (their lock is free): they are read
-        back and written to the store like spilled ones. Returns how many were taken."""
+        back and written to the store like spilled ones. Returns how many were taken.
+
+        A process's segments are taken together or not at all (they share the token in
+        their names): one found dying half-way through them is left whole to the next
+        pass, so its entries and the records that retire them are read in one pass."""
         owned = {segment.path for segment in self._segments.values()}
-        taken = 0
+        owners: dict[str, list[Path]] = {}
         for path in sorted(self.directory.glob("*" + _SUFFIX)):
-            if path in owned:
-                continue
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue  # deleted by its owner since the listing
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)  # a live process owns it
-                continue
-            size = os.fstat(fd).st_size
-            self._add(Segment(path, fd, size=size, spilled=True))
-            self._adopted.append(path)
-            taken += 1
+            if path not in owned:
+                owners.setdefault(_token_of(path), []).append(path)
+        taken = 0
+        for paths in owners.values():
+            locked = _lock_all(paths)
+            for path, fd in locked:
+                size = os.fstat(fd).st_size
+                self._add(Segment(path, fd, size=size, spilled=True))
+                self._adopted.append(path)
+            taken += len(locked)
         if taken:
             log.warning("accounting: %d journal segments of an earlier process to replay", taken)
         return taken
@@ -419,10 +418,17 @@ class Journal:
         When the file cannot be made, the old segment stays current (``strict``: raise)."""
         old = self._current
         path = self.directory / f"{self._seq + 1:012d}-{self._token}{_SUFFIX}"
+        # Made under a name adoption does not list and named once locked: a sibling
+        # adopting at that moment cannot take a file its maker has not locked yet.
+        making = path.with_name(path.name + ".new")
+        fd = -1
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            fd = os.open(making, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            making.rename(path)
         except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
             if strict:
                 raise
             log.error("accounting: a new journal segment failed (%s)", exc.strerror or exc)
@@ -439,6 +445,32 @@ class Journal:
         os.close(segment.fd)
         if seq == self._current:
             self._current = None
+
+
+def _token_of(path: Path) -> str:
+    """The owning process's token in a segment's name, ``<seq>-<token>.jsonl``."""
+    stem = path.name.removesuffix(_SUFFIX)
+    return stem.partition("-")[2] or stem
+
+
+def _lock_all(paths: Sequence[Path]) -> list[tuple[Path, int]]:
+    """Open and lock every one of ``paths`` still there; none (every lock given back) when
+    one is held, by its owner alive or by a sibling adopting them at the same time."""
+    locked: list[tuple[Path, int]] = []
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # deleted by its owner since the listing
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            for _, taken in locked:
+                os.close(taken)  # closing the descriptor gives its lock back
+            return []
+        locked.append((path, fd))
+    return locked
 
 
 def _finished(segment: Segment) -> bool:
