@@ -146,6 +146,101 @@ async def test_an_unparsable_request_gets_the_error_envelope(server: tuple[str, 
     assert ended == "eof"
 
 
+async def echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Answers with the request line and body it read: which requests reached the app."""
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
+    answer = b"%s %s %s" % (scope["method"].encode(), scope["path"].encode(), body)
+    length = [(b"content-length", b"%d" % len(answer))]
+    await send({"type": "http.response.start", "status": 200, "headers": length})
+    await send({"type": "http.response.body", "body": answer})
+
+
+@pytest.fixture
+async def echoing() -> AsyncIterator[tuple[str, int]]:
+    sock = bind("127.0.0.1", 0)
+    stop = asyncio.Event()
+    listener = Listener("client", echo, sock, HEAD_TIMEOUT, 4096, 64 * 1024, 10.0)
+    task = asyncio.create_task(serve([listener], grace=1.0, stop=stop))
+    for _ in range(100):  # bounded: the listener is up within a second
+        try:
+            _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        except OSError:
+            await asyncio.sleep(0.01)
+            continue
+        writer.close()
+        break
+    yield sock.getsockname()[:2]
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    sock.close()
+
+
+SMUGGLED = b"POST /smuggled HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\ninner"
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["one-write", "body-later"])
+async def test_a_request_smuggled_in_an_upgrade_requests_body_is_never_served(
+    echoing: tuple[str, int], apart: bool
+) -> None:
+    """httptools stops at an upgrade's head and hands the rest to "the new protocol";
+    uvicorn, which upgrades to nothing here, used to parse that body as the next request.
+    Behind a proxy that framed it as a body, that request (another key, another
+    X-Forwarded-For) was served, and its answer went to the next client in line."""
+    reader, writer = await asyncio.open_connection(*echoing)
+    head = (
+        b"POST /outer HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: foo\r\n"
+        b"content-length: %d\r\n\r\n" % len(SMUGGLED)
+    )
+    if apart:
+        writer.write(head)
+        await asyncio.sleep(0.2)
+        writer.write(SMUGGLED)
+    else:
+        writer.write(head + SMUGGLED)
+    received, ended = await read_all(reader)
+    writer.close()
+    assert received.count(b"HTTP/1.1 ") == 1, received
+    head_in, _, body = received.partition(b"\r\n\r\n")
+    assert head_in.startswith(b"HTTP/1.1 400 ")
+    assert orjson.loads(body)["error"]["code"] == "upgrade_not_supported"
+    assert b"smuggled" not in received and b"/outer" not in received
+    assert ended == "eof"
+
+
+async def test_an_upgrade_request_without_a_body_is_served_and_nothing_after_it_is_read(
+    echoing: tuple[str, int],
+) -> None:
+    reader, writer = await asyncio.open_connection(*echoing)
+    writer.write(
+        b"GET /ws HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\r\n"
+        + SMUGGLED
+    )
+    received, ended = await read_all(reader)
+    writer.close()
+    assert received.count(b"HTTP/1.1 ") == 1, received
+    assert received.startswith(b"HTTP/1.1 200 ")
+    assert received.endswith(b"GET /ws ")
+    assert ended == "eof"
+
+
+async def test_requests_without_an_upgrade_are_still_pipelined(echoing: tuple[str, int]) -> None:
+    reader, writer = await asyncio.open_connection(*echoing)
+    writer.write(b"POST /first HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\nab" + SMUGGLED)
+    answers = b""
+    async with asyncio.timeout(10):
+        while answers.count(b"HTTP/1.1 200") < 2 or not answers.endswith(b"inner"):
+            answers += await reader.read(65536)
+    writer.close()
+    assert b"POST /first ab" in answers and answers.endswith(b"POST /smuggled inner")
+
+
 @pytest.fixture
 async def capped() -> AsyncIterator[tuple[str, int]]:
     """A listener that holds one connection per network and three in all."""

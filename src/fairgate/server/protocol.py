@@ -16,6 +16,13 @@ reading (the close then waits for ever). This subclass adds:
 - ``stall_timeout``: how long the kernel keeps a connection whose client takes
   no bytes (``TCP_USER_TIMEOUT``, Linux) — also after the answer was written,
   when only a polite close is left waiting.
+- protocol upgrades (``Connection: Upgrade``), which the gateway never performs:
+  httptools stops parsing at such a head and takes what follows for the new
+  protocol, and uvicorn then parses those bytes as the next request — a request
+  smuggled in another's body, past the proxy in front that framed it as a body.
+  An upgrade request with a body is answered 400 ``upgrade_not_supported`` unread
+  and the connection closed; one without is served as plain HTTP/1.1 and the
+  connection closed after its answer, nothing after its head read.
 - ``caps`` (``fairgate.server.connections``): connections over the listener's
   cap, or over its cap per client network, are answered 503 at once and closed
   without a byte of their request read.
@@ -37,6 +44,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from fairgate.core.errors import error_body
@@ -66,6 +74,18 @@ _400 = (
     + b"\r\n\r\n"
     + _400_BODY
 )
+_UPGRADE_BODY = error_body(
+    "protocol upgrades (Connection: Upgrade) are not supported; send the request without one",
+    "invalid_request_error",
+    "upgrade_not_supported",
+)
+_UPGRADE = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: "
+    + str(len(_UPGRADE_BODY)).encode()
+    + b"\r\n\r\n"
+    + _UPGRADE_BODY
+)
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 _LINGER = 1.0  # seconds a refused connection waits for its client to close first
 
@@ -86,6 +106,8 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._too_large = False
         self._on_lost: Callable[[], None] | None = None
         self._refused = False  # over a connection cap: answered 503, never served
+        # a head asking for a protocol upgrade: "served" (no body) or "refused" (a body)
+        self._upgrade: str | None = None
         self._network: Network | None = None  # counted in ``caps`` until lost
         self._extensions: dict[str, Callable[..., None]] = {
             ABORT_EXTENSION: self.abort,
@@ -137,16 +159,43 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._on_lost = callback
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return  # a refused connection's request is discarded unread
+        if self._refused or self._upgrade is not None:
+            return  # a refused connection, or what follows an upgrade's head: never read
         if self._in_head:
             if self._head_timer is None:
                 self._start_head_timer()
             self._raw_head += len(data)
-        super().data_received(data)
+        # uvicorn's ``data_received``, except for upgrades (see the module docstring)
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+            return
+        except httptools.HttpParserUpgrade:
+            self._upgraded()
+            return
         if self._in_head and self._raw_head > self.max_head_bytes and not self._too_large:
             self._too_large = True
             self._refuse_head()
+
+    def _upgraded(self) -> None:
+        """The parser stopped at an upgrade's head: nothing after it is read, and the
+        connection closes once the request is answered (a bodiless one, served) or at
+        once (one with a body, refused in ``on_headers_complete``)."""
+        if self._upgrade is None:  # the parser found the upgrade after the head
+            self._upgrade = "served"
+        self.flow.pause_reading()
+        if self._upgrade == "refused":
+            self._stop_head_timer()
+            if self._responding():
+                self.cycle.keep_alive = False  # pipelined behind an answer: after it, close
+            else:
+                self.transport.write(_UPGRADE)
+                self.transport.close()
+        elif self.cycle is not None:
+            self.cycle.keep_alive = False
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -166,10 +215,18 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._stop_head_timer()
         self._in_head = False
         self._raw_head = 0
+        if self.parser.should_upgrade():
+            if _has_body(self.headers):
+                self._upgrade = "refused"  # the app never sees it (answered in _upgraded)
+                self.logger.warning("Refused a protocol upgrade request with a body.")
+                return
+            self._upgrade = "served"
         self.scope["extensions"] = self._extensions  # type: ignore[typeddict-item]
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        if self._upgrade == "refused":
+            return  # no request cycle was started for it
         super().on_message_complete()
         self._in_head = True  # what comes next is the next request's head
         self._raw_head = 0
@@ -239,6 +296,14 @@ class _LimitedProtocol(HttpToolsProtocol):
             sock = self.transport.get_extra_info("socket")
             if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(level, option, value)
+
+
+def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a head (uvicorn's lower-cased names) announces a body."""
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
 
 
 def _peer(transport: asyncio.Transport) -> str:
