@@ -110,6 +110,17 @@ def test_the_llama_personality_ignores_model_priority_and_salt() -> None:
     assert len(infill.prompt) == 4
 
 
+def test_the_llama_personality_reads_n_predict_first_on_the_openai_routes_too() -> None:
+    """As llama-server does: a gateway that bounds such a body by ``max_tokens`` alone
+    would reserve less than the engine generates."""
+    parser = _parser(personality="llama-server")
+    assert parser.chat({**CHAT, "n_predict": 5, "max_tokens": 2}, None).max_tokens == 5
+    assert parser.completion({"prompt": "a", "n_predict": 3}, None).max_tokens == 3
+    assert not parser.chat({**CHAT, "n_predict": -1, "max_tokens": 2}, None).explicit_max
+    # vLLM has no n_predict
+    assert _parser().chat({**CHAT, "n_predict": 5, "max_tokens": 2}, None).max_tokens == 2
+
+
 def test_embedding_inputs() -> None:
     parser = _parser()
     assert parser.embedding_inputs({"input": "a b"}) == [Tokenizer().encode("a b")]

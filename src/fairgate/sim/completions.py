@@ -2,8 +2,9 @@
 
 Streams carry one token per event; the last token's event carries the finish
 reason; with ``stream_options.include_usage`` one more event with empty
-``choices`` carries the usage; ``data: [DONE]`` ends the stream. The per-token
-event is two precomputed byte strings around the JSON-encoded piece.
+``choices`` carries the usage, and with ``continuous_usage_stats`` too every token's
+event carries the usage so far (``with_usage``); ``data: [DONE]`` ends the stream. The
+per-token event is two precomputed byte strings around the JSON-encoded piece.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ import orjson
 
 from fairgate.sim.output import Usage, new_id, now_seconds, sse
 
-__all__ = ["ChatFormat", "CompletionFormat"]
+__all__ = ["ChatFormat", "CompletionFormat", "with_usage"]
 
 _DONE = b"data: [DONE]\n\n"
+
+
+def with_usage(event: bytes, usage: Usage) -> bytes:
+    """A token's event (the last of the first token's two) with the usage so far in it,
+    as vLLM sends it under ``stream_options.continuous_usage_stats``."""
+    return event[: event.rindex(b"}")] + b',"usage":' + orjson.dumps(usage.openai()) + b"}\n\n"
 
 
 class _StreamFormat:

@@ -18,6 +18,7 @@ import asyncio
 
 from fairgate.core.errors import ServiceUnavailable
 from fairgate.sim.asgi import Send, Watch, respond
+from fairgate.sim.completions import with_usage
 from fairgate.sim.faults import FaultPlan
 from fairgate.sim.inputs import Generation
 from fairgate.sim.kv_cache import root_hash
@@ -113,6 +114,9 @@ async def _instant(
             piece = sim.tokenizer.output_piece
             events = [fmt.token(piece(i), i, None) for i in range(n - 1)]
             events.append(fmt.token(piece(n - 1), n - 1, finish))
+            if gen.continuous_usage:
+                prompt = len(gen.prompt)
+                events = [with_usage(e, Usage(prompt, i + 1, 0)) for i, e in enumerate(events)]
             text = sim.tokenizer.output_text(n)
             events.append(fmt.closing(text, usage, finish, gen.include_usage))
             await _start_stream(send, fmt)
@@ -162,7 +166,10 @@ async def _stream(
             if i in (close_at, stall_at):
                 await _flush(send, out)
                 await _fault(sim, watch, plan, seq, i)
-            out.append(fmt.token(piece(i), i, finish if i == n - 1 else None))
+            token = fmt.token(piece(i), i, finish if i == n - 1 else None)
+            if gen.continuous_usage:
+                token = with_usage(token, Usage(len(seq.prompt), i + 1, max(seq.cached_tokens, 0)))
+            out.append(token)
         sent = seq.generated
         await _flush(send, out)
         if seq.state is SeqState.FINISHED and sent == n:

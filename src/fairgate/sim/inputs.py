@@ -29,6 +29,8 @@ class Generation:
     ``max_tokens`` is what will be generated; ``explicit_max`` says whether the
     client set it (finish reason ``length``) or the default applied (``stop``).
     ``priority`` is ``None`` when the personality has no priorities.
+    ``continuous_usage``: every token's event carries the usage so far
+    (``stream_options.continuous_usage_stats`` with ``include_usage``, vLLM).
     """
 
     model: str
@@ -39,6 +41,7 @@ class Generation:
     include_usage: bool
     priority: int | None
     salt: str | None
+    continuous_usage: bool = False
 
 
 class InputParser:
@@ -75,14 +78,22 @@ class InputParser:
         model = self.model(body)
         extra = [orjson.dumps(body["tools"]).decode()] if body.get("tools") else []
         prompt = self._tokenizer.chat(body.get("messages"), extra)
-        limit = _first_int(body, "max_completion_tokens", "max_tokens")
+        limit = self._cap(body, "max_completion_tokens", "max_tokens")
         return self._generation(model, body, prompt, limit, priority_header, "messages")
 
     def completion(self, body: Mapping[str, Any], priority_header: bytes | None) -> Generation:
         model = self.model(body)
         prompt = self._prompt(body.get("prompt"))
-        limit = _first_int(body, "max_tokens")
+        limit = self._cap(body, "max_tokens")
         return self._generation(model, body, prompt, limit, priority_header, "prompt")
+
+    def _cap(self, body: Mapping[str, Any], *fields: str) -> int | None:
+        """The output cap of an OpenAI route: llama-server reads ``n_predict`` first on
+        every generating route (-1: no limit), vLLM only the OpenAI fields."""
+        if not self._llama:
+            return _first_int(body, *fields)
+        n_predict = _first_int(body, "n_predict", *fields)
+        return None if n_predict is not None and n_predict < 0 else n_predict
 
     def responses(self, body: Mapping[str, Any], priority_header: bytes | None) -> Generation:
         model = self.model(body)
@@ -185,6 +196,9 @@ class InputParser:
             include_usage=include_usage,
             priority=None if self._llama else self._priority(body, priority_header),
             salt=None if self._llama else _salt(body),
+            continuous_usage=include_usage
+            and not self._llama
+            and _continuous_usage(body.get("stream_options")),
         )
 
     def _priority(self, body: Mapping[str, Any], header: bytes | None) -> int:
@@ -221,6 +235,10 @@ def _include_usage(options: object, stream: bool) -> bool:
     if not isinstance(options, Mapping):
         raise BadRequest("stream_options must be an object")
     return bool(options.get("include_usage", False))
+
+
+def _continuous_usage(options: object) -> bool:
+    return isinstance(options, Mapping) and options.get("continuous_usage_stats") is True
 
 
 def _salt(body: Mapping[str, Any]) -> str | None:
