@@ -23,7 +23,7 @@ def _bound(
 
 
 def test_the_module_example() -> None:
-    route = Output(("max_tokens",), prompts="prompt")
+    route = Output(("max_tokens",), prompts=("prompt",))
     body = {"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 10}
     assert bound(body, route, ceiling=100, default=50, writable=True, max_prompts=16) == Bound(
         6, 10
@@ -103,3 +103,16 @@ def test_routes_without_output_reserve_nothing_and_audio_assumes() -> None:
     assert _bound({"input": ["a"] * 100}, NO_OUTPUT, writable=False) == Bound(0, 0)
     assert _bound({}, UNCAPPED, writable=False) == Bound(1, None)
     assert Bound(1, None).tokens(assumed=256) == 256
+
+
+def test_vllm_prompt_embeddings_run_a_sequence_each_beside_the_prompts() -> None:
+    """``prompt_embeds`` (vLLM, --enable-prompt-embeds) is a batch field too: a list of
+    embeddings bypassed the prompts cap and was reserved as one sequence."""
+    embeds = {"prompt_embeds": ["AAAA"] * 3, "max_tokens": 10}
+    assert _bound(embeds, COMPLETION, writable=True) == Bound(3, 10)
+    both = {"prompt": ["a", "b"], "prompt_embeds": "AAAA", "max_tokens": 10}
+    assert _bound(both, COMPLETION, writable=True) == Bound(3, 10)
+    with pytest.raises(BadRequest) as refused:
+        _bound({"prompt_embeds": ["AAAA"] * 17, "max_tokens": 1}, COMPLETION, writable=True)
+    assert refused.value.code == "too_many_prompts"
+    assert refused.value.message == "'prompt_embeds' may hold at most 16 prompts, this one has 17"

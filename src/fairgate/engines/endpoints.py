@@ -83,11 +83,12 @@ def _table(*routes: EndpointKind) -> Mapping[str, EndpointKind]:
 
 # The fields each engine reads as the output cap, in the engine's order of precedence.
 _CHAT = Output(("max_completion_tokens", "max_tokens"))
-_COMPLETION = Output(("max_tokens",), prompts="prompt")
+# vLLM runs a sequence per entry of ``prompt`` and of ``prompt_embeds`` (--enable-prompt-embeds)
+_COMPLETION = Output(("max_tokens",), prompts=("prompt", "prompt_embeds"))
 _RESPONSE = Output(("max_output_tokens",))
 # llama-server reads ``n_predict`` first, then ``max_tokens``, on every generating route.
 _LLAMA_CHAT = Output(("n_predict", "max_completion_tokens", "max_tokens"))
-_LLAMA_COMPLETION = Output(("n_predict", "max_tokens"), prompts="prompt")
+_LLAMA_COMPLETION = Output(("n_predict", "max_tokens"), prompts=("prompt",))
 
 
 def _openai(chat: Output, completion: Output) -> tuple[EndpointKind, ...]:

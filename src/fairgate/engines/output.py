@@ -7,8 +7,9 @@ it, so it reads those fields the way the engine does:
     sequences = prompts × max(n, best_of, n_cmpl)
     reserved output = sequences × cap
 
-``prompts`` is the number of prompts in a batch field (``/v1/completions``
-takes a list of prompts and runs each one), one otherwise. ``cap`` is the
+``prompts`` is the number of prompts in the batch fields (``/v1/completions``
+takes a list of prompts and runs each one, and vLLM a list of prompt embeddings in
+``prompt_embeds`` beside them), one otherwise. ``cap`` is the
 engine's effective cap:
 
 - an engine whose body the gateway re-encodes (vLLM) gets the cap written
@@ -18,7 +19,7 @@ engine's effective cap:
   acceptable one in a field the engine reads; the bound is the largest cap
   field present, whichever of them the engine prefers.
 
-    >>> route = Output(("max_tokens",), prompts="prompt")
+    >>> route = Output(("max_tokens",), prompts=("prompt",))
     >>> bound({"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 10}, route,
     ...       ceiling=100, default=50, writable=True, max_prompts=16)
     Bound(sequences=6, cap=10)
@@ -40,13 +41,13 @@ class Output:
     """The output side of one route of one engine kind.
 
     ``fields``: the body fields the engine reads as its output cap, any of them
-    (empty: no cap field). ``prompts``: the field whose list runs one sequence per
-    entry, if any. ``generates``: false on routes that produce no tokens
+    (empty: no cap field). ``prompts``: the fields whose lists run one sequence per
+    entry (their counts add up), if any. ``generates``: false on routes that produce no tokens
     (embeddings, rerank, tokenize): their reservation has no output part.
     """
 
     fields: tuple[str, ...] = ()
-    prompts: str | None = None
+    prompts: tuple[str, ...] = ()
     generates: bool = True
 
 
@@ -90,6 +91,16 @@ def count_prompts(value: Any) -> int:
     return len(value)
 
 
+def _prompt_count(body: Mapping[str, Any], fields: tuple[str, ...]) -> int:
+    """The prompts of every batch field present, added up; one when none is."""
+    count = 0
+    for field in fields:
+        value = body.get(field)
+        if value is not None:
+            count += count_prompts(value)
+    return count or 1
+
+
 def _present(body: Mapping[str, Any], fields: tuple[str, ...], ceiling: int | None) -> list[int]:
     caps = []
     for field in fields:
@@ -124,10 +135,11 @@ def bound(
     """
     if not output.generates:
         return Bound(0, 0)
-    prompts = count_prompts(body.get(output.prompts)) if output.prompts else 1
+    prompts = _prompt_count(body, output.prompts) if output.prompts else 1
     if prompts > max_prompts:
         raise BadRequest(
-            f"'{output.prompts}' may hold at most {max_prompts} prompts, this one has {prompts}",
+            f"{' and '.join(repr(f) for f in output.prompts if f in body)} may hold at most"
+            f" {max_prompts} prompts, this one has {prompts}",
             code="too_many_prompts",
         )
     # llama-server reads n_cmpl before n; no other engine has it, so counting it costs
