@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
+import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ import pytest
 from aiohttp import web
 from tests.e2e.conftest import AUTH, TEST_KEY, model, write_config
 from tests.e2e.raw_client import check_error, raw_request, request_bytes
+from tests.e2e.robust_wire import stderr_into, until
 
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
@@ -80,6 +84,13 @@ def echo_upstream() -> Iterator[str]:
 class Env:
     sim: SimProcess
     gateway: GatewayProcess
+    directory: Path  # the configuration's, and the SQLite store's
+
+    def records(self, request_id: str) -> list[tuple[int, str]]:
+        """(status, outcome) of the usage records of ``request_id``."""
+        with sqlite3.connect(self.directory / "fairgate.db") as db:
+            query = "SELECT status, outcome FROM usage_records WHERE request_id = ?"
+            return [tuple(row) for row in db.execute(query, (request_id,))]
 
     def post(self, path: str, content: bytes, content_type: str | None) -> httpx.Response:
         headers = {"content-type": content_type} if content_type else {}
@@ -113,7 +124,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             limits={"max_body_bytes": 4096, "max_n": 2, "max_tokens": 100},
             breaker={"failures": 100},
         )
-        yield Env(sim, stack.enter_context(GatewayProcess(config)))
+        log = directory / "gateway.log"
+        with stderr_into(log):
+            gateway = stack.enter_context(GatewayProcess(config))
+        yield Env(sim, gateway, directory)
 
 
 @pytest.fixture(autouse=True)
@@ -227,6 +241,31 @@ def test_refused_before_the_engine(
     )
     assert answer.status_code != 422
     assert env.sim.requests() == []
+
+
+def test_a_chunked_body_that_cannot_be_parsed_is_400_at_once_and_recorded_so(env: Env) -> None:
+    """A broken chunk line: answered 400 invalid_http at once, not a minute later for a
+    body that never came (limits.client_body_timeout), and recorded as that 400."""
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+        b"authorization: Bearer " + TEST_KEY.encode() + b"\r\n"
+        b"content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    started = time.monotonic()
+    answer = raw_request(env.gateway.url, head + b'5\n{"a":\n0\n\n', timeout=20)
+    assert time.monotonic() - started < 10
+    # the server's own answer, as for a head it cannot parse: no request id is sent
+    assert answer.status == 400
+    assert orjson.loads(answer.body)["error"]["code"] == "invalid_http"
+    assert env.sim.requests() == []
+    log = env.directory / "gateway.log"
+
+    def request_id() -> str | None:
+        found = re.search(r"request (\S+) POST \S+ ended refused \(invalid_http\)", log.read_text())
+        return found.group(1) if found else None
+
+    rid = until(request_id, 10, "the request logged as refused for its body")
+    assert until(lambda: env.records(rid), 20, "its usage record") == [(400, "refused")]
 
 
 def test_an_accept_header_the_engine_could_misread_is_400(env: Env) -> None:

@@ -230,6 +230,27 @@ async def test_an_upgrade_request_without_a_body_is_served_and_nothing_after_it_
     assert ended == "eof"
 
 
+@pytest.mark.parametrize(
+    "chunk",
+    [b"5\nhello\n0\n\n", b"ffffffffffffffffffff\r\nx\r\n", b"zz\r\nx\r\n"],
+    ids=["bare-lf", "size-overflow", "size-not-hex"],
+)
+async def test_a_body_whose_framing_cannot_be_parsed_is_answered_400_at_once(
+    echoing: tuple[str, int], chunk: bytes
+) -> None:
+    """Before, the app waited for the rest of the body until its own timeout (a minute
+    in the gateway), holding the connection, and then answered for a slow body."""
+    reader, writer = await asyncio.open_connection(*echoing)
+    writer.write(b"POST /x HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n" + chunk)
+    async with asyncio.timeout(5):
+        received, ended = await read_all(reader)
+    writer.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), received
+    assert orjson.loads(body)["error"]["code"] == "invalid_http"
+    assert ended == "eof"
+
+
 async def test_requests_without_an_upgrade_are_still_pipelined(echoing: tuple[str, int]) -> None:
     reader, writer = await asyncio.open_connection(*echoing)
     writer.write(b"POST /first HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\nab" + SMUGGLED)

@@ -43,7 +43,11 @@ from fairgate.proxy.request import ClientGone
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.sse import error_event
 from fairgate.proxy.ticket import Ticket
-from fairgate.server.protocol import ABORT_EXTENSION, DISCONNECT_EXTENSION
+from fairgate.server.protocol import (
+    ABORT_EXTENSION,
+    DISCONNECT_EXTENSION,
+    INVALID_BODY_EXTENSION,
+)
 
 __all__ = ["Pipeline"]
 
@@ -144,7 +148,10 @@ class Pipeline:
                 # says how the request stood; a refusal before it holds no claim
                 await _send_error(send, error, ex, share_headers(ex, ticket))
         except ClientGone:
-            ex.outcome, ex.reason = Outcome.CLIENT_ABORT, "client_gone_before_body"
+            if _body_was_invalid(scope):  # the server answered 400 for it (server.protocol)
+                ex.outcome, ex.status, ex.reason = Outcome.REFUSED, 400, "invalid_http"
+            else:
+                ex.outcome, ex.reason = Outcome.CLIENT_ABORT, "client_gone_before_body"
         except SlowReader:
             ex.outcome, ex.reason = Outcome.SLOW_READER, "client_fell_behind"
             _abort_connection(scope)
@@ -215,6 +222,13 @@ def _watch_disconnect(scope: Scope, receive: Receive, ex: Exchange) -> None:
             lost()
 
     ex.unwatch = asyncio.ensure_future(watch()).cancel
+
+
+def _body_was_invalid(scope: Scope) -> bool:
+    """Whether the server answered 400 for a body it could not parse (``ClientGone`` then
+    stands for that answer, not for a client that left)."""
+    invalid = scope.get("extensions", {}).get(INVALID_BODY_EXTENSION)
+    return invalid is not None and bool(invalid())
 
 
 def _abort_connection(scope: Scope) -> None:

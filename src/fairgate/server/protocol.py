@@ -29,6 +29,12 @@ reading (the close then waits for ever). This subclass adds:
 - the ASGI extension ``fairgate.abort`` (``ABORT_EXTENSION``): a callable that
   drops the connection at once with a reset, discarding unsent bytes; the relay
   calls it on a client that fell too far behind.
+- a request body whose framing cannot be parsed (a broken chunk line, a chunk size
+  past any bound) is answered 400 ``invalid_http`` at once and the connection
+  closed; the app reading it is told the client is gone, and the ASGI extension
+  ``fairgate.invalid_body`` (``INVALID_BODY_EXTENSION``), a callable, then answers
+  true, so that the request is recorded as the 400 it got (uvicorn paused the
+  connection instead, and the app waited for the body until its own timeout).
 - the ASGI extension ``fairgate.on_disconnect`` (``DISCONNECT_EXTENSION``): a callable
   that registers one callback (or ``None`` to clear it) called when the connection
   is lost; the pipeline cancels the request's task with it, so noticing a client's
@@ -51,10 +57,11 @@ from fairgate.core.errors import error_body
 from fairgate.core.network import Network
 from fairgate.server.connections import ConnectionCaps, Refusal
 
-__all__ = ["ABORT_EXTENSION", "DISCONNECT_EXTENSION", "limited_protocol"]
+__all__ = ["ABORT_EXTENSION", "DISCONNECT_EXTENSION", "INVALID_BODY_EXTENSION", "limited_protocol"]
 
 ABORT_EXTENSION = "fairgate.abort"
 DISCONNECT_EXTENSION = "fairgate.on_disconnect"
+INVALID_BODY_EXTENSION = "fairgate.invalid_body"
 
 _431_BODY = error_body(
     "request header fields too large", "invalid_request_error", "headers_too_large"
@@ -109,9 +116,11 @@ class _LimitedProtocol(HttpToolsProtocol):
         # a head asking for a protocol upgrade: "served" (no body) or "refused" (a body)
         self._upgrade: str | None = None
         self._network: Network | None = None  # counted in ``caps`` until lost
-        self._extensions: dict[str, Callable[..., None]] = {
+        self._invalid_body = False  # the request's body could not be parsed: answered 400
+        self._extensions: dict[str, Callable[..., object]] = {
             ABORT_EXTENSION: self.abort,
             DISCONNECT_EXTENSION: self._set_on_lost,
+            INVALID_BODY_EXTENSION: self._body_was_invalid,
         }
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -254,6 +263,16 @@ class _LimitedProtocol(HttpToolsProtocol):
         # uvicorn's own answer to a request it cannot parse is plain text; callers
         # get the OpenAI envelope like every other gateway error.
         if self._responding():
+            cycle = self.cycle
+            if cycle.more_body and not cycle.response_started:
+                # The request's own body: the app waiting for it reads a disconnect (and
+                # answers nothing), the client gets the 400 now.
+                self._invalid_body = True
+                cycle.disconnected = True
+                cycle.message_event.set()
+                self.transport.write(_400)
+                self.transport.close()
+                return
             # Unparsable bytes pipelined behind an answer in progress: finish it, then close.
             self.flow.pause_reading()
             self.cycle.keep_alive = False
@@ -270,6 +289,9 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         self.transport.write(_431)
         self.transport.close()
+
+    def _body_was_invalid(self) -> bool:
+        return self._invalid_body
 
     def _responding(self) -> bool:
         return self.cycle is not None and not self.cycle.response_complete
