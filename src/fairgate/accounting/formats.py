@@ -11,7 +11,10 @@ row, fields separated by ``|`` with no ``|`` at the end, an unset value empty.
 Slurm prints values as they are; a ``|`` or a line break inside a value (a tag
 or a model name may hold one) is printed as ``_`` here, so every line splits
 into the same number of fields. ``csv`` quotes such values instead; lines end
-with ``\\n`` in both.
+with ``\\n`` in both. A group value of ``csv`` that a spreadsheet would run as a
+formula (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return: a
+tag is any text its team admin chose) is written after a ``'``, which spreadsheets
+show as text; the other formats print it as it is.
 """
 
 from __future__ import annotations
@@ -102,8 +105,19 @@ def to_csv(report: SpendReport) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(_header(report))
     for row in report.rows:
-        writer.writerow([*("" if g is None else g for g in row.groups), *_sums(row)])
+        writer.writerow([*(_cell(g) for g in row.groups), *_sums(row)])
     return out.getvalue()
+
+
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: object) -> str:
+    """A group value as a CSV cell no spreadsheet runs as a formula (the module text)."""
+    if value is None:
+        return ""
+    text = str(value)
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
 
 
 def _field(value: object) -> str:
