@@ -157,3 +157,41 @@ async def test_max_keys_per_member_is_the_teams_to_set(api: Api) -> None:
         "/admin/teams", headers=olga, json={"org": "A", "name": "a9", "max_keys_per_member": 3}
     )
     assert created.status_code == 201 and created.json()["max_keys_per_member"] == 3
+
+
+async def test_an_expired_key_brought_back_counts_toward_its_owners_keys_again(api: Api) -> None:
+    """A member at the team's bound let two keys expire, made two new ones and then gave
+    the expired ones a new expiry: four live keys where the team allows two."""
+    olga, mia = api.as_user("olga"), api.as_user("mia")
+    answer = await api.client.patch(
+        "/admin/teams/a1", headers=olga, json={"max_keys_per_member": 3}
+    )
+    assert answer.status_code == 200
+    # she owns one key in a1 already (the world's): two more that expire, then two new ones
+    short = {"team": "a1", "expires_in": "1m"}
+    expiring = [await api.client.post("/admin/keys", headers=mia, json=short) for _ in range(2)]
+    assert [a.status_code for a in expiring] == [201, 201]
+    api.clock.advance(120)
+    for _ in range(2):
+        assert (
+            await api.client.post("/admin/keys", headers=mia, json={"team": "a1"})
+        ).status_code == 201
+    for old in expiring:
+        revived = await api.client.patch(
+            f"/admin/keys/{old.json()['id']}", headers=mia, json={"expires_in": None}
+        )
+        status, code, message = error(revived)
+        assert (status, code) == (409, "too_many_keys")
+        assert "3 live keys" in message
+    # a team admin cannot bring one back past her bound either; a revoked key frees a place
+    one = expiring[0].json()["id"]
+    by_admin = await api.client.patch(
+        f"/admin/keys/{one}", headers=api.as_user("tom"), json={"expires_in": "1h"}
+    )
+    assert error(by_admin)[:2] == (409, "too_many_keys")
+    live = (await api.client.get("/admin/keys?team=a1", headers=mia)).json()
+    newest = max((k for k in live["data"] if k.get("expires_at") is None), key=lambda k: k["id"])
+    assert (await api.client.delete(f"/admin/keys/{newest['id']}", headers=mia)).status_code == 200
+    assert (
+        await api.client.patch(f"/admin/keys/{one}", headers=mia, json={"expires_in": None})
+    ).status_code == 200

@@ -145,6 +145,19 @@ async def live_keys_owned(conn: AsyncConnection, team_id: int, owner_id: int, no
     return int((await conn.execute(query)).scalar_one())
 
 
+async def expired_owner(conn: AsyncConnection, key_id: str, now: datetime) -> int | None:
+    """The owner of key ``key_id`` when it is expired and not revoked (None otherwise, or
+    when it has no owner): a new expiry would bring it back among the owner's live keys."""
+    query = select(keys.c.owner_id).where(
+        keys.c.id == key_id,
+        keys.c.revoked_at.is_(None),
+        keys.c.expires_at.is_not(None),
+        keys.c.expires_at <= now,
+    )
+    owner: int | None = (await conn.execute(query)).scalar_one_or_none()
+    return owner
+
+
 async def list_keys(
     conn: AsyncConnection,
     where: ColumnElement[bool] | None = None,

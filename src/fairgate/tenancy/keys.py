@@ -259,6 +259,8 @@ class Keys(Service):
                 raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
             if limits is not UNSET:
                 await self._check_key_limits(conn, scope, key_id, limits or Limits())
+            if "expires_at" in values:
+                await self._check_revival(conn, scope, key_id, now)
             if not await keys.update_key(conn, key_id, values, now, scope.keys_write()):
                 await self._unchanged(conn, scope, key_id, "changing", idempotent=False)
             detail = {k: _list(v) if isinstance(v, tuple) else v for k, v in values.items()}
@@ -283,11 +285,29 @@ class Keys(Service):
         """Conflict when the actor already owns the team's ``max_keys_per_member`` live keys."""
         if actor.user_id is None:
             return  # the operator and the master key own no keys
+        await self._check_owned(conn, actor.user_id, team, now, "you own")
+
+    async def _check_revival(
+        self, conn: AsyncConnection, scope: Scope, key_id: str, now: Any
+    ) -> None:
+        """A new expiry on an expired key brings it back among its owner's live keys: the
+        same bound as creating one (else a member could revive expired keys without end)."""
+        owner = await keys.expired_owner(conn, key_id, now)
+        visible = await keys.get_key(conn, key_id, scope.keys_write())
+        if owner is None or visible is None:
+            return  # live, revoked, ownerless or not the actor's to change: nothing to count
+        team = await teams.by_id(conn, visible.team_id)
+        assert team is not None
+        await self._check_owned(conn, owner, team, now, "its owner has")
+
+    async def _check_owned(
+        self, conn: AsyncConnection, owner: int, team: Team, now: Any, who: str
+    ) -> None:
         await teams.lock(conn, team.id)
-        owned = await keys.live_keys_owned(conn, team.id, actor.user_id, now)
+        owned = await keys.live_keys_owned(conn, team.id, owner, now)
         if owned >= team.max_keys_per_member:
             raise Conflict(
-                f"you own {owned} live keys in team {team.name!r}, its limit per member: "
+                f"{who} {owned} live keys in team {team.name!r}, its limit per member: "
                 "revoke one first",
                 code="too_many_keys",
             )
