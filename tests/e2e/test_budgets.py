@@ -208,6 +208,46 @@ def test_a_kill_mid_stream_keeps_the_streams_reservation_in_the_spend(
     assert sorted(rows) == [("interrupted", 0, 10, 1, 10, 1)] * 2 + [("refused", 429, 0, 0, 0, 0)]
 
 
+def test_an_expensive_attempt_that_timed_out_is_charged_at_its_own_prices(
+    tmp_path: Path, start_sim: StartSim
+) -> None:
+    """``big`` (1,000 micro GPU-hours a token) falls back to ``small`` (1) when its engine
+    does not answer in time: its engine had the request, so its reservation is charged
+    at big's prices, to the team's budget and to big's own; before, the whole charge
+    was priced at small's and big's budget was given its reservation back."""
+    slow = start_sim("--model", "big", "--tokens-per-second", "10", "--ttft", "0")
+    fast = start_sim("--model", "small", "--speed", "0")
+    dear = {"input_per_mtok": 0.0, "output_per_mtok": 1000.0}
+    config = configure(
+        tmp_path,
+        [model("big", slow, cost=dear, fallbacks=["small"]), model("small", fast, cost=PRICES)],
+        budgets=[("team:t", 10**9), ("team:t", 10**9, "big")],
+        limits_section={"headers_timeout": "1s"},
+    )
+    with GatewayProcess(config) as gateway:
+        answer = httpx.post(
+            gateway.url + "/v1/chat/completions",
+            headers={**AUTH, "content-type": "application/json"},
+            content=chat_body(stream=False, max_tokens=100, model="big"),
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["model"] == "small"
+        me = httpx.get(gateway.url + "/me", headers=AUTH, timeout=10).json()
+    spent = {budget["model"]: budget["spent_micro"] for budget in me["budgets"]}
+    assert spent == {None: 100 * 1000 + 100, "big": 100 * 1000}
+    with sqlite3.connect(tmp_path / "fairgate.db") as db:
+        row = until(
+            lambda: db.execute(
+                "SELECT model, attempts, completion_tokens, estimated, cost_micro"
+                " FROM usage_records"
+            ).fetchone(),
+            20,
+            "the usage record written",
+        )
+    assert row == ("small", 2, 200, 1, 100 * 1000 + 100)
+
+
 def test_a_restart_keeps_the_spend_of_the_period(tmp_path: Path, start_sim: StartSim) -> None:
     """Memory back end, SQLite store: the counters die with the process, the spend does not."""
     sim = start_sim("--model", "m", "--speed", "0")

@@ -54,24 +54,32 @@ def configure(
     models: list[dict[str, Any]],
     *,
     limits: Limits | None = None,
-    budgets: Sequence[tuple[str, int]] = (),
+    budgets: Sequence[tuple[str, int] | tuple[str, int, str]] = (),
+    limits_section: dict[str, Any] | None = None,
     **sections: Any,
 ) -> Path:
     """``write_config`` in ``directory`` (created), then TEST_KEY's ``limits`` and the
-    monthly ``budgets`` ((scope, micro GPU-hours), e.g. ("team:t", 50)) in its store."""
+    monthly ``budgets`` ((scope, micro GPU-hours[, model]), e.g. ("team:t", 50)) in its
+    store; ``limits_section`` is the configuration's ``limits:``."""
     directory.mkdir(parents=True, exist_ok=True)
+    if limits_section is not None:
+        sections["limits"] = limits_section
     path = write_config(directory, models, **sections)
     asyncio.run(_apply(path, limits, budgets))
     return path
 
 
-async def _apply(path: Path, limits: Limits | None, budgets: Sequence[tuple[str, int]]) -> None:
+async def _apply(
+    path: Path, limits: Limits | None, budgets: Sequence[tuple[str, int] | tuple[str, int, str]]
+) -> None:
     async with open_tenancy(load_config(path)) as tenancy:
         (key,) = await tenancy.keys.list(OPERATOR, team="t")
         if limits is not None:
             await tenancy.keys.update(OPERATOR, key.id, limits=limits)
-        for scope, micro in budgets:
-            await tenancy.budgets.set(OPERATOR, scope=scope, period="month", max=Money(micro))
+        for scope, micro, *of in budgets:
+            await tenancy.budgets.set(
+                OPERATOR, scope=scope, period="month", max=Money(micro), model=of[0] if of else None
+            )
 
 
 def body(max_tokens: int | None, model_name: str = "m") -> bytes:

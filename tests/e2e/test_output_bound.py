@@ -210,9 +210,16 @@ def test_llama_native_answers_are_charged_the_tokens_the_engine_reports(env: Env
     until(lambda: {(40, 0), (30, 0)} <= measured(), 10, "both records")  # not estimated
 
 
-def test_a_stream_abandoned_before_its_usage_is_charged_the_reservation(env: Env) -> None:
+@pytest.mark.parametrize("counted", [False, True], ids=["no-counts", "running-counts"])
+def test_a_stream_abandoned_before_its_usage_is_charged_the_reservation(
+    env: Env, counted: bool
+) -> None:
+    """With ``continuous_usage_stats`` every token event counts the usage so far: the
+    last count a client let through before it left is still not what the engine made."""
     who = tenant(env)
-    body = {"model": "paced", "prompt": "hi", "max_tokens": 400, "stream": True}
+    body: dict[str, Any] = {"model": "paced", "prompt": "hi", "max_tokens": 400, "stream": True}
+    if counted:
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     raw = orjson.dumps(body)
     with httpx.stream(
         "POST", env.gateway.url + "/v1/completions", content=raw, headers=who.headers, timeout=30

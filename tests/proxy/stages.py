@@ -115,7 +115,7 @@ class Stages:
     async def leave(self, ticket: Ticket, ex: Exchange) -> None:
         """As the settle stage leaves: ``ex.cost`` is the served usage's cost, then the
         admit stage gives back, then the limit stage."""
-        ex.cost = self.settler.cost_of(ex)
+        self.settler.price(ex, ex.usage)
         for leave in self.leaves:
             await leave(ticket, ex)
 

@@ -214,3 +214,34 @@ async def test_each_attempt_journals_what_a_kill_would_owe_before_the_engine_ans
     # answer's 7 tokens and the stalled attempt's reservation)
     [record] = journal_lines(gw, answer.headers[b"x-request-id"])
     assert record["outcome"] == "ok" and record["completion_tokens"] == 7 + 7
+
+
+async def test_a_retrys_entry_prices_each_attempt_at_the_model_it_tried(
+    sim: SimProcess, other_sim: SimProcess, start_gateway: StartGateway
+) -> None:
+    """A dear model whose engine took the request and never answered, then its cheap
+    fallback: the retry's entry owes the dear attempt at the dear prices and its own at
+    the cheap ones, as the request's record does once it is answered."""
+    dear = {"input_per_mtok": 0.0, "output_per_mtok": 1000.0}  # 1,000 micro a token
+    cheap = {"input_per_mtok": 0.0, "output_per_mtok": 1.0}
+    gw = await start_gateway(
+        [
+            model("big", sim, upstream_model="m", cost=dear, fallbacks=["small"]),
+            model("small", other_sim, upstream_model="m", cost=cheap),
+        ],
+        limits={"headers_timeout": "1s"},
+    )
+    await asyncio.to_thread(sim.faults, stall_before_headers=30)
+    seen: list[list[dict[str, Any]]] = []
+
+    def look(headers: dict[bytes, bytes], message: dict[str, Any]) -> None:
+        if not seen:
+            seen.append(journal_lines(gw, headers[b"x-request-id"], intents=True))
+
+    answer = await gw.call(CHAT, chat(tokens=7, stream=True, model="big"), at_message=look)
+    assert answer.status == 200 and b"data: [DONE]" in answer.body
+    [[first, retry]] = seen
+    assert (first["model"], first["cost_micro"]) == ("big", 7 * 1000)
+    assert (retry["model"], retry["cost_micro"]) == ("small", 7 * 1000 + 7)
+    [record] = journal_lines(gw, answer.headers[b"x-request-id"])
+    assert (record["model"], record["cost_micro"]) == ("small", 7 * 1000 + 7)

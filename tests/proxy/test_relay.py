@@ -164,6 +164,86 @@ async def test_a_stream_cut_by_the_engine_is_charged_its_reservation_flagged_est
     assert ex.usage == Usage(250, 64, estimated=True)
 
 
+def counted(text: str, completion: int) -> bytes:
+    """A token event with the usage so far on it (vLLM's ``continuous_usage_stats``)."""
+    usage = {"prompt_tokens": 7, "completion_tokens": completion}
+    chunk = {"choices": [{"index": 0, "delta": {"content": text}}], "usage": usage}
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+async def test_a_stream_cut_off_after_running_counts_is_charged_its_reservation(
+    serve: Serve,
+) -> None:
+    """The last count seen is what the engine had told the gateway so far, not what it
+    generated: cut off before its end, the stream is charged its reservation."""
+    engine = await serve(chunked_stream(counted("a", 1), counted("b", 2)))
+    client, ex = await attempt(engine, exchange(stream=True))
+    assert b"[DONE]" not in client.body
+    charge(ex)
+    assert ex.usage == Usage(250, 64, estimated=True)
+
+
+async def test_a_whole_stream_with_running_counts_is_charged_its_last_count(
+    serve: Serve,
+) -> None:
+    events = (counted("a", 1), counted("b", 2), b"data: [DONE]\n\n")
+    engine = await serve(chunked_stream(*events) + b"0\r\n\r\n")
+    _, ex = await attempt(engine, exchange(stream=True))
+    assert ex.outcome == Outcome.OK
+    charge(ex)
+    assert ex.usage == Usage(7, 2)
+
+
+def llama_token(index: int, text: str) -> bytes:
+    return b"data: " + orjson.dumps({"index": index, "content": text, "stop": False}) + b"\n\n"
+
+
+def llama_stop(index: int, prompt: int, predicted: int | None) -> bytes:
+    """llama-server's native event ending one sequence of a batch (None: no counts)."""
+    event: dict[str, object] = {"index": index, "content": "", "stop": True}
+    if predicted is not None:
+        event.update(tokens_evaluated=prompt, tokens_predicted=predicted)
+    return b"data: " + orjson.dumps(event) + b"\n\n"
+
+
+def batch(sequences: int) -> Exchange:
+    """A native llama-server stream of ``sequences`` prompts (``/completion``)."""
+    ex = exchange(stream=True)
+    ex.sequences = sequences
+    return ex
+
+
+async def test_a_llama_batch_stream_ends_with_its_last_sequence_and_is_charged_them_all(
+    serve: Serve,
+) -> None:
+    """Each prompt of a native batch ends with a stop event: the first one is not the
+    stream's end (the record was made there, and the other prompts went uncharged)."""
+    events = (llama_token(0, "a"), llama_stop(0, 3, 1), llama_token(1, "b"), llama_stop(1, 4, 2))
+    engine = await serve(chunked_stream(*events) + b"0\r\n\r\n")
+    client, ex = await attempt(engine, batch(2))
+    assert client.body == b"".join(events)
+    assert ex.ending and ex.stops == 1
+    charge(ex)
+    assert ex.usage == Usage(7, 3)
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        (llama_token(0, "a"), llama_stop(0, 3, 1), llama_token(1, "b")),  # cut off
+        (llama_stop(0, 3, 1), llama_stop(1, 4, None)),  # a sequence without its counts
+    ],
+    ids=["cut-after-one-prompt", "a-stop-without-counts"],
+)
+async def test_a_llama_batch_stream_short_of_a_sequences_counts_is_charged_its_reservation(
+    serve: Serve, events: tuple[bytes, ...]
+) -> None:
+    engine = await serve(chunked_stream(*events) + b"0\r\n\r\n")
+    _, ex = await attempt(engine, batch(2))
+    charge(ex)
+    assert ex.usage == Usage(250, 64, estimated=True)
+
+
 async def test_a_whole_stream_is_charged_its_reported_usage(serve: Serve) -> None:
     usage = b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}\n\n'
     engine = await serve(chunked_stream(content("a"), usage, b"data: [DONE]\n\n") + b"0\r\n\r\n")

@@ -93,7 +93,7 @@ def test_an_answer_without_usage_is_charged_the_reservation_flagged() -> None:
 def test_a_reported_usage_is_kept_and_earlier_unanswered_attempts_are_added() -> None:
     ex = _exchange({"model": "big", "messages": [], "max_tokens": 40})
     POLICY.reserve(ex, TABLE.model_for(ex))
-    ex.replica, ex.usage, ex.unanswered = "r1", Usage(10, 5), 1
+    ex.replica, ex.usage, ex.unanswered = "r1", Usage(10, 5), ("big",)
     charge(ex)
     prompt = ex.reservation.prompt_tokens  # type: ignore[union-attr]
     assert ex.usage == Usage(10 + prompt, 5 + 40, 0, estimated=True)

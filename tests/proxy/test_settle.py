@@ -33,6 +33,7 @@ PRICES = {
     "dear": Prices(Money.from_units(5).micro, Money.from_units(7).micro, 0),
 }
 BUDGET = Budget("team", "ta", None, "day", max=Money(10**12))
+DEAR = Budget("team", "ta", "dear", "day", max=Money(10**12))  # the dear model's own
 KEY = Principal("k1", "a", "ta")
 
 
@@ -41,7 +42,7 @@ class Books:
     they recorded."""
 
     def __init__(self, store: Any) -> None:
-        book = BudgetBook((BUDGET,))
+        book = BudgetBook((BUDGET, DEAR))
         self.store = store
         self.gate = Stages(
             limiter=Limiter(store),
@@ -60,9 +61,9 @@ class Books:
         self.records.append(record)
         return True
 
-    async def spent(self) -> Money:
+    async def spent(self, budget: Budget = BUDGET) -> Money:
         usage = await Limiter(self.store).usage(
-            Subject(KEY.key_id, KEY.org, KEY.team), Limits(), (BUDGET,), time.time()
+            Subject(KEY.key_id, KEY.org, KEY.team), Limits(), (budget,), time.time()
         )
         return usage.budgets[0].spent
 
@@ -119,7 +120,7 @@ async def test_an_answer_without_usage_is_charged_its_reservation_flagged_estima
     ex = exchange(body=4_000, max_tokens=50)
     ticket = await admitted(books, ex)
     ex.replica, ex.status, ex.outcome = "r0", 200, Outcome.TRUNCATED
-    ex.unanswered = 1  # and one earlier attempt that timed out after it was sent
+    ex.unanswered = ("m",)  # and one earlier attempt that timed out after it was sent
     await books.settler.settle(ex, ticket)
     charged = Usage(2 * 1_000, 2 * 50, estimated=True)
     assert ex.usage == charged
@@ -131,6 +132,43 @@ async def test_an_answer_without_usage_is_charged_its_reservation_flagged_estima
     )
     assert record.cost == await books.spent() == PRICES["m"].cost_of(charged)
     assert books.metric("fairgate_usage_estimated_total", model="m") == 1
+
+
+async def test_an_unanswered_attempt_is_priced_at_the_model_it_tried_and_on_its_budget(
+    store: Any,
+) -> None:
+    """The dear model timed out after its engine had the request, the cheap fallback
+    answered: the dear attempt costs its reservation at the dear prices, in the record,
+    the all-models budget and the dear model's own budget (priced at the cheap model's
+    and refunded to the dear budget, a tenant got dear work for a cheap price)."""
+    books = Books(store)
+    ex = exchange(body=4_000, max_tokens=50)
+    ticket = await admitted(books, ex)
+    ex.unanswered = ("dear",)
+    ex.model, ex.replica, ex.status = "m", "r1", 200
+    ex.usage = Usage(1_000, 20)
+    await books.settler.settle(ex, ticket)
+    lost = PRICES["dear"].cost_of(Reservation(1_000, 50).usage())
+    served = PRICES["m"].cost_of(Usage(1_000, 20))
+    [record] = books.records
+    assert record.cost == ex.cost == lost + served == await books.spent()
+    assert await books.spent(DEAR) == lost
+    assert (record.model, record.prompt_tokens, record.completion_tokens) == ("m", 2_000, 70)
+
+
+async def test_attempts_on_two_models_none_answered_are_each_priced_at_their_own(
+    store: Any,
+) -> None:
+    books = Books(store)
+    ex = exchange(body=4_000, max_tokens=50)
+    ticket = await admitted(books, ex)
+    ex.unanswered = ("m", "dear")  # both timed out: the client got a 504
+    ex.status, ex.outcome = 504, Outcome.TIMEOUT
+    await books.settler.settle(ex, ticket)
+    one = Reservation(1_000, 50).usage()
+    assert ex.cost == PRICES["m"].cost_of(one) + PRICES["dear"].cost_of(one)
+    assert await books.spent() == ex.cost == books.records[0].cost
+    assert await books.spent(DEAR) == PRICES["dear"].cost_of(one)
 
 
 async def test_a_request_that_reached_no_engine_gives_its_estimate_back(store: Any) -> None:

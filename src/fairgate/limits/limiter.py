@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, tzinfo
 from typing import Literal
 
@@ -164,6 +164,7 @@ class Limiter:
         cost: Money | None,
         now: float,
         model: str | None = None,
+        costs: Mapping[str, Money] | None = None,
         release: Claim | None = None,
         charge: UsageCharge | None = None,
     ) -> bool:
@@ -171,8 +172,10 @@ class Limiter:
         (None: keep the estimate), in the windows and periods the admission charged.
         ``model`` is the model that served the request: a per-model budget of another
         model (a fallback that did not serve) is given its reservation back; None
-        charges every budget the cost. A second settle of the same admission does
-        nothing.
+        charges every budget the cost. ``costs`` splits ``cost`` per model when
+        attempts on several models are charged (unanswered ones at their own models'
+        prices): a per-model budget is then charged its model's part. A second settle
+        of the same admission does nothing.
 
         ``release`` (a fair-share claim to give back) and ``charge`` (usage to add)
         go in the same call to the back end (``CounterStore.settle``). False when
@@ -194,7 +197,13 @@ class Limiter:
         if cost is not None:
             spent = cost.micro if cost.micro > 0 else 0
             for key, of in zip(admission.budget_keys, admission.budget_models, strict=True):
-                actual[key] = spent if model is None or of is None or of == model else 0
+                if model is None or of is None:
+                    actual[key] = spent
+                elif costs is not None:
+                    part = costs.get(of)
+                    actual[key] = part.micro if part is not None and part.micro > 0 else 0
+                else:
+                    actual[key] = spent if of == model else 0
         try:
             await self._store.settle(lease, actual, now, release=release, charge=charge)
         except StateUnavailable as exc:

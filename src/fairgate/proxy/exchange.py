@@ -77,6 +77,8 @@ class Exchange:
     prompt_bytes: int = 0
     reservation: Reservation | None = None  # what the request may consume (proxy.reservation)
     output_caps: dict[str, int | None] = field(default_factory=dict)  # per candidate model
+    sequences: int = 1  # the sequences the engine runs (prompts × choices; reserve)
+    stops: int = 0  # llama-server stop events relayed: one per sequence of a batch
     chain: tuple[str, ...] = ()  # the models that may serve it, the one asked for first
     parsed: dict[str, Any] | None = None
     body: bytes = b""
@@ -91,7 +93,9 @@ class Exchange:
     cache_salt: str | None = None  # the tenant's prefix-cache salt (vLLM), set by the gateway
     replica: str = ""
     attempts: int = 0
-    unanswered: int = 0  # attempts that reached an engine and got no answer (charged)
+    # the model of each attempt that reached an engine and got no answer: charged its
+    # reservation at that model's prices (proxy.reservation, proxy.settle)
+    unanswered: tuple[str, ...] = ()
     status: int = 0
     outcome: str = Outcome.OK
     reason: str = ""  # server-side reason for a failure (logged, never sent)
@@ -100,7 +104,14 @@ class Exchange:
     upstream_time: float = 0.0  # seconds spent waiting on upstreams
     content_events: int = 0
     usage: Usage | None = None  # what the request is charged, once settled (proxy.reservation)
-    cost: Money = _FREE  # the cost of ``usage`` at the served model's prices (proxy.settle)
+    # ``usage`` is a count so far (vLLM's continuous_usage_stats on token events, the
+    # ended sequences of a llama-server batch): final only once the stream's terminal
+    # event came (``ending``)
+    usage_so_far: bool = False
+    usage_gap: bool = False  # a sequence ended without its counts: ``usage`` is short
+    cost: Money = _FREE  # what ``usage`` costs, each part at its model's prices (proxy.settle)
+    # the cost per model when unanswered attempts were on another model (else None)
+    costs: dict[str, Money] | None = None
     sent_priority: int | None = None  # the priority the last attempt sent (none: not sent)
     disconnected: bool = False  # the client went away while the request ran
     complete: bool = False  # the request is settling: a disconnect no longer cancels it

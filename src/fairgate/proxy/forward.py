@@ -56,7 +56,7 @@ class Forwarder:
             try:
                 await self._attempt(ex, candidate, replica, send, ticket)
             except AttemptFailed as failed:
-                self._failed(ex, replica, failed)
+                self._failed(ex, candidate.name, replica, failed)
                 last = failed
                 if not failed.retryable:
                     break
@@ -94,10 +94,10 @@ class Forwarder:
                     self._settler.retried(ex.requested_model)
                 yield position, candidate, replica
 
-    def _failed(self, ex: Exchange, replica: Replica, failed: AttemptFailed) -> None:
+    def _failed(self, ex: Exchange, model: str, replica: Replica, failed: AttemptFailed) -> None:
         self._settler.attempt_failed(replica.name, failed.reason)
         if failed.ran:
-            ex.unanswered += 1
+            ex.unanswered += (model,)
         if failed.replica_at_fault:
             replica.breaker.failure()
         else:
@@ -124,7 +124,7 @@ class Forwarder:
                 # end, a stream's first token after the prefill), so it is charged its
                 # reservation, never nothing (proxy.reservation).
                 replica.breaker.abandon()
-                ex.unanswered += 1
+                ex.unanswered += (candidate.name,)
                 raise
             if opened.status >= 500:
                 replica.breaker.failure()

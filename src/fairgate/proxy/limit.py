@@ -215,6 +215,7 @@ class Limit:
             cost=ex.cost,
             now=self._clock.wall(),
             model=served,
+            costs=ex.costs,
             release=release,
             charge=charge,
         )

@@ -489,8 +489,16 @@ class Relay:
             usage = event.usage
             if usage is not None:
                 ex.usage = ex.usage.plus(usage) if event.adds and ex.usage is not None else usage
+                ex.usage_so_far = kind == "content"
+            elif event.adds:
+                ex.usage_gap = True  # the batch's sum will lack this sequence's counts
             if kind == "content":
                 ex.content_events += 1
+            elif event.adds and ex.stops + 1 < ex.sequences:
+                # one sequence of a llama-server batch ended, the others run on: their
+                # usage is still to come (a stream cut off now is charged its reservation)
+                ex.stops += 1
+                ex.usage_so_far = True
             elif kind == "done" or kind == "final":
                 terminal = True
                 ex.ending = True  # the client may take it as the end: recorded first

@@ -15,9 +15,12 @@ is the largest of the chain's, so whichever model serves, it is a bound.
 
 ``charge`` runs when the request ends, before the limits settle and the usage
 record is built: an answer without a usage report, a stream cut off before its
-report, every earlier attempt that reached an engine and got no answer
-(a timeout, a broken connection) and an attempt the client left before the engine
-answered are charged the reservation.
+report (a running count on its token events, vLLM's ``continuous_usage_stats``, is
+not one: the engine may have generated more than it counted to the gateway so far; nor
+are the counts of the sequences of a llama-server batch that ended before the others),
+every earlier attempt that reached an engine and got no answer (a timeout, a broken
+connection) and an attempt the client left before the engine answered are charged the
+reservation.
 
 ``Reservation`` itself is defined in ``proxy.exchange``, beside the ``Exchange`` that
 holds it (so neither module imports the other both ways), and exported here too.
@@ -33,6 +36,7 @@ from fairgate.engines.output import bound
 from fairgate.limits.estimate import prompt_tokens
 from fairgate.proxy.endpoints import ModelEntry
 from fairgate.proxy.exchange import Exchange, Reservation
+from fairgate.proxy.usage import Usage
 
 __all__ = ["OutputPolicy", "Reservation", "charge"]
 
@@ -80,20 +84,27 @@ class OutputPolicy:
                 continue  # a fallback that cannot bound this request never serves it
             kept.append(candidate)
             ex.output_caps[candidate.name] = limit.cap
+            ex.sequences = max(ex.sequences, limit.sequences)
             completion = max(completion, limit.tokens(self.assumed))
         ex.reservation = Reservation(prompt, completion)
         ex.chain = tuple(c.name for c in kept)
         return entry if len(kept) == len(entry.chain) else ModelEntry(tuple(kept))
 
 
-def charge(ex: Exchange) -> None:
+def charge(ex: Exchange) -> Usage | None:
     """Make ``ex.usage`` what the request is charged (see the module text); None when
-    nothing reached an engine."""
+    nothing reached an engine. Returns the served attempt's part of it (None: no attempt
+    was answered), which is priced at the served model's prices and each unanswered
+    attempt's reservation at its own model's (``proxy.settle``)."""
     reservation = ex.reservation
     if reservation is None:
-        return
-    if ex.replica and ex.usage is None:
+        return None
+    if ex.replica and (ex.usage is None or ex.usage_gap or (ex.usage_so_far and not ex.ending)):
+        # no report, a report short of a sequence, or a count so far cut off before the
+        # stream's end: the reservation
         ex.usage = reservation.usage()
+    served = ex.usage
     if ex.unanswered:
-        lost = reservation.usage(ex.unanswered)
-        ex.usage = lost if ex.usage is None else ex.usage.plus(lost)
+        lost = reservation.usage(len(ex.unanswered))
+        ex.usage = lost if served is None else served.plus(lost)
+    return served

@@ -1,7 +1,8 @@
 """The last stage: every request is settled once, whatever its outcome, in this order:
 
 1. charge    ``ex.usage`` becomes what the request is charged (``proxy.reservation.charge``)
-2. cost      ``ex.cost``: that usage at the served model's prices, computed here only
+2. cost      ``ex.cost``: that usage at the served model's prices, and each unanswered
+             attempt's reservation at the prices of the model it tried; computed here only
 3. leave     the admission lease is given back and the fair-share claim's release and
              usage charge are left on the ticket (``Admit.leave``); the limits are
              settled and charged ``ex.usage`` and ``ex.cost``, paying the claim in the
@@ -31,7 +32,7 @@ the charge is the same.
 Before that, as each attempt is about to reach an engine, ``intend`` journals a
 write-ahead entry (``proxy.records``): what the request owes if the process is killed
 before its record is made, its reservation for this attempt and every earlier
-unanswered one, at the prices of the model tried. A stream cut off mid-way by a kill is
+unanswered one, each at the prices of the model it tried. A stream cut off mid-way by a kill is
 charged that when the next process replays the journal (``accounting.journal``).
 """
 
@@ -82,13 +83,30 @@ class Settler:
         # Read once: the level does not change while serving, and the check costs µs.
         self._debug = log.isEnabledFor(logging.DEBUG)
 
-    def cost_of(self, ex: Exchange) -> Money:
-        """What ``ex.usage`` costs at the prices of the model that served (nothing when
-        no engine was reached)."""
-        usage = ex.usage
-        if usage is None:
-            return _FREE
-        prices = self._prices.get(ex.model)
+    def price(self, ex: Exchange, served: Usage | None) -> None:
+        """Set ``ex.cost``: ``served`` (the answered attempt's part of ``ex.usage``, from
+        ``reservation.charge``) at the served model's prices, and each unanswered
+        attempt's reservation at the prices of the model it tried, that split per model
+        left in ``ex.costs`` for the per-model budgets. Nothing when no engine was
+        reached."""
+        if not ex.unanswered:  # the common case, without a call more
+            prices = self._prices.get(ex.model)
+            ex.cost = prices.cost_of(served) if prices is not None and served is not None else _FREE
+            return
+        reservation = ex.reservation
+        assert reservation is not None  # an attempt was made: the request was reserved
+        costs: dict[str, Money] = {}
+        if served is not None:
+            costs[ex.model] = self._cost(ex.model, served)
+        one = reservation.usage()
+        for model in ex.unanswered:
+            cost = self._cost(model, one)
+            costs[model] = costs[model] + cost if model in costs else cost
+        ex.costs = costs
+        ex.cost = sum(costs.values(), _FREE)
+
+    def _cost(self, model: str, usage: Usage) -> Money:
+        prices = self._prices.get(model)
         return prices.cost_of(usage) if prices is not None else _FREE
 
     def intend(self, ex: Exchange, model: str, replica: str) -> None:
@@ -98,10 +116,17 @@ class Settler:
         reservation = ex.reservation
         if self._intend is None or reservation is None:
             return
-        usage = reservation.usage(ex.unanswered + 1)
-        prices = self._prices.get(model)
+        usage = reservation.usage(len(ex.unanswered) + 1)
         try:
-            self._intend(ex, model, replica, usage, prices.cost_of(usage) if prices else _FREE)
+            if ex.unanswered:  # each earlier attempt at the prices of the model it tried
+                one = reservation.usage()
+                cost = self._cost(model, one)
+                for tried in ex.unanswered:
+                    cost += self._cost(tried, one)
+            else:
+                prices = self._prices.get(model)
+                cost = prices.cost_of(usage) if prices is not None else _FREE
+            self._intend(ex, model, replica, usage, cost)
         except Exception:  # never let accounting break the request; the record still comes
             log.exception("could not journal the write-ahead entry of %s", ex.request_id)
 
@@ -112,8 +137,7 @@ class Settler:
         if ex.recorded:
             return
         ex.finished = time.monotonic()
-        charge(ex)
-        ex.cost = self.cost_of(ex)
+        self.price(ex, charge(ex))
         self._record_of(ex)
 
     async def settle(self, ex: Exchange, ticket: Ticket | None = None) -> None:
@@ -126,8 +150,7 @@ class Settler:
         ex.finished = time.monotonic()
         recorded = ex.recorded  # charged, priced and recorded as its answer ended
         if not recorded:
-            charge(ex)
-            ex.cost = self.cost_of(ex)
+            self.price(ex, charge(ex))
         try:
             if ticket is not None:
                 await self._give_back(ticket, ex)

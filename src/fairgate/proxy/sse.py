@@ -38,7 +38,9 @@ class SseEvent:
     raw: bytes  # the event including its terminating blank line
     kind: str  # done | usage | error | final | content
     usage: Usage | None = None
-    adds: bool = False  # the usage is one prompt's and adds to the others' (llama-server)
+    # one sequence's end (llama-server): its usage adds to the others', and the stream
+    # ends with the last sequence's
+    adds: bool = False
 
 
 class SseSplitter:
@@ -134,8 +136,7 @@ def classify(raw: bytes) -> SseEvent:
     if _LLAMA_STOP in raw:
         body = _parse(raw)
         if isinstance(body, dict) and body.get("stop") is True:
-            usage = llama_usage(body)
-            return SseEvent(raw, "final", usage, adds=usage is not None)
+            return SseEvent(raw, "final", llama_usage(body), adds=True)
     if b'"error"' in raw:
         body = _parse(raw)
         if isinstance(body, dict) and isinstance(body.get("error"), dict | str):
