@@ -8,7 +8,15 @@ import pytest
 
 from fairgate.core.errors import BadRequest
 from fairgate.engines import adapter_for
-from fairgate.engines.output import NO_OUTPUT, UNCAPPED, Bound, Output, bound, count_prompts
+from fairgate.engines.output import (
+    MAX_CAP,
+    NO_OUTPUT,
+    UNCAPPED,
+    Bound,
+    Output,
+    bound,
+    count_prompts,
+)
 
 CHAT = adapter_for("vllm").endpoint("/v1/chat/completions").output  # type: ignore[union-attr]
 COMPLETION = adapter_for("vllm").endpoint("/v1/completions").output  # type: ignore[union-attr]
@@ -116,3 +124,13 @@ def test_vllm_prompt_embeddings_run_a_sequence_each_beside_the_prompts() -> None
         _bound({"prompt_embeds": ["AAAA"] * 17, "max_tokens": 1}, COMPLETION, writable=True)
     assert refused.value.code == "too_many_prompts"
     assert refused.value.message == "'prompt_embeds' may hold at most 16 prompts, this one has 17"
+
+
+def test_a_cap_past_any_context_is_refused_with_no_ceiling_configured() -> None:
+    """10**19 passed as a cap when no ceiling was set: its cost overflowed the state back
+    end's counters, and the limits script's failure opened the breaker for everyone."""
+    with pytest.raises(BadRequest) as refused:
+        _bound({"max_tokens": 10**19}, CHAT, writable=True, ceiling=None)
+    assert refused.value.code == "max_tokens_too_large"
+    assert refused.value.message == f"'max_tokens' must be at most {MAX_CAP}"
+    assert _bound({"max_tokens": MAX_CAP}, CHAT, writable=True, ceiling=None).cap == MAX_CAP

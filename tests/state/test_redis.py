@@ -205,6 +205,20 @@ async def test_nothing_listening_fails_fast_and_opens_the_breaker(stores: StoreF
         await store.aclose()
 
 
+async def test_a_script_refusing_one_calls_arguments_opens_no_breaker(stores: StoreFactory) -> None:
+    """A charge past Redis's 64-bit integers (a request's own data could make one) fails
+    that call, as often as it is sent, and every other caller goes on being served:
+    before, three such calls opened the breaker every tenant of the gateway shares."""
+    store = stores(breaker=Breaker.fixed(cooldown=30.0))
+    now = time.time()
+    huge = PeriodCharge("budget:t:month", 10**19, 10**20, now + 60, now + 120, True)
+    for _ in range(5):
+        with pytest.raises(StateUnavailable, match="ResponseError"):
+            await store.acquire([WindowCharge("rpm:attacker", 1, 100), huge], now)
+    assert store.breaker.state == "closed"
+    assert (await store.acquire([WindowCharge("rpm:other", 1, 100)], now)).admitted
+
+
 async def test_a_server_that_never_answers_costs_one_timeout() -> None:
     done = asyncio.Event()
 

@@ -33,7 +33,13 @@ from typing import Any
 
 from fairgate.core.errors import BadRequest
 
-__all__ = ["NO_OUTPUT", "UNCAPPED", "Bound", "Output", "bound", "count_prompts"]
+__all__ = ["MAX_CAP", "NO_OUTPUT", "UNCAPPED", "Bound", "Output", "bound", "count_prompts"]
+
+MAX_CAP = 2**31 - 1
+"""The largest output cap any request may ask for, ceiling or none: past any model's
+context, and small enough that a reservation's cost (prompts × choices × cap × price)
+stays far inside the state back end's 64-bit counters (a cap of 10**19 made Redis fail
+the limits script, which counted toward the breaker every tenant shares)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +117,9 @@ def _present(body: Mapping[str, Any], fields: tuple[str, ...], ceiling: int | No
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise BadRequest(f"'{field}' must be a non-negative integer", code="invalid_value")
-        if ceiling is not None and value > ceiling:
-            raise BadRequest(f"'{field}' must be at most {ceiling}", code="max_tokens_too_large")
+        most = MAX_CAP if ceiling is None else min(ceiling, MAX_CAP)
+        if value > most:
+            raise BadRequest(f"'{field}' must be at most {most}", code="max_tokens_too_large")
         caps.append(value)
     return caps
 

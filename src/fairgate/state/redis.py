@@ -54,7 +54,7 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError, RedisError
+from redis.exceptions import ConnectionError, RedisError, ResponseError
 
 from fairgate.core.breaker import Breaker
 from fairgate.fairshare.decay import decay
@@ -645,6 +645,11 @@ class RedisCounterStore:
             raise StateUnavailable(
                 f"Redis call failed: TimeoutError: no answer within {self._timeout:g}s"
             ) from None
+        except ResponseError as exc:
+            # Redis answered (an error reply: a script refusing its arguments, a command
+            # refused under maxmemory): a failure of this call, not of Redis's availability,
+            # so it opens no breaker shared by every tenant (a request's own data could)
+            raise StateUnavailable(f"Redis call failed: {type(exc).__name__}: {exc}") from exc
         except (RedisError, OSError) as exc:
             self._breaker.failure()
             if isinstance(exc, ConnectionError | OSError):
