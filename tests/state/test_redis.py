@@ -25,8 +25,10 @@ from fairgate.limits import (
     Subject,
     WindowCharge,
 )
+from fairgate.limits.charges import MarkCharge
 from fairgate.limits.fairshare_state import ClaimRequest, UsageCharge
 from fairgate.state import Breaker, RedisCounterStore
+from redis_keys import delete_prefix
 from redis_server import RedisProcess, free_port, private_redis_server, scripts_waiting
 
 pytestmark = pytest.mark.redis
@@ -217,6 +219,33 @@ async def test_a_script_refusing_one_calls_arguments_opens_no_breaker(stores: St
             await store.acquire([WindowCharge("rpm:attacker", 1, 100), huge], now)
     assert store.breaker.state == "closed"
     assert (await store.acquire([WindowCharge("rpm:other", 1, 100)], now)).admitted
+
+
+async def test_a_reservation_across_a_restore_is_charged_its_cost_not_refunded(
+    stores: StoreFactory, redis_url: str
+) -> None:
+    """Redis lost its data while a request with a large reservation was in flight; the
+    budget's counter was restored from the recorded spend (900 of 1,000) with a new
+    mark. Its settle refunded the reservation it had taken from the old counter, and the
+    restored counter fell to 0: ten more requests were served past the budget."""
+    store = stores()
+    now = time.time()
+    mark = MarkCharge("restored-spend")
+    await store.seed(PeriodCharge("restored-spend", 0, 1, 4e9, 4e9), 11, now)
+    budget = PeriodCharge("budget:t:month", 600_000, 10**9, now + 60, now + 120, True)
+    verdict = await store.acquire([budget, mark], now)
+    assert verdict.lease is not None and verdict.lease.mark == 11
+    await delete_prefix(redis_url, store.prefix)  # the data is lost
+    restored = PeriodCharge("budget:t:month", 0, 10**9, now + 60, now + 120)
+    await store.seed(restored, 900, now)  # the spend recorded in the store
+    await store.seed(PeriodCharge("restored-spend", 0, 1, 4e9, 4e9), 12, now)  # a new mark
+    await store.settle(verdict.lease, {"budget:t:month": 100}, now + 1)  # it cost 100
+    assert await store.read([restored], now + 1) == (1_000,)
+    # without a restore between, the same settle corrects the reservation as before
+    again = await store.acquire([budget, mark], now)
+    assert again.lease is not None and again.lease.mark == 12
+    await store.settle(again.lease, {"budget:t:month": 100}, now + 1)
+    assert await store.read([restored], now + 1) == (1_100,)
 
 
 async def test_a_server_that_never_answers_costs_one_timeout() -> None:

@@ -159,12 +159,15 @@ class Lease:
 
     ``id`` is unique per acquisition (it names the in-flight slots);
     ``charged_at`` is the ``now`` of the acquisition, from which the window
-    buckets of the reservation are derived.
+    buckets of the reservation are derived; ``mark`` the value of the charges'
+    ``MarkCharge`` then (0: none), which tells the settle whether the budget counters
+    were restored since (a back end that lost its data: state/lua/settle.lua).
     """
 
     id: str
     charges: tuple[Charge, ...]
     charged_at: float
+    mark: int = 0
 
 
 # built on every request: slotted, not frozen (docs/architecture.md, "Value types")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, tzinfo
 from typing import Literal
@@ -267,8 +268,12 @@ class Limiter:
         return mark > 0
 
     async def mark_restored(self, now: float) -> None:
-        """Leave the mark ``holds_restored_spend`` looks for. Raises ``StateUnavailable``."""
-        await self._store.seed(_RESTORED_MARK, 1, now)
+        """Leave the mark ``holds_restored_spend`` looks for. Raises ``StateUnavailable``.
+
+        Its value is new for each restore: a lease taken before it holds the old value,
+        so its settle knows the counters it charged were restored since and charges
+        them its cost instead of correcting a reservation they never held."""
+        await self._store.seed(_RESTORED_MARK, secrets.randbelow(2**52) + 2, now)
 
     def _report(self, outcome: Outage) -> None:
         if self._on_unavailable is not None:

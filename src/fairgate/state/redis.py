@@ -49,7 +49,7 @@ import contextlib
 import logging
 import math
 import secrets
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -63,6 +63,7 @@ from fairgate.limits.charges import (
     Charge,
     InFlightCharge,
     Lease,
+    MarkCharge,
     PeriodCharge,
     Verdict,
     WindowCharge,
@@ -218,7 +219,8 @@ class RedisCounterStore:
         if held:
             self._held[lease_id] = held
         totals = tuple(map(int, reply[1:]))
-        return Verdict(lease=Lease(lease_id, tuple(charges), now), totals=totals, claim=taken)
+        lease = Lease(lease_id, tuple(charges), now, _mark_of(charges, totals))
+        return Verdict(lease=lease, totals=totals, claim=taken)
 
     async def settle(
         self,
@@ -236,7 +238,7 @@ class RedisCounterStore:
             self._held.pop(lease.id, None)
             keys = [self.prefix + c.key for c in lease.charges]
             args = [lease.id]
-            _settle_fields(lease.charges, actual, lease.charged_at, now, args)
+            _settle_fields(lease, actual, now, args)
         slot = release.lease if release is not None else None
         if slot is None and charge is None:
             if lease is None:
@@ -470,7 +472,7 @@ class RedisCounterStore:
             reply = reply[0]
         if int(reply[0]) != 0:
             return
-        orphan = Lease(lease_id, tuple(charges), now)
+        orphan = Lease(lease_id, tuple(charges), now, _mark_of(charges, map(int, reply[1:])))
         undo = asyncio.ensure_future(self.settle(orphan, {}, now, release=released))
         self._pending.add(undo)
         undo.add_done_callback(self._finished)
@@ -701,18 +703,20 @@ def _acquire_fields(charges: Sequence[Charge], args: list[str | int | float]) ->
             args += ("m", 0, 0, 0, 0, 0)
 
 
+def _mark_of(charges: Sequence[Charge], totals: Iterable[int]) -> int:
+    """The value acquire.lua found in the charges' mark (0: no mark among them)."""
+    return next((t for c, t in zip(charges, totals, strict=True) if type(c) is MarkCharge), 0)
+
+
 def _settle_fields(
-    charges: Sequence[Charge],
-    actual: Mapping[str, int],
-    charged_at: float,
-    now: float,
-    args: list[str | int | float],
+    lease: Lease, actual: Mapping[str, int], now: float, args: list[str | int | float]
 ) -> None:
-    """settle.lua's fields of ``charges`` (``actual``: the true amounts known), appended
-    to ``args``."""
+    """settle.lua's fields of ``lease``'s charges (``actual``: the true amounts known),
+    appended to ``args``."""
+    charged_at = lease.charged_at
     shape: tuple[float, int] | None = None  # the window shape its buckets were found for
     charged = current = expiry = 0
-    for c in charges:
+    for c in lease.charges:
         if type(c) is WindowCharge:
             delta = actual[c.key] - c.amount if c.key in actual else 0
             if shape != (c.window, c.granules):  # most windows share one shape
@@ -722,8 +726,9 @@ def _settle_fields(
             refund, excess = (-delta, 0) if delta < 0 else (0, delta)
             args += ("w", charged, refund, current, excess, expiry)
         elif type(c) is PeriodCharge:
-            args += ("p", actual[c.key] - c.amount if c.key in actual else 0, 0, 0, 0, 0)
+            charged_now = actual.get(c.key, c.amount)  # the estimate stands when unknown
+            args += ("p", charged_now - c.amount, charged_now, 0, 0, 0)
         elif type(c) is InFlightCharge:
             args += ("f", 0, 0, 0, 0, 0)
         else:
-            args += ("m", 0, 0, 0, 0, 0)
+            args += ("m", lease.mark, 0, 0, 0, 0)

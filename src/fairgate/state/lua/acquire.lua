@@ -4,7 +4,7 @@
 --   'w' sliding window:  a = length (s), b = granules
 --   'p' period counter:  a = resets_at (s), b = keep_until (s), c = '1' for overdraft
 --   'f' in-flight slots
---   'm' a mark: refused while the key does not exist; charges nothing
+--   'm' a mark: refused while the key does not exist; charges nothing, its total is its value
 -- Returns {0, total_1, ..., total_n} when charged, {i, retry_after_ms} when counter i refused.
 -- Mirrors fairgate.limits.window and fairgate.state.memory; keep them in step.
 local now = tonumber(ARGV[1])
@@ -105,7 +105,7 @@ for i = 1, n do
     redis.call('PEXPIRE', key, math.ceil(2 * ttl * 1000))
     totals[i + 1] = redis.call('ZCARD', key)
   else
-    totals[i + 1] = 1
+    totals[i + 1] = tonumber(redis.call('GET', key))  -- the mark's value, for settle.lua
   end
 end
 return totals
