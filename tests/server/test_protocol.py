@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -35,11 +36,12 @@ async def slow_stream(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[tuple[str, int]]:
+@asynccontextmanager
+async def serving(app: App) -> AsyncIterator[tuple[str, int]]:
+    """``app`` on a listener of the gateway's own protocol, on a free port."""
     sock = bind("127.0.0.1", 0)
     stop = asyncio.Event()
-    listener = Listener("client", slow_stream, sock, HEAD_TIMEOUT, 4096, 64 * 1024, 10.0)
+    listener = Listener("client", app, sock, HEAD_TIMEOUT, 4096, 64 * 1024, 10.0)
     task = asyncio.create_task(serve([listener], grace=1.0, stop=stop))
     for _ in range(100):  # bounded: the listener is up within a second
         try:
@@ -53,6 +55,12 @@ async def server() -> AsyncIterator[tuple[str, int]]:
     stop.set()
     await asyncio.wait_for(task, 10)
     sock.close()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[str, int]]:
+    async with serving(slow_stream) as address:
+        yield address
 
 
 async def read_all(reader: asyncio.StreamReader) -> tuple[bytes, str]:
@@ -164,22 +172,8 @@ async def echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 @pytest.fixture
 async def echoing() -> AsyncIterator[tuple[str, int]]:
-    sock = bind("127.0.0.1", 0)
-    stop = asyncio.Event()
-    listener = Listener("client", echo, sock, HEAD_TIMEOUT, 4096, 64 * 1024, 10.0)
-    task = asyncio.create_task(serve([listener], grace=1.0, stop=stop))
-    for _ in range(100):  # bounded: the listener is up within a second
-        try:
-            _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
-        except OSError:
-            await asyncio.sleep(0.01)
-            continue
-        writer.close()
-        break
-    yield sock.getsockname()[:2]
-    stop.set()
-    await asyncio.wait_for(task, 10)
-    sock.close()
+    async with serving(echo) as address:
+        yield address
 
 
 SMUGGLED = b"POST /smuggled HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\ninner"

@@ -63,35 +63,24 @@ ABORT_EXTENSION = "fairgate.abort"
 DISCONNECT_EXTENSION = "fairgate.on_disconnect"
 INVALID_BODY_EXTENSION = "fairgate.invalid_body"
 
-_431_BODY = error_body(
-    "request header fields too large", "invalid_request_error", "headers_too_large"
+
+def _closing_answer(status: bytes, message: str, code: str) -> bytes:
+    """A whole answer in the OpenAI error envelope, after which the connection closes."""
+    body = error_body(message, "invalid_request_error", code)
+    return (
+        b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
+        b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+
+
+_431 = _closing_answer(
+    b"431 Request Header Fields Too Large", "request header fields too large", "headers_too_large"
 )
-_431 = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-    b"connection: close\r\ncontent-length: "
-    + str(len(_431_BODY)).encode()
-    + b"\r\n\r\n"
-    + _431_BODY
-)
-_400_BODY = error_body("invalid HTTP request", "invalid_request_error", "invalid_http")
-_400 = (
-    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-    b"connection: close\r\ncontent-length: "
-    + str(len(_400_BODY)).encode()
-    + b"\r\n\r\n"
-    + _400_BODY
-)
-_UPGRADE_BODY = error_body(
+_400 = _closing_answer(b"400 Bad Request", "invalid HTTP request", "invalid_http")
+_UPGRADE = _closing_answer(
+    b"400 Bad Request",
     "protocol upgrades (Connection: Upgrade) are not supported; send the request without one",
-    "invalid_request_error",
     "upgrade_not_supported",
-)
-_UPGRADE = (
-    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-    b"connection: close\r\ncontent-length: "
-    + str(len(_UPGRADE_BODY)).encode()
-    + b"\r\n\r\n"
-    + _UPGRADE_BODY
 )
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 _LINGER = 1.0  # seconds a refused connection waits for its client to close first
