@@ -317,3 +317,47 @@ async def test_sign_ups_are_limited_per_network_alike_for_new_and_known_addresse
     assert len(await _stored(store)) == 2
     await parts.accounts.sign_up("fresh@example.org", PASSWORD, network="198.51.100.1")
     assert len(await _stored(store)) == 3
+
+
+async def test_an_account_whose_user_is_disabled_cannot_sign_in_hold_a_session_or_act(
+    parts: AccountsParts, tenancy: Tenancy
+) -> None:
+    await parts.accounts.sign_up(EMAIL, PASSWORD)
+    account = await parts.accounts.approve(OPERATOR, EMAIL, team="lab-nlp")
+    opened = await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
+    await tenancy.users.disable(OPERATOR, EMAIL)  # as `fairgate users disable` or SCIM
+    assert await parts.sessions.resolve(opened.cookie_value) is None
+    with pytest.raises(SignInRefused):
+        await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
+    # A session opened as the user was being disabled (a sign-in that raced it) is dead
+    # on its first request, and the account cannot act through a view read before.
+    raced = await parts.sessions.open_account(account.id)
+    assert await parts.sessions.resolve(raced.cookie_value) is None
+    with pytest.raises(Forbidden):
+        await parts.accounts.actor(account)
+    await tenancy.users.enable(OPERATOR, EMAIL)
+    assert await parts.sessions.resolve(raced.cookie_value) is not None
+    assert await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
+    assert (await parts.accounts.actor(account)).member_teams
+
+
+@pytest.mark.parametrize("state", ["pending", "suspended", "user disabled", "no account"])
+async def test_a_right_password_that_cannot_sign_in_stays_counted_as_a_guess(
+    parts: AccountsParts, tenancy: Tenancy, state: str
+) -> None:
+    # Giving the guess back for a right password would move the limit one attempt later
+    # for that password alone: the guesser would learn it, and, having signed the address
+    # up with a password of their own, whether it had an account before.
+    if state != "no account":
+        await parts.accounts.sign_up(EMAIL, PASSWORD)
+    if state in ("suspended", "user disabled"):
+        await parts.accounts.approve(OPERATOR, EMAIL, team="lab-nlp")
+    if state == "suspended":
+        await parts.accounts.suspend(OPERATOR, EMAIL)
+    if state == "user disabled":
+        await tenancy.users.disable(OPERATOR, EMAIL)
+    for _ in range(SETTINGS.guesses_per_address):
+        with pytest.raises(SignInRefused):
+            await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
+    with pytest.raises(TooManyGuesses):
+        await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)

@@ -19,6 +19,7 @@ FORM = {"content-type": "application/x-www-form-urlencoded", **SAME_ORIGIN}
         (b"&".join(b"f%d=1" % i for i in range(40)), FORM, 400),  # too many fields
         (b'{"email": "a@example.org"}', {**SAME_ORIGIN, "content-type": "application/json"}, 400),
         (b"email=a%40example.org&password=x%00yyyyyyyyyyyy", FORM, 400),  # NUL
+        (b"email=a%40example.org&password=yyyyyyyyyyyyyy&x%00y=1", FORM, 400),  # NUL in a name
     ],
 )
 async def test_a_hostile_body_is_a_page_with_its_status(

@@ -13,8 +13,11 @@ The enumeration and timing rules, in code below:
   exists (the dummy hash), then checks the account's state only after the
   password matched; every refusal is the same :class:`SignInRefused`.
 - Each attempt is charged per address and per network *before* the
-  verification (a right password gives it back), so a locked address costs no
-  CPU and concurrent attempts cannot slip past the limit.
+  verification (only a sign-in that succeeds gives it back), so a locked address
+  costs no CPU and concurrent attempts cannot slip past the limit.
+- An account whose user is disabled (``fairgate users disable``, SCIM ``active:
+  false``) is refused like a suspended one: at sign-in, on its sessions, and in
+  :meth:`Accounts.actor`.
 
 An approved account is a tenancy user named after its address, bound to the
 team (``member`` unless told otherwise) through ``Tenancy.users`` and
@@ -99,11 +102,12 @@ class Accounts:
         return None
 
     async def sign_in(self, email: str, password: str, *, network: str) -> OpenedSession:
-        """A new session for an active account whose password matches.
+        """A new session for an active account, its user enabled, whose password matches.
 
         SignInRefused for a wrong password, no account, a pending or a suspended
-        account (one answer); TooManyGuesses when the address or the network is at
-        its limit; VerifierBusy when the verification pool is full.
+        account, or one whose user is disabled (one answer, the attempt counted);
+        TooManyGuesses when the address or the network is at its limit; VerifierBusy
+        when the verification pool is full.
         """
         try:
             address = normalise_email(email)
@@ -119,11 +123,13 @@ class Accounts:
         except VerifierBusy:
             await self._guesses.refund(ticket)  # nothing was tried
             raise
-        if row is None or not verdict.ok:
-            raise SignInRefused()  # the attempt stays counted
-        await self._guesses.refund(ticket)
-        if row.state != "active":
+        if row is None or not verdict.ok or row.state != "active" or row.user_disabled:
+            # The attempt stays counted whatever the reason: giving it back for a right
+            # password on an account that may not sign in would tell the guesser which
+            # password was right (the limit arrives one attempt later), and, after a
+            # sign-up with a password of their own, whether the address had an account.
             raise SignInRefused()
+        await self._guesses.refund(ticket)
         if verdict.rehash:
             await self._rehash(row, password)
         return await self._sessions.open_account(row.id)
@@ -206,10 +212,16 @@ class Accounts:
 
     async def actor(self, account: Account) -> Actor:
         """The tenancy actor an approved account acts as (``user:EMAIL`` with its bindings),
-        read afresh each time so a removed binding applies at once."""
+        read afresh each time so a removed binding, a suspension or a disabled user applies
+        at once (Forbidden then)."""
         if account.user_id is None:
             raise Forbidden("the account is not approved", code="account_pending")
         async with self._store.read() as conn:
+            row = await rows.by_id(conn, account.id)
+            if row is None or row.state != "active" or row.user_disabled:
+                raise Forbidden(
+                    "the account is suspended or its user disabled", code="account_disabled"
+                )
             bound = await role_bindings.bindings_of(conn, account.user_id)
         holds = tuple(Holding(Role(b.role), b.scope_kind, b.scope_id) for b in bound)
         return Actor(name=f"user:{account.email}", user_id=account.user_id, holds=holds)

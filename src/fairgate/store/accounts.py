@@ -13,7 +13,7 @@ from typing import Literal
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairgate.store.tables import accounts, teams
+from fairgate.store.tables import accounts, teams, users
 
 __all__ = [
     "AccountRow",
@@ -48,6 +48,9 @@ class AccountRow:
     approved_at: datetime | None
     suspended_at: datetime | None
     notified_at: datetime | None
+    user_disabled: bool
+    """Its user is disabled (``fairgate users disable``, SCIM ``active: false``): the
+    account may not sign in or act, whatever its own state."""
 
 
 _QUERY = select(
@@ -62,7 +65,12 @@ _QUERY = select(
     accounts.c.approved_at,
     accounts.c.suspended_at,
     accounts.c.notified_at,
-).outerjoin_from(accounts, teams, accounts.c.team_id == teams.c.id)
+    users.c.disabled_at.is_not(None).label("user_disabled"),
+).select_from(
+    accounts.outerjoin(teams, accounts.c.team_id == teams.c.id).outerjoin(
+        users, accounts.c.user_id == users.c.id
+    )
+)
 
 
 async def insert_account(

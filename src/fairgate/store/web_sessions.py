@@ -2,8 +2,9 @@
 
 ``resolve`` is the one query a page request makes: the session joined with its
 account (and, for an admin session, its user), alive only while the session is
-within both timeouts and its account is active (its user enabled), so a
-suspension or a disabled user applies on the next request.
+within both timeouts and its account is active and that account's user enabled
+(an admin session: its user enabled), so a suspension or a disabled user applies
+on the next request.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Literal
 
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.orm import aliased
 
 from fairgate.store.accounts import State
 from fairgate.store.tables import accounts, teams, users, web_sessions
@@ -31,6 +33,9 @@ __all__ = [
 ]
 
 Kind = Literal["account", "admin"]
+
+_account_users = aliased(users)
+"""The user an account was approved as (``users`` itself joins an admin session's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +93,8 @@ async def resolve(
     conn: AsyncConnection, id_sha256: bytes, *, now: datetime, idle_since: datetime
 ) -> SessionRow | None:
     """The session stored under ``id_sha256`` if seen after ``idle_since``, not expired at
-    ``now``, and its account active (an account session) or its user enabled (an admin
-    session of a user); else None. One SELECT."""
+    ``now``, and its account active with its user enabled (an account session) or its user
+    enabled (an admin session of a user); else None. One SELECT."""
     query = (
         select(
             web_sessions.c.kind,
@@ -111,12 +116,17 @@ async def resolve(
         .outerjoin(accounts, web_sessions.c.account_id == accounts.c.id)
         .outerjoin(teams, accounts.c.team_id == teams.c.id)
         .outerjoin(users, web_sessions.c.user_id == users.c.id)
+        .outerjoin(_account_users, accounts.c.user_id == _account_users.c.id)
         .where(
             web_sessions.c.id_sha256 == id_sha256,
             web_sessions.c.expires_at > now,
             web_sessions.c.seen_at > idle_since,
             or_(
-                and_(web_sessions.c.kind == "account", accounts.c.state == "active"),
+                and_(
+                    web_sessions.c.kind == "account",
+                    accounts.c.state == "active",
+                    _account_users.c.disabled_at.is_(None),
+                ),
                 and_(
                     web_sessions.c.kind == "admin",
                     or_(web_sessions.c.user_id.is_(None), users.c.disabled_at.is_(None)),

@@ -77,7 +77,7 @@ def _parse(body: bytes) -> Form:
     for name, value in pairs:
         if name in fields:
             raise FormRefused(400, f"field {name!r} given twice")
-        if "\x00" in value:
+        if "\x00" in name or "\x00" in value:
             raise FormRefused(400, f"field {name!r} holds a NUL character")
         fields[name] = value
     return Form(fields)

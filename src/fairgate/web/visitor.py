@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from fairgate.accounts import COOKIE, Account, Accounts, Sessions, SessionView
+from fairgate.core.errors import Forbidden
 from fairgate.tenancy.actor import Actor
 from fairgate.web.errors import PageError
 from fairgate.web.forms import Form
@@ -53,7 +54,10 @@ class Visitors:
             return None
         if view.account.user_id is None:
             return None  # not approved: cannot be (resolve keeps active accounts only)
-        actor = await self._accounts.actor(view.account)
+        try:
+            actor = await self._accounts.actor(view.account)
+        except Forbidden:
+            return None  # suspended or its user disabled since the session was read
         actor = Actor(
             name=actor.name,
             user_id=actor.user_id,
