@@ -132,6 +132,17 @@ async def test_the_registered_claims_are_checked_after_the_signature(s: Setup) -
     assert await s.verifier.verify(sign(claims(), typ="application/AT+JWT"))
 
 
+async def test_a_required_typ_of_jwt_accepts_it_in_any_case(s: Setup) -> None:
+    # A workload issuer's tokens (a CI system's ID tokens) say "JWT": the exchange's
+    # `type: JWT` must take them, whatever the case on either side.
+    verifier = TokenVerifier(s.source, audience="fairgate", skew=60.0, clock=s.clock, typ="JWT")
+    for typ in ("JWT", "jwt", "application/JWT"):
+        assert await verifier.verify(s.provider.sign(claims(), typ=typ))
+    with pytest.raises(TokenRefused) as caught:
+        await verifier.verify(s.provider.sign(claims(), typ="at+jwt"))
+    assert caught.value.reason == "id_token"
+
+
 async def test_alg_none_and_every_hmac_algorithm_are_refused_before_any_key(s: Setup) -> None:
     payload = _b64(json.dumps(claims()).encode())
     none = _b64(json.dumps({"alg": "none", "typ": "at+jwt"}).encode()) + "." + payload + "."

@@ -106,8 +106,8 @@ def _number(value: object) -> float | None:
 class TokenVerifier:
     """Verifies tokens of one issuer for one audience (see the module docstring).
 
-    ``typ``: the ``typ`` header required (``at+jwt``, also as
-    ``application/at+jwt``, any case); None accepts any. ``skew`` (seconds) is the
+    ``typ``: the ``typ`` header required (``at+jwt`` or ``JWT``, also with
+    ``application/``, any case on either side); None accepts any. ``skew`` (seconds) is the
     tolerance on ``exp``, ``nbf`` and ``iat``.
     """
 
@@ -125,7 +125,7 @@ class TokenVerifier:
         self._audience = audience
         self._skew = skew
         self._clock = clock
-        self._typ = typ
+        self._typ = None if typ is None else typ.lower()  # compared with a lower-cased header
 
     def header_and_issuer(self, token: str) -> tuple[dict[str, Any], object]:
         """The header and the unverified ``iss`` of a JWS-compact ``token`` (TokenRefused
