@@ -285,6 +285,14 @@ def test_map_rules_first_match_wins_on_a_string_or_a_list() -> None:
     assert place(rules, {}) is None
 
 
+def test_a_map_rule_on_email_needs_the_address_verified() -> None:
+    rules = [Rule("ada@x.org", "phys", claim="email")]
+    assert place(rules, {"email": "ada@x.org"}) is None
+    assert place(rules, {"email": "ada@x.org", "email_verified": "true"}) is None
+    verified = place(rules, {"email": "ada@x.org", "email_verified": True})
+    assert verified is not None and verified.team == "phys"
+
+
 def test_a_person_key_id_is_stable_and_separates_issuer_from_subject() -> None:
     a = person_key_id("https://a", "b:c")
     assert a == person_key_id("https://a", "b:c") and a.startswith("jwt-") and len(a) == 26

@@ -32,7 +32,7 @@ RULES = (
 
 
 def test_every_matching_rule_applies_once_in_order() -> None:
-    claims = {"groups": ["physics", "admins"], "email": "ada@x.org"}
+    claims = {"groups": ["physics", "admins"], "email": "ada@x.org", "email_verified": True}
     assert claim_roles(claims, RULES) == (
         SsoBinding("proxy_admin"),
         SsoBinding("org_admin", org="physics"),
@@ -46,3 +46,15 @@ def test_a_claim_holds_a_value_as_a_string_or_in_a_list_and_nothing_else() -> No
     assert claim_roles({"groups": {"admins": True}}, RULES) == ()
     assert claim_roles({"groups": [["admins"]]}, RULES) == ()
     assert claim_roles({}, RULES) == ()
+
+
+def test_an_email_binding_needs_the_address_verified() -> None:
+    # A provider that lets people type their own address would hand the binding to
+    # whoever claims it: unverified, the address holds nothing (as for the name).
+    rules = (SsoRole(claim="email", value="auditor@x.org", role="org_admin", org="a"),)
+    for verified in (False, "true", None):
+        claims = {"email": "auditor@x.org", "email_verified": verified}
+        assert claim_roles(claims, rules) == ()
+    assert claim_roles({"email": "auditor@x.org"}, rules) == ()
+    verified_claims = {"email": "auditor@x.org", "email_verified": True}
+    assert claim_roles(verified_claims, rules) == (SsoBinding("org_admin", org="a"),)

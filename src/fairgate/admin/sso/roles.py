@@ -45,7 +45,7 @@ def claim_roles(claims: Mapping[str, object], rules: Sequence[SsoRole]) -> tuple
     """The bindings of every rule whose claim holds its value, in rule order, without repeats."""
     found: list[SsoBinding] = []
     for rule in rules:
-        if not claim_holds(claims.get(rule.claim), rule.value):
+        if not claim_holds(claims, rule.claim, rule.value):
             continue
         binding = SsoBinding(role=rule.role, org=rule.org, team=rule.team)
         if binding not in found:

@@ -40,7 +40,7 @@ class Placement:
 def place(rules: Sequence[Rule], claims: Mapping[str, Any]) -> Placement | None:
     """The first rule's team and project whose claim holds its value; None if none does."""
     for rule in rules:
-        if claim_holds(claims.get(rule.claim), rule.value):
+        if claim_holds(claims, rule.claim, rule.value):
             return Placement(rule.team, rule.project)
     return None
 
