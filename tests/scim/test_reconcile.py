@@ -85,6 +85,23 @@ async def test_only_scims_own_grants_are_taken_away(store: Store, tenancy: Tenan
     assert await _roles(store, "ann") == {("viewer", "phys"), ("member", "phys")}
 
 
+async def test_the_same_pair_granted_again_by_hand_stays_when_scim_takes_its_own_away(
+    store: Store, tenancy: Tenancy
+) -> None:
+    await tenancy.orgs.create(OP, "o")
+    await tenancy.teams.create(OP, name="phys", org="o")
+    await _put(store, "u1", "User", "ann")
+    await _put(store, "g1", "Group", "physics", members=[{"value": "u1"}])
+    await _reconcile(store)
+    # An administrator takes SCIM's binding over: revoked by hand, granted by hand.
+    await tenancy.roles.revoke(OP, user="ann", role="member", team="phys")
+    await tenancy.roles.grant(OP, user="ann", role="member", team="phys")
+    await _reconcile(store)
+    await _put(store, "g1", "Group", "physics", members=[])
+    await _reconcile(store)
+    assert await _roles(store, "ann") == {("member", "phys")}
+
+
 async def test_a_renamed_user_is_a_new_user_and_the_old_name_is_disabled(
     store: Store, tenancy: Tenancy
 ) -> None:

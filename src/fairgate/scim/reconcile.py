@@ -227,9 +227,16 @@ async def _bind(conn: AsyncConnection, grant: Grant, now: datetime) -> None:
 
 
 async def _unbind(conn: AsyncConnection, grant: Grant) -> bool:
+    """Remove SCIM's binding of ``grant``; one granted by hand since (the pair revoked by
+    hand, then granted again) is not SCIM's to take, though its grant is still recorded."""
     user_id, role, team_id = grant
     return await role_bindings.delete_binding(
-        conn, user_id=user_id, role=role, scope_kind="team", scope_id=team_id
+        conn,
+        user_id=user_id,
+        role=role,
+        scope_kind="team",
+        scope_id=team_id,
+        where=bindings_table.c.created_by == ACTOR,
     )
 
 
