@@ -401,11 +401,17 @@ async def test_callers_cancelled_on_the_way_in_and_out_leave_nothing_held(
     store = RedisCounterStore(private_redis.url, timeout=10.0, max_connections=1)
     admin = Redis.from_url(private_redis.url)
     slots = [InFlightCharge("inflight:k", 2)]
+    # The cancelled acquisition's window and period charges (rpm, rpd, a budget) are
+    # given back too: its request never ran, so nothing of it stays charged.
+    counted = [
+        WindowCharge("rpm:k", 1, 10),
+        PeriodCharge("budget:k", 50, 1000, T0 + 60, T0 + 120, True),
+    ]
     try:
         first = await store.acquire(slots, T0)
         assert first.lease is not None
         await admin.client_pause(400, all=False)  # scripts wait
-        way_in = asyncio.create_task(store.acquire(slots, T0))
+        way_in = asyncio.create_task(store.acquire([*slots, *counted], T0))
         await scripts_waiting(admin, 1)
         way_out = asyncio.create_task(store.settle(first.lease, {}, T0))
         await asyncio.sleep(0.05)  # the settle waits for the one connection
@@ -415,7 +421,7 @@ async def test_callers_cancelled_on_the_way_in_and_out_leave_nothing_held(
         assert all(type(r) is asyncio.CancelledError for r in results)
         while store._pending:  # the work the cancelled callers left, then nothing held
             await asyncio.gather(*store._pending, return_exceptions=True)
-        assert await store.read(slots, T0) == (0,)
+        assert await store.read([*slots, *counted], T0) == (0, 0, 0)
     finally:
         await admin.aclose()
         await store.aclose()

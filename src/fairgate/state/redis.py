@@ -473,7 +473,10 @@ class RedisCounterStore:
         if int(reply[0]) != 0:
             return
         orphan = Lease(lease_id, tuple(charges), now, _mark_of(charges, map(int, reply[1:])))
-        undo = asyncio.ensure_future(self.settle(orphan, {}, now, release=released))
+        # Its request never ran: every charge is given back, not only the slot (an empty
+        # ``actual`` would leave the windows, the day's counts and budgets charged).
+        nothing = {c.key: 0 for c in charges if type(c) is WindowCharge or type(c) is PeriodCharge}
+        undo = asyncio.ensure_future(self.settle(orphan, nothing, now, release=released))
         self._pending.add(undo)
         undo.add_done_callback(self._finished)
 
