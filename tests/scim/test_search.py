@@ -96,6 +96,18 @@ async def test_an_eq_filter_on_the_name_reads_by_the_name_index(
     assert "name_key" in seen[0]
 
 
+async def test_a_group_created_with_spaces_around_its_name_is_found_by_the_name(
+    store: Store, clock: FakeClock
+) -> None:
+    # A provider looks a group up before creating it: the group the uniqueness check
+    # says exists must be the one the lookup finds, or the provider never converges.
+    storage = _storage(store, clock)
+    made = await storage.create(_types(storage, "Group")[0], Group(display_name=" Lab A  "))
+    assert made.display_name == "Lab A"
+    total, found = await _search(storage, "Group", filter='displayName eq "lab a"')
+    assert total == 1 and [g.id for g in found] == [made.id]
+
+
 async def test_other_filters_read_everything_and_stay_exact(store: Store, clock: FakeClock) -> None:
     storage = _storage(store, clock)
     await _directory(storage)

@@ -277,6 +277,9 @@ def _identity(kind: str, resource: Resource[Any]) -> tuple[str, bool]:
     name = (group.display_name or "").strip()
     if not 1 <= len(name) <= 256:
         raise InvalidValueException(detail="displayName: 1 to 256 characters")
+    # kept as checked: a lookup by the trimmed name must find the group the
+    # uniqueness check (on the trimmed name) says exists
+    group.display_name = name
     return name, True
 
 
