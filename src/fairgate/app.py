@@ -417,6 +417,7 @@ class Gateway:
                 registry=self.registry,
                 settler=settler,
                 retries=config.proxy.retries,
+                limit=self.limit,
             ),
             settler=settler,
             request_ids=_request_ids(),

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 from redis.asyncio import Redis
-from tests.e2e.conftest import AUTH, StartSim, add_key, model, state_section
+from tests.e2e.conftest import AUTH, HEAVIEST_FIRST, StartSim, add_key, model, state_section
 from tests.e2e.robust_wire import chat_body, connect, post, read_until, until
 from tests.e2e.test_limits import PRICES, chat, configure, refusal
 from tests.redis_keys import delete_prefix
@@ -246,6 +246,67 @@ def test_an_expensive_attempt_that_timed_out_is_charged_at_its_own_prices(
             "the usage record written",
         )
     assert row == ("small", 2, 200, 1, 100 * 1000 + 100)
+
+
+def test_retries_after_unanswered_attempts_keep_a_budget_within_one_reservation(
+    tmp_path: Path, start_sim: StartSim, state: dict[str, Any]
+) -> None:
+    """Replica r0, tried first, takes every request and never answers in time; r1 answers.
+    An attempt on r0 is charged its reservation on top of the one that serves, so a retry
+    is made only while the budget takes one more reservation, as an admission is: twenty
+    requests at once against room for five end the budget at most one reservation above
+    its cap. Before, every admitted request's retry was made and the budget ended at
+    twice its cap (three times with two such replicas)."""
+    stalled = start_sim("--model", "m", "--speed", "0", "--stall-before-headers", "3s")
+    good = start_sim("--model", "m", "--speed", "0")
+    upstreams = [{"name": "r0", "url": stalled.url, "weight": 2}, {"name": "r1", "url": good.url}]
+    config = configure(
+        tmp_path,
+        [model("m", upstreams=upstreams, routing=HEAVIEST_FIRST, cost=PRICES)],
+        budgets=[("team:t", 50)],
+        limits_section={"headers_timeout": "1s"},
+        proxy={"retries": 2},
+        state=state,
+    )
+
+    async def burst(url: str) -> list[int]:
+        async with httpx.AsyncClient(
+            base_url=url,
+            headers=AUTH,
+            timeout=60,
+            limits=httpx.Limits(max_connections=20, max_keepalive_connections=0),
+        ) as client:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
+            answers = await asyncio.gather(
+                *(client.post("/v1/chat/completions", json=body) for _ in range(20))
+            )
+            return [a.status_code for a in answers]
+
+    with GatewayProcess(config) as gateway:
+        statuses = asyncio.run(burst(gateway.url))
+        assert statuses.count(429) >= 15, statuses  # admission: room for five
+        with sqlite3.connect(tmp_path / "fairgate.db") as db:
+            records = until(
+                lambda: (
+                    rows
+                    if len(
+                        rows := db.execute(
+                            "SELECT status, attempts, cost_micro FROM usage_records"
+                            " WHERE status != 429"
+                        ).fetchall()
+                    )
+                    == 20 - statuses.count(429)
+                    else None
+                ),
+                20,
+                "the admitted requests' records",
+            )
+        me = httpx.get(gateway.url + "/me", headers=AUTH, timeout=10).json()
+    [budget] = me["budgets"]
+    assert budget["spent_micro"] == sum(cost for _, _, cost in records)
+    assert budget["spent_micro"] <= 50 + 10, (records, statuses)
+    # every admitted request reached r0, which had it: each is charged at least that
+    assert all(attempts >= 1 and cost >= 10 for _, attempts, cost in records), records
 
 
 def test_a_restart_keeps_the_spend_of_the_period(tmp_path: Path, start_sim: StartSim) -> None:

@@ -8,8 +8,9 @@ model, replicas the router picks (``upstream.ReplicaRegistry``) that were not
 tried yet, at most ``1 + retries`` attempts in all. An attempt that fails
 before anything reached the client (``relay.AttemptFailed``) is counted against
 its replica's breaker (unless the failure is not the replica's) and another is
-tried if the failure allows; once the client has bytes, an error ends the
-request. When every try failed, the last failure is the answer: the engine's
+tried if the failure allows (after an attempt an engine may have worked on, only if
+the budgets take one more reservation: ``Limit.retry``); once the client has bytes,
+an error ends the request. When every try failed, the last failure is the answer: the engine's
 own failed answer if it gave one, else the gateway's error.
 """
 
@@ -32,6 +33,7 @@ from fairgate.proxy.share import share_header
 from fairgate.proxy.ticket import Ticket
 
 if TYPE_CHECKING:
+    from fairgate.proxy.limit import Limit
     from fairgate.upstream.registry import ReplicaRegistry
     from fairgate.upstream.replica import Replica
 
@@ -42,12 +44,19 @@ class Forwarder:
     """Routes and relays one request over its model chain; built once by the Gateway."""
 
     def __init__(
-        self, *, relay: Relay, registry: ReplicaRegistry, settler: Settler, retries: int
+        self,
+        *,
+        relay: Relay,
+        registry: ReplicaRegistry,
+        settler: Settler,
+        retries: int,
+        limit: Limit | None = None,
     ) -> None:
         self._relay = relay
         self._registry = registry
         self._settler = settler
         self._retries = retries
+        self._limit = limit
 
     async def forward(self, ex: Exchange, entry: ModelEntry, send: Send, ticket: Ticket) -> None:
         """Serve ``ex`` from a replica of its chain, or answer with the last failure."""
@@ -60,6 +69,13 @@ class Forwarder:
                 last = failed
                 if not failed.retryable:
                     break
+                if (
+                    failed.ran
+                    and self._limit is not None
+                    and ex.attempts <= self._retries
+                    and not await self._limit.retry(ex, ticket, candidate.name)
+                ):
+                    break  # the budgets cannot pay for another attempt: the last failure
                 continue
             if position:
                 self._settler.fell_back(ex.requested_model, candidate.name)

@@ -3,6 +3,7 @@
     limit.check_head(principal)        # before the body: RateLimited 429
     await limit.enter(ex, ticket, claim)   # after the read: RateLimited 429, 503
     ...                                    # admit, route, relay
+    await limit.retry(ex, ticket, model)   # before a retry after an unanswered attempt
     await limit.leave(ticket, ex)          # by the settle stage, whatever happened
 
 ``enter`` is one atomic check-and-charge of the key's rate limits (and its
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 from fairgate.accounting import Prices
 from fairgate.core.clock import Clock
-from fairgate.core.errors import RateLimited
+from fairgate.core.errors import RateLimited, ServiceUnavailable
 from fairgate.core.memo import BoundedMemo
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
@@ -184,6 +185,45 @@ class Limit:
         free = not budgets and limits == _NO_LIMITS and team_limits == _NO_LIMITS
         return _Terms(principal, subject, model, limits, team_limits, budgets, prices, free)
 
+    async def retry(self, ex: Exchange, ticket: Ticket, tried: str) -> bool:
+        """Charge ``ex``'s budgets one more reservation, at the prices of the model
+        ``tried``, before a retry that follows an attempt an engine may have worked on;
+        False when a budget refuses it (or the state is down and the limiter fails
+        closed): the retry is then not made.
+
+        That attempt is charged on top of whichever one serves (``proxy.reservation``),
+        so without this charge each admitted request could spend ``1 + retries``
+        reservations while its budgets' counters held one: concurrent requests whose
+        attempts time out would end a budget far above its cap. Charged like an
+        admission, a retry is made only while the budgets are below their caps, and the
+        bound stays one reservation. ``leave`` gives these charges back (the request's
+        own settle charges every attempt's cost)."""
+        principal = ex.principal
+        reservation = ex.reservation
+        if principal is None or reservation is None:
+            return True
+        terms = self._terms_of(principal, ex)
+        prices = self._prices.get(tried)
+        if not terms.budgets or prices is None:
+            return True  # no budget binds it, or the attempt costs nothing
+        cost = prices.cost_of(reservation)
+        if cost.micro <= 0:
+            return True
+        demand = Demand(terms.subject, _NO_LIMITS, terms.model, 1, cost, terms.budgets)
+        now = self._clock.wall()
+        try:
+            admitted = await self._limiter.admit(demand, now)
+        except (RateLimited, ServiceUnavailable):
+            return False
+        if admitted.lease is not None:
+            if ticket.retries is None:
+                ticket.retries = []
+            ticket.retries.append(admitted)
+        if self._on_soft_limit is not None and admitted.soft_crossed:
+            for budget, spent in zip(admitted.soft_crossed, admitted.soft_spent, strict=True):
+                self._on_soft_limit(budget, now, spent)
+        return True
+
     async def leave(self, ticket: Ticket, ex: Exchange) -> None:
         """Give back the in-flight slot ``ticket`` holds and charge the real usage:
         ``ex.usage`` and ``ex.cost``, set by the settle stage (``proxy.settle``); no usage
@@ -196,6 +236,12 @@ class Limit:
             # first: this process's count may never exceed the shared one
             self._head.left(ticket.head_key)
             ticket.head_key = None
+        if ticket.retries is not None:
+            retries, ticket.retries = ticket.retries, None
+            for extra in retries:  # the request's own settle below charges every attempt
+                await self._limiter.settle(
+                    extra, tokens=None, cost=Money(0), now=self._clock.wall()
+                )
         admitted, ticket.limits = ticket.limits, None
         due = ticket.due
         release = charge = None

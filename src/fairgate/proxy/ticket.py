@@ -57,6 +57,7 @@ class Ticket:
     held: float = 0.0  # seconds the gateway held it before it was dispatched
     ahead: bool = False  # the fair-share claim rode with the limits (``limits.claim``)
     due: Due | None = None  # owed to the fair-share state on the way out
+    retries: list[Admission] | None = None  # budgets charged again for retries (``Limit.retry``)
 
     @property
     def within_share(self) -> bool | None:
