@@ -37,6 +37,22 @@ async def test_within_share_requests_get_priority_0_then_the_org_borrows(store: 
     assert g.fairshare_counts()[("p", "a")] == (0, 0)
 
 
+async def test_a_request_of_several_sequences_borrows_and_holds_no_seat(store: Any) -> None:
+    # A seat is one engine sequence. Claimed as one seat, a request with n=8 and 16
+    # prompts ran 128 sequences at priority 0 on it, ahead of every other organisation.
+    g = stages(store, pools=True)
+    several = exchange(A)
+    several.sequences = 8
+    wide = await g.enter(several)
+    assert wide.priority == 10 and wide.borrowing  # a's reservation (2 seats) untouched
+    assert g.fairshare_counts()[("p", "a")] == (0, 1)
+    seated = [await g.enter(exchange(A)) for _ in range(2)]
+    assert [t.priority for t in seated] == [0, 0]  # its seats are still its own
+    for t in (wide, *seated):
+        await g.leave(t, exchange(A))
+    assert g.fairshare_counts()[("p", "a")] == (0, 0)
+
+
 async def test_usage_is_charged_when_a_request_ends_and_ranks_the_borrower(store: Any) -> None:
     g = stages(store, pools=True)
     ticket = await g.enter(exchange(A))

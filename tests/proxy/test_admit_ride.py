@@ -109,6 +109,20 @@ async def test_the_reading_that_let_the_claim_ride_admits_when_nothing_ran_betwe
     await g.leave(ticket, served(ex, 10, 10))
 
 
+async def test_a_request_of_several_sequences_claims_no_seat_in_the_limit_stage_s_call(
+    store: Any,
+) -> None:
+    ride = _Ride(store)
+    g = ride.stages
+    ex, ticket = exchange(A), Ticket()
+    ex.sequences = 4  # e.g. n=4: a borrower, whose claim would hold four seats' work on one
+    await g.enter_limit(ex, ticket)
+    assert not ticket.ahead and await ride.held() == {}
+    await g.admit.enter(ex, ticket)
+    assert ticket.within_share is False and await ride.held() == {}
+    await g.leave(ticket, served(ex, 10, 10))
+
+
 async def test_a_claim_that_rode_is_given_back_when_the_band_fills_before_admit(
     store: Any,
 ) -> None:

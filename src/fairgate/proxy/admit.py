@@ -178,6 +178,8 @@ class Admit:
             # enter's try_admit takes the reading again if nothing else ran meanwhile
             # (the limit stage did not await): one saturation reading for the request
             self._ahead = (ex, band.name, reading)
+        if ex.sequences > 1:
+            return None  # never within share (``_claim``): nothing to claim
         policy = self.policy
         assert policy is not None
         org, team = principal.org, principal.team
@@ -231,9 +233,10 @@ class Admit:
             if fair:
                 assert pool is not None
                 ticket.team = principal.team
-                await self._claim(ticket, pool, principal.org, model, self._clock.wall())
+                now = self._clock.wall()
+                await self._claim(ticket, pool, principal.org, model, now, ex.sequences)
                 if ticket.borrowing and ticket.claim is not None and self._dispatcher is not None:
-                    await self._dispatch(ticket, pool, principal.org, model)
+                    await self._dispatch(ticket, pool, principal.org, model, ex.sequences)
                 if self._on_claim is not None:
                     self._on_claim(pool, principal.org, ticket.borrowing)
         except BaseException:
@@ -334,12 +337,24 @@ class Admit:
     def _now(self) -> float:
         return self._clock.wall()
 
-    async def _claim(self, ticket: Ticket, pool: str, org: str, model: str, now: float) -> None:
+    async def _claim(
+        self, ticket: Ticket, pool: str, org: str, model: str, now: float, sequences: int = 1
+    ) -> None:
+        """Take a within-share slot of ``org`` in ``pool`` onto ``ticket``, or borrow, and
+        decide the request's priority.
+
+        A slot is one engine sequence's seat, and a claim takes one slot: a request that
+        runs several sequences (``n``, ``best_of``, several prompts) never claims and
+        always borrows, ranked by its organisation's usage. Claimed as one slot, such a
+        request would run up to ``max_prompts × max_n`` sequences on one reserved seat
+        at the within-share priority, ahead of every other organisation's."""
         assert self.policy is not None and self.state is not None
         policy = self.policy
         claim: Claim | None = None
         ridden = self._take_ahead(ticket)
-        if ridden is not None:  # made by the limit stage's call (``claim_ahead``)
+        if sequences > 1:
+            claim = Claim(pool, org, False, 0, None, now)  # a borrower: holds nothing
+        elif ridden is not None:  # made by the limit stage's call (``claim_ahead``)
             claim, ridden.claim = ridden.claim, None
             # Without the shared count no reservation can be proven: borrow, at the
             # lowest rank (the safe answer), and serve the request.
@@ -383,7 +398,9 @@ class Admit:
         )
         ticket.priority, ticket.rank = decision.priority, decision.rank
 
-    async def _dispatch(self, ticket: Ticket, pool: str, org: str, model: str) -> None:
+    async def _dispatch(
+        self, ticket: Ticket, pool: str, org: str, model: str, sequences: int = 1
+    ) -> None:
         """A borrower in a full pool waits in the dispatcher's queue, holding no claim, and
         is claimed again when it may go: within share if a seat of its organisation came
         free meanwhile, else borrowing at the rank its organisation has then."""
@@ -405,7 +422,7 @@ class Admit:
         cls = int(_class(self._classes.get(model)))
         ticket.grant = await dispatcher.wait(pool, org, cls, self._owner_team(ticket))
         ticket.held = ticket.grant.waited
-        await self._claim(ticket, pool, org, model, self._clock.wall())
+        await self._claim(ticket, pool, org, model, self._clock.wall(), sequences)
 
     def _owner_team(self, ticket: Ticket) -> str:
         """The team a held borrower is ranked and queued under: its own where teams have
