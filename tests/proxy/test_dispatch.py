@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Collection, Mapping
 
@@ -96,9 +97,12 @@ def test_room_is_batch_plus_depth_minus_what_is_there() -> None:
     snap = ReplicaSnapshot("e1", "m", in_flight=30, running=33.0, waiting=2.0)
     assert room([snap], {"m/e1": 32.0}, 0) == 32 + 8 - 30  # automatic depth: a quarter
     assert room([snap], {"m/e1": 32.0}, 3, depth=2, others={"m/e1": 5.0}) == 32 + 2 - 30 - 5 - 3
-    # a load nobody knows, or no replica able to take traffic: nothing is held on a guess
+    # no load known at all, or no replica able to take traffic: nothing is held on a guess
     unknown = ReplicaSnapshot("e2", "m", in_flight=50)
-    assert room([snap, unknown], {"m/e1": 32.0}, 0) == math.inf
+    assert room([unknown], {"m/e2": 32.0}, 0) == math.inf
+    # one replica's scrape gone stale among known ones: it counts at its seats less this
+    # gateway's requests there, not as endless room that lets every held borrower go
+    assert room([snap, unknown], {"m/e1": 32.0, "m/e2": 32.0}, 0) == (32 + 8 - 30) + (32 + 8 - 50)
     down = ReplicaSnapshot("e1", "m", healthy=False, in_flight=99, running=1.0)
     assert room([down], {}, 0) == math.inf
     assert room([down, snap], {"m/e1": 32.0}, 0, depth=0) == 2
@@ -265,6 +269,44 @@ async def test_an_engine_whose_load_is_unknown_holds_nothing() -> None:
     assert d.grant_now("p") is not None
     engine.scraped, engine.healthy = True, False  # the only replica is down: routing answers
     assert d.grant_now("p") is not None
+
+
+async def test_one_replica_s_stale_scrape_does_not_let_every_held_borrower_go() -> None:
+    # Two engines of four seats, full; five borrowers held. The second engine's scrape
+    # goes stale (a slow /metrics) while it keeps serving: before, the pool's room became
+    # endless and all five went at once, at the ranks of that moment, onto full engines.
+    one, two, clock = Engine(), Engine(), Clock()
+
+    def both() -> list[ReplicaSnapshot]:
+        return [*one.snapshots(), dataclasses.replace(two.snapshots()[0], name="e2")]
+
+    d = Dispatcher(
+        {"p": PoolEngines(both, CapacityTracker(4, probe_fraction=0))},
+        ranks=lambda pool, owners: dict.fromkeys(owners, 0),
+        clock=clock,
+        queue_size=10,
+        queue_ttl=30.0,
+        depth=0,
+    )
+    grants = []
+    for engine in (one, one, one, one, two, two, two, two):
+        grant = d.grant_now("p")
+        assert grant is not None
+        sent(engine, grant)
+        grants.append(grant)
+    held = [asyncio.create_task(d.wait("p", "a", 0)) for _ in range(5)]
+    await settle()
+    assert d.held("p") == 5
+    two.scraped = False
+    d.recheck()
+    await settle()
+    assert d.held("p") == 5  # the stale engine counts at its seats, all taken
+    finished(two, d, grants[-1])  # a seat frees there: one borrower goes, not five
+    await settle()
+    assert d.held("p") == 4 and sum(t.done() for t in held) == 1
+    for task in held:
+        task.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
 
 
 async def test_the_batch_capacity_is_learned_from_the_engine() -> None:

@@ -110,8 +110,13 @@ def room(
     others: Mapping[str, float] | None = None,
 ) -> float:
     """Borrowers the pool can take now, ``Σ (C_r + d_r) − Σ (in_flight_r + others_r) −
-    pending`` over the replicas that can take traffic; ``math.inf`` when one of them
-    reports no load or none can take traffic.
+    pending`` over the replicas that can take traffic; ``math.inf`` when none can take
+    traffic or none of them reports its load (nothing is held on a guess).
+
+    A replica whose load is unknown (no fresh scrape) among others whose load is known
+    counts at its seats less this gateway's requests there (the others' last count
+    went with the scrape): a stale scrape of one replica must not let every held
+    borrower of the pool go at once, at the ranks of that moment.
 
     ``capacities`` maps ``replica_key`` to the learned batch capacity (missing:
     ``default_capacity``); ``depth`` is the engine queue depth per replica (None:
@@ -128,11 +133,12 @@ def room(
     for replica in snapshots:
         if not replica.healthy or replica.breaker_open:
             continue
-        if replica.running is None:
-            return math.inf  # its load is unknown: nothing is held on a guess
         key = replica_key(replica)
         capacity = capacities.get(key, default_capacity)
         kept = automatic_depth(capacity) if depth is None else depth
+        if replica.running is None:  # its load is unknown: its seats, this gateway's use
+            total += capacity + kept - replica.in_flight
+            continue
         total += capacity + kept - replica.in_flight - others.get(key, 0.0)
         counted = True
     return total if counted else math.inf
