@@ -113,6 +113,37 @@ async def test_a_fallback_chain_reserves_every_models_budget_and_charges_the_one
     assert [b.spent for b in usage.budgets] == [Money(0), real, real]
 
 
+@pytest.mark.parametrize("m_full", [False, True])
+async def test_a_retry_takes_one_more_reservation_of_the_tried_model_s_budgets_only(
+    store: Any, m_full: bool
+) -> None:
+    # Reserved at the dearest model of the chain (y) on every budget, the request fills
+    # y's budget at admission. Its attempt on m got no answer: a retry on m is charged to
+    # the budgets that attempt is charged to (all models, m's own), not to y's, and is
+    # refused only when one of those is full.
+    expensive = {**PRICES, "y": Prices(Money.from_units(5).micro, Money.from_units(7).micro, 0)}
+    probe = exchange(A)
+    reserved = expensive["y"].cost_of(probe.reservation.usage())  # type: ignore[union-attr]
+    budgets = (
+        Budget("team", "ta", "m", "day", max=reserved if m_full else Money(10**12)),
+        Budget("team", "ta", "y", "day", max=reserved),
+        Budget("team", "ta", None, "day", max=Money(10**12)),
+    )
+    g = stages(store, budgets=budgets, prices=expensive)
+    limiter = Limiter(store)
+    ex = exchange(A)
+    ex.chain = ("m", "y")
+    ticket = await g.enter(ex)
+    assert await g.limit.retry(ex, ticket, "m") is not m_full
+    ex.unanswered = ("m",)
+    done = served(ex, 10, 10)
+    await g.leave(ticket, done)
+    usage = await limiter.usage(Subject("ka", "a", "ta"), Limits(), budgets, time.time())
+    # the settle charged every attempt and the retry's charge was given back
+    assert usage.budgets[2].spent == done.cost and done.cost.micro > 0
+    assert usage.budgets[1].spent == Money(0)  # y never ran
+
+
 async def test_a_new_budget_book_binds_the_next_request_of_a_key_already_seen() -> None:
     books = [BudgetBook()]
     g = Stages(

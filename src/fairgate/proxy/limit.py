@@ -204,12 +204,14 @@ class Limit:
             return True
         terms = self._terms_of(principal, ex)
         prices = self._prices.get(tried)
-        if not terms.budgets or prices is None:
+        # the budgets that attempt is charged to: all-model ones and the tried model's own
+        budgets = tuple(b for b in terms.budgets if b.model is None or b.model == tried)
+        if not budgets or prices is None:
             return True  # no budget binds it, or the attempt costs nothing
         cost = prices.cost_of(reservation)
         if cost.micro <= 0:
             return True
-        demand = Demand(terms.subject, _NO_LIMITS, terms.model, 1, cost, terms.budgets)
+        demand = Demand(terms.subject, _NO_LIMITS, terms.model, 1, cost, budgets)
         now = self._clock.wall()
         try:
             admitted = await self._limiter.admit(demand, now)
@@ -236,12 +238,6 @@ class Limit:
             # first: this process's count may never exceed the shared one
             self._head.left(ticket.head_key)
             ticket.head_key = None
-        if ticket.retries is not None:
-            retries, ticket.retries = ticket.retries, None
-            for extra in retries:  # the request's own settle below charges every attempt
-                await self._limiter.settle(
-                    extra, tokens=None, cost=Money(0), now=self._clock.wall()
-                )
         admitted, ticket.limits = ticket.limits, None
         due = ticket.due
         release = charge = None
@@ -250,6 +246,8 @@ class Limit:
             ticket.due, release, charge = due.paid(), due.claim, due.charge
         if admitted is None:
             if release is None and charge is None:
+                if ticket.retries is not None:
+                    await self._give_back_retries(ticket)
                 return
             admitted = Admission(lease=None)
         usage = ex.usage
@@ -268,6 +266,19 @@ class Limit:
         if due is not None and ((release is not None and release.lease is not None) or charge):
             # the call carried the admit stage's business: it notes whether it got through
             ticket.due = due.paid(answered)
+        if ticket.retries is not None:
+            await self._give_back_retries(ticket)
+
+    async def _give_back_retries(self, ticket: Ticket) -> None:
+        """Give back what ``retry`` charged, after the request's own settle charged every
+        attempt: until then the counters hold at least what the request owes, and a
+        settle cancelled between the two leaves the counters above what was spent (the
+        records are right), never below."""
+        retries, ticket.retries = ticket.retries, None
+        if retries is None:
+            return
+        for extra in retries:
+            await self._limiter.settle(extra, tokens=None, cost=Money(0), now=self._clock.wall())
 
     async def meter(self, ex: Exchange) -> None:
         """Count a request the gateway answers itself (``GET /v1/models``, ``GET /me``)
