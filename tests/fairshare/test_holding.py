@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairgate.fairshare.holding import HeldBorrowers
+from fairgate.fairshare.holding import SEATLESS, HeldBorrowers
 
 
 def ranks(**by_org: int) -> dict[tuple[str, str], int]:
@@ -80,6 +80,16 @@ def test_a_freed_seat_of_the_reservation_takes_the_organisations_own_best() -> N
     assert queue.pop_org("A") == "A2"  # interactive before batch, whatever the ranks
     assert queue.pop_org("C") is None
     assert drain(queue) == ["B1", "A3", "A1"]
+
+
+def test_a_freed_seat_never_takes_a_borrower_that_cannot_sit() -> None:
+    # A request of several sequences always borrows: let go for a freed seat, it would
+    # enter a full pool while its organisation's seated waiters stay held.
+    queue = filled(("A-wide", SEATLESS), ("B1", 0), ("A1", 1))
+    queue.rerank(ranks(A=0, B=1))
+    assert queue.pop_org("A") == "A1"
+    assert queue.pop_org("A") is None
+    assert drain(queue) == ["A-wide", "B1"]  # by rank it still goes in its turn
 
 
 def test_many_callers_leaving_leave_no_stale_entries_behind() -> None:

@@ -115,6 +115,14 @@ async def test_the_state_back_end_down_fails_closed_and_borrows_for_fair_share()
         # 100 for interactive), never within a reservation it cannot prove
         ticket = await stages(down, pools=True).enter(exchange(A))
         assert ticket.priority == 100
+        # a request of several sequences too, though it never asks the state to claim
+        g = stages(down, pools=True)
+        wide = exchange(A)
+        wide.sequences = 4
+        assert (await g.enter(wide)).priority == 100
+        wide_again = exchange(A)
+        wide_again.sequences = 4
+        assert (await g.enter(wide_again)).priority == 100  # the state known down now
     finally:
         await down.aclose()
 

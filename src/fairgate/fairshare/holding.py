@@ -35,9 +35,14 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Generic, TypeVar
 
-__all__ = ["HeldBorrowers", "Owner"]
+__all__ = ["SEATLESS", "HeldBorrowers", "Owner"]
 
 T = TypeVar("T")
+
+SEATLESS = 2
+"""Classes from this one up hold borrowers that can never take a seat of their
+organisation's reservation (a request of several sequences always borrows): ordered
+after the seated classes of their rank, and never given by ``pop_org``."""
 
 Owner = tuple[str, str]  # (organisation, team or "")
 _Line = tuple[Owner, int]  # (owner, class)
@@ -103,14 +108,15 @@ class HeldBorrowers(Generic[T]):
 
     def pop_org(self, org: str, team: str | None = None) -> T | None:
         """``org``'s best held item by (class, arrival), whatever the ranks (a seat of its
-        reservation came free): of ``team`` when given, else of any of its teams;
-        ``None`` when it has none held. O(lines)."""
+        reservation came free): of ``team`` when given, else of any of its teams, and
+        never of a class that cannot take the seat (``SEATLESS``); ``None`` when it has
+        none held. O(lines)."""
         if not self._where:
             return None  # nothing held (as nearly always): once a request
         heads = [
             (cls, next(iter(entries.values()))[0], (owner, cls))
             for (owner, cls), entries in self._lines.items()
-            if owner[0] == org and (team is None or owner[1] == team)
+            if owner[0] == org and cls < SEATLESS and (team is None or owner[1] == team)
         ]
         if not heads:
             return None

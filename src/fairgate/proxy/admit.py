@@ -48,7 +48,7 @@ from fairgate.admission import AdmissionController, Bands, Reading
 from fairgate.core.clock import Clock
 from fairgate.core.money import Money
 from fairgate.fairshare import FairShare, PriorityClass
-from fairgate.fairshare.holding import Owner
+from fairgate.fairshare.holding import SEATLESS, Owner
 from fairgate.limits import StateUnavailable
 from fairgate.limits.demand import Admission
 from fairgate.limits.fairshare_state import (
@@ -214,7 +214,7 @@ class Admit:
                 if fair and controller.order_by_priority:
                     assert pool is not None
                     waiting_priority = await self._provisional(
-                        pool, principal.org, model, self._now()
+                        pool, principal.org, model, self._now(), ex.sequences
                     )
                 lease = None
                 if ticket.ahead:
@@ -353,7 +353,9 @@ class Admit:
         claim: Claim | None = None
         ridden = self._take_ahead(ticket)
         if sequences > 1:
-            claim = Claim(pool, org, False, 0, None, now)  # a borrower: holds nothing
+            # a borrower, holding nothing; with the state down, at the lowest rank, as
+            # every request then
+            claim = None if self._state_down else Claim(pool, org, False, 0, None, now)
         elif ridden is not None:  # made by the limit stage's call (``claim_ahead``)
             claim, ridden.claim = ridden.claim, None
             # Without the shared count no reservation can be proven: borrow, at the
@@ -386,6 +388,8 @@ class Admit:
             except StateUnavailable as exc:
                 self.note_state(exc)
                 usage = {}
+                if sequences > 1:  # its claim was not the state's: the lowest rank
+                    claim = ticket.claim = None
         decision = policy.decision(
             pool,
             org,
@@ -420,6 +424,8 @@ class Admit:
         if ticket.lease is not None:
             ticket.lease.dispatched()  # admission: held here, it is not pending there
         cls = int(_class(self._classes.get(model)))
+        if sequences > 1:
+            cls += SEATLESS  # a freed seat of its organisation must not pick it: it cannot sit
         ticket.grant = await dispatcher.wait(pool, org, cls, self._owner_team(ticket))
         ticket.held = ticket.grant.waited
         await self._claim(ticket, pool, org, model, self._clock.wall(), sequences)
@@ -488,12 +494,17 @@ class Admit:
         )
         entry.value = value
 
-    async def _provisional(self, pool: str, org: str, model: str, now: float) -> int:
+    async def _provisional(
+        self, pool: str, org: str, model: str, now: float, sequences: int = 1
+    ) -> int:
         """The priority a waiter of ``org`` would get if its turn came now, from this
-        gateway's own within-share count (no slot is taken)."""
+        gateway's own within-share count (no slot is taken; a request of several
+        sequences borrows whatever that count)."""
         assert self.policy is not None
         cls = _class(self._classes.get(model))
         within = self.in_flight.get((pool, org), (0, 0))[0]
+        if sequences > 1:
+            within = max(within, self.policy.reservations(pool).get(org, 0))
         usage: dict[str, float] = {}
         if not self.policy.within_reservation(pool, org, within):
             with contextlib.suppress(StateUnavailable):  # ranked as if nobody had used it

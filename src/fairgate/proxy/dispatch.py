@@ -352,8 +352,9 @@ class Dispatcher:
         return Grant(p, 0.0, self._dispatch)
 
     async def wait(self, pool: str, org: str, cls: int, team: str = "") -> Grant:
-        """Hold a borrower of ``org`` (class ``cls``: 0 interactive, 1 batch; ``team`` where
-        the organisation has team sub-shares) until it may go.
+        """Hold a borrower of ``org`` (class ``cls``: 0 interactive, 1 batch, plus
+        ``SEATLESS`` for one that can never take a seat of the reservation; ``team``
+        where the organisation has team sub-shares) until it may go.
 
         Raises ``ServiceUnavailable`` (503, ``queue_full``) when ``queue_size``
         are held already, ``GatewayTimeout`` (504, ``queue_timeout``) after
