@@ -104,8 +104,15 @@ async def test_a_group_created_with_spaces_around_its_name_is_found_by_the_name(
     storage = _storage(store, clock)
     made = await storage.create(_types(storage, "Group")[0], Group(display_name=" Lab A  "))
     assert made.display_name == "Lab A"
-    total, found = await _search(storage, "Group", filter='displayName eq "lab a"')
-    assert total == 1 and [g.id for g in found] == [made.id]
+    for spelling in ("lab a", " Lab A  ", "LAB A "):
+        total, found = await _search(storage, "Group", filter=f'displayName eq "{spelling}"')
+        assert total == 1 and [g.id for g in found] == [made.id], spelling
+    # a name that folds differently in lower case and in case folding: found as refused
+    folded = await storage.create(_types(storage, "Group")[0], Group(display_name="Straße"))
+    total, found = await _search(storage, "Group", filter='displayName eq "STRASSE"')
+    assert total == 1 and [g.id for g in found] == [folded.id]
+    total, found = await _search(storage, "Group", filter='displayName eq "Lab B"')
+    assert total == 0 and found == []
 
 
 async def test_other_filters_read_everything_and_stay_exact(store: Store, clock: FakeClock) -> None:

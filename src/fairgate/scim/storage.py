@@ -102,8 +102,14 @@ class StoreScimStorage(AsyncScimStorage):
                     conn, kinds, offset=start, limit=search_request.count
                 )
             return SearchPage(total, [self._resource(row) for row in rows])
+        name_key = _name_key(kinds, search_request)
         async with self._store.read() as conn:
-            rows = await scim.list_resources(conn, kinds, name_key=_name_key(kinds, search_request))
+            rows = await scim.list_resources(conn, kinds, name_key=name_key)
+        if name_key is not None and kinds == ["Group"]:
+            # The index decides a group's name exactly as its uniqueness does (trimmed,
+            # case-folded): the library's filter compares untrimmed and only lower-cased,
+            # and would miss the one group a create of that name is refused for.
+            search_request = search_request.model_copy(update={"filter": None})
         found = InMemoryStorage()
         found.resources = [self._resource(row) for row in rows]
         return found.search(resource_types, search_request, position=position)
