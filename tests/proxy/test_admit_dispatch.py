@@ -115,6 +115,35 @@ async def test_within_share_never_waits_borrowers_wait_and_go_by_the_rank_at_dis
     assert pool.dispatcher.held("p") == 0
 
 
+async def test_a_borrower_let_go_for_a_seat_another_request_took_waits_again() -> None:
+    # A seat of a frees and its held borrower is let go, room or not, to take it; a's
+    # next request takes it first (as an organisation abandoning streams and sending
+    # again at once does). Sent as a borrower into the full pool, it would pass b's
+    # better-ranked borrower held; it waits again instead.
+    pool = Pool(MemoryCounterStore())
+    a1, a2 = await pool.send(A), await pool.send(A)  # a's two reserved seats
+    a3, a4 = await pool.send(A), await pool.send(A)  # borrowing: the engine is full now
+    b1, b2 = await pool.send(B), await pool.send(B)  # b's reserved seats: never held
+    a5 = asyncio.create_task(pool.send(A))  # borrows: held
+    await settle()
+    b3 = asyncio.create_task(pool.send(B))  # borrows: held behind it
+    await settle()
+    assert pool.dispatcher.held("p") == 2
+    await pool.finish(a1)  # a's seat frees: a5 is let go for it ...
+    a6 = await pool.send(A)  # ... and a's next request takes it first, before a5 runs
+    assert a6[0].within_share is True
+    await settle()
+    assert not a5.done() and not b3.done()
+    assert pool.dispatcher.held("p") == 2  # a5 waits again; nothing entered the full pool
+    assert pool.in_flight == 6
+    for sent in (a2, a3, a4, b1, b2, a6):
+        await pool.finish(sent)
+    for task in (a5, b3):
+        await pool.finish(await asyncio.wait_for(task, 1))
+    assert pool.gate.fairshare_counts() == {("p", "a"): (0, 0), ("p", "b"): (0, 0)}
+    assert pool.dispatcher.held("p") == 0
+
+
 async def test_with_the_switch_off_every_borrower_goes_at_once_with_its_rank_of_arrival() -> None:
     pool = Pool(MemoryCounterStore(), hold=False)
     sent = [await asyncio.wait_for(pool.send(A), 1) for _ in range(8)]

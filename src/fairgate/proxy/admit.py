@@ -407,7 +407,13 @@ class Admit:
     ) -> None:
         """A borrower in a full pool waits in the dispatcher's queue, holding no claim, and
         is claimed again when it may go: within share if a seat of its organisation came
-        free meanwhile, else borrowing at the rank its organisation has then."""
+        free meanwhile, else borrowing at the rank its organisation has then.
+
+        Let go for a freed seat of its organisation (room or not) and finding the seat
+        taken by another request first (its organisation's next request, often), it
+        waits again while the pool is full: sent as a borrower, it would pass every
+        better-ranked borrower held, and an organisation abandoning streams and sending
+        again at once jumped the queue this way."""
         dispatcher = self._dispatcher
         assert dispatcher is not None
         if not dispatcher.holds(pool):
@@ -415,20 +421,30 @@ class Admit:
         ticket.grant = dispatcher.grant_now(pool)
         if ticket.grant is not None:
             return
-        # Give back what the claim counted (a borrowing claim holds no slot in the state).
-        counts = self.in_flight.get((pool, org))
-        if counts is not None:
-            counts[1] -= 1
-        ticket.pool, ticket.claim, ticket.priority, ticket.rank = None, None, None, None
-        ticket.borrowing = False
-        if ticket.lease is not None:
-            ticket.lease.dispatched()  # admission: held here, it is not pending there
         cls = int(_class(self._classes.get(model)))
         if sequences > 1:
             cls += SEATLESS  # a freed seat of its organisation must not pick it: it cannot sit
-        ticket.grant = await dispatcher.wait(pool, org, cls, self._owner_team(ticket))
-        ticket.held = ticket.grant.waited
-        await self._claim(ticket, pool, org, model, self._clock.wall(), sequences)
+        if ticket.lease is not None:
+            ticket.lease.dispatched()  # admission: held here, it is not pending there
+        while True:
+            # Give back what the claim counted (a borrowing claim holds no slot in the state).
+            counts = self.in_flight.get((pool, org))
+            if counts is not None:
+                counts[1] -= 1
+            ticket.pool, ticket.claim, ticket.priority, ticket.rank = None, None, None, None
+            ticket.borrowing = False
+            grant = ticket.grant = await dispatcher.wait(pool, org, cls, self._owner_team(ticket))
+            ticket.held += grant.waited
+            await self._claim(ticket, pool, org, model, self._clock.wall(), sequences)
+            if not (
+                grant.for_seat
+                and ticket.borrowing
+                and ticket.claim is not None
+                and dispatcher.room(pool) < 0  # counting this grant: no room for it
+            ):
+                return
+            ticket.grant = None
+            grant.release()
 
     def _owner_team(self, ticket: Ticket) -> str:
         """The team a held borrower is ranked and queued under: its own where teams have

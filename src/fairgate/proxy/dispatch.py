@@ -225,13 +225,20 @@ class Grant:
     the room back and lets the next held borrower go.
     """
 
-    __slots__ = ("_freed", "_pool", "_state", "waited")
+    __slots__ = ("_freed", "_pool", "_state", "for_seat", "waited")
 
-    def __init__(self, pool: _Pool, waited: float, freed: Callable[[_Pool], None]) -> None:
+    def __init__(
+        self,
+        pool: _Pool,
+        waited: float,
+        freed: Callable[[_Pool], None],
+        for_seat: bool = False,
+    ) -> None:
         self._pool = pool
         self._freed = freed
         self._state = 0  # 0 pending, 1 dispatched, 2 released
         self.waited = waited
+        self.for_seat = for_seat  # let go for a freed seat of its organisation, room or not
 
     @property
     def pending(self) -> bool:
@@ -406,7 +413,7 @@ class Dispatcher:
             waiter = p.held.pop_org(org, team)
             if waiter is None:
                 return
-            if self._let_go(p, waiter):
+            if self._let_go(p, waiter, for_seat=True):
                 return
 
     def recheck(self) -> None:
@@ -441,15 +448,16 @@ class Dispatcher:
             if self._let_go(p, waiter):
                 free -= 1
 
-    def _let_go(self, p: _Pool, waiter: _Waiter) -> bool:
-        """Grant a waiter taken out of the queue; False if its caller left meanwhile."""
+    def _let_go(self, p: _Pool, waiter: _Waiter, for_seat: bool = False) -> bool:
+        """Grant a waiter taken out of the queue (``for_seat``: for a freed seat of its
+        organisation, room or not); False if its caller left meanwhile."""
         self._take_out(p, waiter)
         if waiter.future.done():
             self._observer.rejected(p.name, "cancelled")
             return False
         waited = self._clock.monotonic() - waiter.enqueued_at
         p.pending += 1
-        waiter.future.set_result(Grant(p, waited, self._dispatch))
+        waiter.future.set_result(Grant(p, waited, self._dispatch, for_seat))
         self._observer.dispatched(p.name, waited)
         return True
 
