@@ -149,7 +149,12 @@ class Limit:
         if admitted.lease is not None and terms.limits.max_in_flight is not None:
             self._head.entered(principal.key_id)
             ticket.head_key = principal.key_id
-        if self._on_soft_limit is not None and admitted.soft_crossed:
+        if admitted.soft_crossed:
+            self._alert(admitted, now)
+
+    def _alert(self, admitted: Admission, now: float) -> None:
+        """Report each budget whose soft limit ``admitted``'s charge crossed."""
+        if self._on_soft_limit is not None:
             for budget, spent in zip(admitted.soft_crossed, admitted.soft_spent, strict=True):
                 self._on_soft_limit(budget, now, spent)
 
@@ -221,9 +226,8 @@ class Limit:
             if ticket.retries is None:
                 ticket.retries = []
             ticket.retries.append(admitted)
-        if self._on_soft_limit is not None and admitted.soft_crossed:
-            for budget, spent in zip(admitted.soft_crossed, admitted.soft_spent, strict=True):
-                self._on_soft_limit(budget, now, spent)
+        if admitted.soft_crossed:
+            self._alert(admitted, now)
         return True
 
     async def leave(self, ticket: Ticket, ex: Exchange) -> None:
