@@ -718,6 +718,7 @@ class Gateway:
                     ),
                     e.map,
                     e.key_ttl,
+                    e.max_keys,
                 )
                 for e in block.exchange
             ]
@@ -726,7 +727,7 @@ class Gateway:
                 issuers,
                 self.authenticator,
                 people,
-                lambda key_id, ttl: people.exchange_key(key_id, ttl=ttl),
+                lambda key_id, ttl, keep: people.exchange_key(key_id, ttl=ttl, keep=keep),
                 limits=limits,
                 on_refused=metrics.refused,
             )

@@ -26,6 +26,19 @@ def test_defaults(load: Load) -> None:
     assert jwt.exchange == ()
 
 
+def test_an_exchange_issuer_keeps_100_keys_a_person_unless_told(load: Load) -> None:
+    exchange = """\
+  exchange:
+    - issuer: "https://ci.example.org"
+      audience: fairgate-ci
+      map: [{claim: project_path, value: lab/infer, team: physics}]
+"""
+    jwt = load(with_minimal(GOOD + exchange)).jwt
+    assert jwt is not None and jwt.exchange[0].max_keys == 100
+    jwt = load(with_minimal(GOOD + exchange + "      max_keys: 1\n")).jwt
+    assert jwt is not None and jwt.exchange[0].max_keys == 1
+
+
 def test_an_exchange_issuer_is_read(load: Load) -> None:
     jwt = load(
         with_minimal(
@@ -73,6 +86,15 @@ ISSUER = '  issuer: "https://sso.example.org/realms/research"\n'
             "  exchange:\n    - {issuer: 'https://ci.example.org', audience: a, key_ttl: 48h,"
             " map: [{value: v, team: t}]}\n",
             "key_ttl",
+        ),
+        *(
+            (
+                "",
+                "  exchange:\n    - {issuer: 'https://ci.example.org', audience: a,"
+                f" max_keys: {bad}, map: [{{value: v, team: t}}]}}\n",
+                "max_keys",
+            )
+            for bad in ("0", "-1", "100001", "'10'", "2.5", "true")
         ),
         (
             "",

@@ -11,6 +11,8 @@
 - 1,000 tokens with unknown kids cause at most one JWKS fetch;
 - /v1/auth/exchange swaps a workload token for a short-lived key that works with the openai
   SDK, and two exchanges land on one key id (one spend line);
+- one workload token exchanged 110 times, 100 of them at once, leaves its identity the
+  default 100 live keys: the oldest, cached, is refused within a second;
 - an issuer that does not answer at start-up stops `fairgate serve` with one line.
 """
 
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -422,6 +425,40 @@ def test_a_workload_token_is_exchanged_for_a_key_and_two_exchanges_are_one_spend
     )
     assert answer.status_code == 200
     _refused_soon(setup, exchanged[1]["api_key"])
+
+
+def _exchange(setup: Setup, workload: str) -> dict[str, Any]:
+    answer = httpx.post(
+        setup.gateway.url + "/v1/auth/exchange",
+        headers={"authorization": f"Bearer {workload}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+def test_one_token_exchanged_over_and_over_keeps_max_keys_live_and_the_oldest_is_refused(
+    setup: Setup,
+) -> None:
+    sub = "project_path:lab/infer:ref_type:branch:ref:flood"
+    workload = setup.ci.mint(sub=sub, aud="fairgate-ci", project_path="lab/infer")
+    oldest = _exchange(setup, workload)["api_key"]
+    assert chat(setup, oldest).status_code == 200  # verified and cached
+    # the same token again and again, as a restarting workload (or a thief) would
+    given = [_exchange(setup, workload)["api_key"] for _ in range(10)]
+    with ThreadPoolExecutor(8) as pool:
+        given += pool.map(lambda _: _exchange(setup, workload)["api_key"], range(100))
+    key_id = person_key_id(setup.ci.issuer, sub)
+    with sqlite3.connect(setup.db) as db:
+        (live,) = db.execute(
+            "SELECT count(*) FROM person_keys WHERE key_id = ?", (key_id,)
+        ).fetchone()
+    assert live == 100  # the default jwt.exchange[].max_keys
+    _refused_soon(setup, oldest)
+    for secret in given[:10]:  # exchanged before the hundred: all older than them
+        assert chat(setup, secret).status_code == 401
+    assert chat(setup, given[-1]).status_code == 200
 
 
 def test_an_issuer_that_does_not_answer_stops_the_start_up_with_one_line(

@@ -1,18 +1,22 @@
 """People known by an access token, on SQLite and PostgreSQL: the synthetic key, moves,
-concurrent first sight, revocation (ahead of first sight too), restore, exchanged keys."""
+concurrent first sight, revocation (ahead of first sight too), restore, exchanged keys and
+their bound: one person holds at most ``keep`` unexpired exchanged keys, on every replica."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from sqlalchemy import func, select
 
 from fairgate.auth import sha256
 from fairgate.auth.jwt import Placement, person_key_id
 from fairgate.core.limits import Limits
 from fairgate.store import Store, StoreKeyDirectory
+from fairgate.store.tables import person_keys
 from fairgate.tenancy import Actor, Tenancy
 from fairgate.tenancy.errors import BadRequest, Forbidden
+from store.backends import FakeClock
 from tenancy.test_access_changes import feed, newest
 from tenancy.world import DECLARED, OPERATOR
 
@@ -68,7 +72,7 @@ async def test_revoked_ahead_restored_and_the_exchanged_keys_follow(
     record = await tenancy.people.person(key_id, ISS, "cy", Placement("a1", None), LIMITS)
     assert record is not None and record.revoked_at is None
 
-    secret, expires_at = await tenancy.people.exchange_key(key_id, ttl=600)
+    secret, expires_at = await tenancy.people.exchange_key(key_id, ttl=600, keep=100)
     directory = StoreKeyDirectory(store)
     found = await directory.find_key(sha256(secret), 0)
     assert found is not None and found.key_id == key_id and found.expires_at == expires_at
@@ -95,3 +99,73 @@ async def test_a_persons_key_has_no_secret_to_rotate(tenancy: Tenancy) -> None:
     with pytest.raises(BadRequest) as refused:
         await tenancy.keys.rotate(OPERATOR, key_id)
     assert refused.value.code == "person_key"
+
+
+async def _live_keys(store: Store, key_id: str) -> int:
+    async with store.read() as conn:
+        query = select(func.count()).where(person_keys.c.key_id == key_id)
+        return int((await conn.execute(query)).scalar_one())
+
+
+async def test_one_token_exchanged_over_and_over_keeps_keep_keys_and_the_oldest_is_revoked(
+    tenancy: Tenancy, store: Store, store_url: str, clock: FakeClock
+) -> None:
+    """The attack: one workload token exchanged 60 times, 48 of them at once on four
+    replicas with their own connections; the person never holds more than ``keep`` keys."""
+    await tenancy.sync_orgs(DECLARED)
+    key_id = person_key_id(ISS, "job")
+    assert await tenancy.people.person(key_id, ISS, "job", Placement("a1", None), LIMITS)
+    directory = StoreKeyDirectory(store)
+    first, _ = await tenancy.people.exchange_key(key_id, ttl=600, keep=5)
+    assert await directory.find_key(sha256(first), 0) is not None
+    before = await newest(store)
+    given = []
+    for _ in range(12):
+        clock.advance(1)
+        given.append((await tenancy.people.exchange_key(key_id, ttl=600, keep=5))[0])
+    assert await _live_keys(store, key_id) == 5
+    assert await directory.find_key(sha256(first), 0) is None  # the oldest went first
+    assert ("key", key_id) in await feed(store, before)  # and every replica's cache drops it
+    for secret in given[-5:]:
+        assert await directory.find_key(sha256(secret), 0) is not None
+
+    replicas = [Store(store_url) for _ in range(4)]
+    try:
+        for replica in replicas:
+            await replica.connect()
+        clock.advance(1)
+        at_once = await asyncio.gather(
+            *(
+                Tenancy(replica, clock=clock).people.exchange_key(key_id, ttl=600, keep=5)
+                for replica in replicas
+                for _ in range(12)
+            )
+        )
+    finally:
+        for replica in replicas:
+            await replica.close()
+    assert await _live_keys(store, key_id) == 5
+    served = [s for s in given + [s for s, _ in at_once] if await directory.find_key(sha256(s), 0)]
+    assert len(served) == 5 and not set(served) & set(given)  # the older ones all revoked
+
+
+async def test_keys_of_another_person_and_expired_keys_do_not_count(
+    tenancy: Tenancy, store: Store, clock: FakeClock
+) -> None:
+    await tenancy.sync_orgs(DECLARED)
+    job, other = person_key_id(ISS, "job"), person_key_id(ISS, "other")
+    for key_id, sub in ((job, "job"), (other, "other")):
+        assert await tenancy.people.person(key_id, ISS, sub, Placement("a1", None), LIMITS)
+    others = [(await tenancy.people.exchange_key(other, ttl=600, keep=2))[0] for _ in range(2)]
+    short, _ = await tenancy.people.exchange_key(job, ttl=10, keep=2)
+    clock.advance(11)
+    kept = [(await tenancy.people.exchange_key(job, ttl=600, keep=2))[0] for _ in range(2)]
+    directory = StoreKeyDirectory(store)
+    for secret in others + kept:
+        assert await directory.find_key(sha256(secret), 0) is not None
+    assert await directory.find_key(sha256(short), 0) is None
+    assert (await _live_keys(store, job), await _live_keys(store, other)) == (2, 2)
+    clock.advance(1)
+    last, _ = await tenancy.people.exchange_key(job, ttl=600, keep=1)  # a cap lowered
+    assert (await _live_keys(store, job), await _live_keys(store, other)) == (1, 2)
+    assert await directory.find_key(sha256(last), 0) is not None

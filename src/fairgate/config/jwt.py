@@ -15,6 +15,7 @@ jwt:
     - issuer: "https://ci.example.org"
       audience: fairgate
       key_ttl: 1h
+      max_keys: 100      # unexpired keys per workload identity; one more revokes the oldest
       map: [{claim: project_path, value: lab/infer, team: physics}]
 
 The issuer is compared whole (no trailing slash added or removed) and must be
@@ -32,10 +33,13 @@ from pydantic import AfterValidator, Field, StrictInt, StrictStr, model_validato
 from fairgate.config.fields import Name, NonEmpty, PositiveDuration, Section
 from fairgate.config.sso import secure_url
 
-__all__ = ["MAX_KEY_TTL", "Jwt", "JwtExchange", "JwtMap"]
+__all__ = ["MAX_EXCHANGED_KEYS", "MAX_KEY_TTL", "Jwt", "JwtExchange", "JwtMap"]
 
 MAX_KEY_TTL = 24 * 3600.0
 """An exchanged key lives at most a day: a job asks again with a fresh workload token."""
+
+MAX_EXCHANGED_KEYS = 100_000
+"""The highest ``max_keys``: each unexpired exchanged key is a row and a secret to revoke."""
 
 
 def _issuer(value: str) -> str:
@@ -71,6 +75,7 @@ class JwtExchange(Section):
     type: Literal["at+jwt", "JWT"] | None = None
     map: Annotated[tuple[JwtMap, ...], NonEmpty]
     key_ttl: PositiveDuration = Field(default=3600.0, le=MAX_KEY_TTL)
+    max_keys: Annotated[StrictInt, Field(ge=1, le=MAX_EXCHANGED_KEYS)] = 100
 
 
 class Jwt(Section):

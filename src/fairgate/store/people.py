@@ -2,7 +2,7 @@
 
     await people.ensure(conn, key_id, issuer, subject, team_id, project_id, limits, now)
     await people.set_revoked(conn, key_id, issuer, subject, now, by="user:ada")
-    await people.add_secret(conn, key_id, digest, expires_at, now)
+    await people.add_secret(conn, key_id, digest, expires_at, now, keep=100)
 
 A person is one row of ``people`` and one row of ``keys`` with the same id
 (``jwt-`` + a hash of issuer and subject; ``fairgate.auth.jwt.person_key_id``).
@@ -12,7 +12,9 @@ its ``secret_sha256`` is 32 random bytes nobody knows, so it can never be
 presented as a virtual key. A revocation sets ``revoked_at`` on both rows and
 writes the access-change feed (``key``, the key id) in the same transaction, so
 every replica drops what it cached for that person at once; exchanged keys of
-the person are refused with it (they authenticate as that key row).
+the person are refused with it (they authenticate as that key row). A person
+holds at most ``keep`` unexpired exchanged keys: a new one past that deletes the
+oldest (``add_secret``).
 
 Both ``ensure`` and the revocation are upserts (``INSERT … ON CONFLICT``), so two
 replicas meeting a new person at once both succeed with one row.
@@ -203,14 +205,45 @@ async def list_people(
 
 
 async def add_secret(
-    conn: AsyncConnection, key_id: str, digest: bytes, expires_at: datetime, now: datetime
-) -> None:
-    """An exchanged secret (its stored digest) for the person's key, valid until ``expires_at``."""
+    conn: AsyncConnection,
+    key_id: str,
+    digest: bytes,
+    expires_at: datetime,
+    now: datetime,
+    *,
+    keep: int,
+) -> int:
+    """An exchanged secret (its stored digest) for the person's key, valid until ``expires_at``,
+    and at most ``keep`` of the person's unexpired ones kept: the oldest beyond are deleted and
+    the access-change feed written (so every replica drops them from its key cache); how many
+    were deleted.
+
+    The person's key row is held first (``SELECT … FOR UPDATE`` on PostgreSQL; on SQLite
+    every write transaction holds the database's write lock), so exchanges of one person on
+    several replicas count one after the other and never leave more than ``keep``."""
+    await conn.execute(select(keys.c.id).where(keys.c.id == key_id).with_for_update())
     await conn.execute(
         insert(person_keys).values(
             secret_sha256=digest, key_id=key_id, created_at=now, expires_at=expires_at
         )
     )
+    beyond = (
+        select(person_keys.c.secret_sha256)
+        .where(
+            person_keys.c.key_id == key_id,
+            person_keys.c.expires_at >= now,
+            person_keys.c.secret_sha256 != digest,
+        )
+        .order_by(person_keys.c.created_at.desc(), person_keys.c.secret_sha256.desc())
+        .offset(keep - 1)
+    )
+    deleted = await conn.execute(
+        delete(person_keys).where(person_keys.c.secret_sha256.in_(beyond.scalar_subquery()))
+    )
+    if not deleted.rowcount:
+        return 0
+    await access_changes.record(conn, "key", key_id, now)
+    return int(deleted.rowcount)
 
 
 async def prune_secrets(conn: AsyncConnection, now: datetime) -> int:

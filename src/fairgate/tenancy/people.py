@@ -3,7 +3,7 @@
     record = await tenancy.people.person(key_id, issuer, subject, placement, limits)
     await tenancy.people.revoke(actor, issuer="https://sso…", subject="f:1234")
     await tenancy.people.restore(actor, issuer=…, subject=…)
-    secret, expires_at = await tenancy.people.exchange_key(key_id, ttl=3600)
+    secret, expires_at = await tenancy.people.exchange_key(key_id, ttl=3600, keep=100)
 
 ``person`` is what authentication calls for a verified token (it implements
 ``fairgate.auth.jwt.PersonDirectory``): the person's key row is created on first
@@ -149,16 +149,24 @@ class People(Service):
                 )
         return key_id
 
-    async def exchange_key(self, key_id: str, *, ttl: float) -> tuple[str, float]:
+    async def exchange_key(self, key_id: str, *, ttl: float, keep: int) -> tuple[str, float]:
         """A new secret for the person's key, valid ``ttl`` seconds; the secret (shown once)
-        and its expiry (Unix seconds). Expired exchanged secrets are pruned on the way."""
+        and its expiry (Unix seconds). Expired exchanged secrets are pruned on the way, and
+        the person's oldest past ``keep`` unexpired ones revoked (``people.add_secret``)."""
         secret, _, _ = new_key()
         wall = self._clock.wall()
         now = from_unix(wall)
         async with self._store.write() as conn:
             await people.prune_secrets(conn, now)
-            await people.add_secret(
-                conn, key_id, self._hasher.digest(secret), from_unix(wall + ttl), now
+            evicted = await people.add_secret(
+                conn, key_id, self._hasher.digest(secret), from_unix(wall + ttl), now, keep=keep
+            )
+        if evicted:
+            log.warning(
+                "jwt: key %s holds its %d exchanged keys at most; the oldest %d revoked",
+                key_id,
+                keep,
+                evicted,
             )
         return secret, wall + ttl
 

@@ -10,8 +10,12 @@ then the person it names (issuer, ``sub``) is found or created like a caller's,
 and a new secret is stored for that person's key, valid ``key_ttl`` seconds. So
 a batch job holds no long-lived secret, and every exchange of the same workload
 identity lands on one key id: one spend line, one set of limits, whatever the
-number of tokens. The issuer is told by the unverified ``iss``; the verification
-that follows is that issuer's. Every refusal is the bad-key 401.
+number of tokens. A person holds at most the issuer's ``max_keys`` unexpired
+exchanged keys: one more revokes their oldest (like an OAuth provider's refresh
+tokens), so a token exchanged in a loop, or stolen, cannot pile up secrets; a
+workload that re-presents the same token after a restart still gets a key. The
+issuer is told by the unverified ``iss``; the verification that follows is that
+issuer's. Every refusal is the bad-key 401.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ log = logging.getLogger("fairgate.auth.jwt")
 
 EXCHANGE_PATH = "/v1/auth/exchange"
 
-MintKey = Callable[[str, float], Awaitable[tuple[str, float]]]
-"""(key id, ttl seconds) → (secret, expires_at): ``fairgate.tenancy.People.exchange_key``."""
+MintKey = Callable[[str, float, int], Awaitable[tuple[str, float]]]
+"""(key id, ttl seconds, keys kept) → (secret, expires_at): ``fairgate.tenancy.People.exchange_key``
+(the person's oldest unexpired keys past the number kept are revoked, in the store)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,7 @@ class ExchangeIssuer:
     verifier: TokenVerifier
     rules: Sequence[Rule]
     key_ttl: float
+    max_keys: int
 
 
 class Exchanger:
@@ -82,7 +88,7 @@ class Exchanger:
             claims = await issuer.verifier.verify(token)
             subject = claims.subject
             record = await resolve_person(self._people, claims, issuer.rules, self._limits)
-            secret, expires_at = await self._mint(record.key_id, issuer.key_ttl)
+            secret, expires_at = await self._mint(record.key_id, issuer.key_ttl, issuer.max_keys)
         except TokenRefused as refused:
             self._on_refused(refused.reason)
             log_refusal("token exchange", client_addr, refused, subject)
