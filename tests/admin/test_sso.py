@@ -538,3 +538,31 @@ async def test_scim_deactivating_the_user_ends_their_sso_session_at_once(
         assert (await sso.get("/admin/session", cookie)).status_code == 401
         assert (await sso.get("/admin/orgs", cookie)).status_code == 401
         assert (await sso.sign_in(ADA)).status_code == 403  # and no new session
+
+
+async def test_a_case_only_rename_by_scim_keeps_the_person_signing_in(
+    tmp_path: Path, sim: SimProcess, oidc_provider: OidcProvider
+) -> None:
+    # The provider changes "ada" to "Ada": the same person, renamed in place, not a new
+    # user beside a disabled "ada" that would refuse every case of the name at sign-in
+    async for sso in _gateway(tmp_path, sim, oidc_provider, scim=True):
+        bearer = {"authorization": f"Bearer {SCIM_TOKEN}"}
+        user = {"schemas": ["urn:ietf:params:scim:schemas:core:2.0:User"], "userName": "ada"}
+        made = await sso.admin.post("/scim/v2/Users", headers=bearer, json=user)
+        assert made.status_code == 201, made.text
+        tenancy = sso.gateway.tenancy
+        await tenancy.roles.grant(OPERATOR, user="ada", role="viewer", team="tb")
+        before = await tenancy.users.get(OPERATOR, "ada")
+        renamed = await sso.admin.put(
+            f"/scim/v2/Users/{made.json()['id']}",
+            headers=bearer,
+            json={**user, "userName": "Ada"},
+        )
+        assert renamed.status_code == 200, renamed.text
+        after = await tenancy.users.get(OPERATOR, "Ada")
+        assert after.id == before.id and after.disabled_at is None
+        # no claim binding: the store role kept through the rename is what signs "Ada" in
+        cookie = await sso.session_of({**ADA, "preferred_username": "Ada", "groups": []})
+        assert (await sso.get("/admin/session", cookie)).json()["name"] == "user:Ada"
+        assert (await sso.get("/admin/teams", cookie)).status_code == 200
+        assert (await sso.sign_in(ADA)).status_code == 303  # the other case too

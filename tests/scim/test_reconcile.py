@@ -1,6 +1,7 @@
 """Reconciliation over a real store (SQLite and PostgreSQL): what SCIM holds becomes users and
 roles; only SCIM's own grants are ever taken away; a renamed user is a new user, the old name
-disabled; a mapped team created late is granted at the next reconciliation."""
+disabled (a case-only rename renames the user in place); a mapped team created late is
+granted at the next reconciliation."""
 
 from __future__ import annotations
 
@@ -181,3 +182,29 @@ async def test_a_user_disabled_by_hand_stays_disabled_through_scim_writes(
     await _put(store, "u1", "User", "eve", active=True)
     await _reconcile(store)
     assert await _enabled(store, "eve")
+
+
+async def test_a_case_only_rename_keeps_the_user_and_a_disable_by_hand(
+    store: Store, tenancy: Tenancy
+) -> None:
+    """The provider changes only the case of a userName: the gateway user is renamed in
+    place (same id, nothing disabled); one an administrator disabled by hand under the old
+    spelling stays disabled under the new one."""
+    await _put(store, "u1", "User", "ada")
+    await _put(store, "u2", "User", "eve")
+    await _reconcile(store)
+    async with store.read() as conn:
+        ada = await users.by_name(conn, "ada")
+    await _put(store, "u1", "User", "Ada")
+    await _reconcile(store)
+    async with store.read() as conn:
+        renamed = await users.by_name(conn, "Ada")
+        assert await users.by_name(conn, "ada") is None
+        assert not await users.disabled_namesake(conn, "ada")
+    assert ada is not None and renamed is not None and renamed.id == ada.id
+    assert renamed.disabled_at is None
+
+    await tenancy.users.disable(OP, "eve")
+    await _put(store, "u2", "User", "Eve")
+    await _reconcile(store)
+    assert not await _enabled(store, "Eve")

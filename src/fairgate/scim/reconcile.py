@@ -1,7 +1,8 @@
 """The gateway's state derived from what SCIM holds, made true in one transaction.
 
     users    each SCIM User is the gateway user of the same userName, provisioned by SCIM
-             (created if missing); enabled while the SCIM User exists and is active,
+             (created if missing; a userName whose case alone changed renames the
+             user in place); enabled while the SCIM User exists and is active,
              otherwise disabled: admin tokens revoked, every web, admin and single
              sign-on session of theirs deleted; a user an administrator disabled by
              hand stays disabled until enabled by hand (the audit log says who
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.config.scim import Scim
@@ -101,6 +102,25 @@ class Reconciler:
             if person.name in names:
                 continue
             user = await users.by_name(conn, person.name)
+            if user is None:
+                former = [
+                    (user_id, name)
+                    for user_id, (name, _) in managed.items()
+                    if name.casefold() == person.name.casefold()
+                ]
+                if len(former) == 1:
+                    # The provider changed only the case of the userName: the same person,
+                    # renamed in place (id, bindings, keys and tokens kept). A new user
+                    # beside the old one, disabled, would refuse every case of the name
+                    # at single sign-on (``users.disabled_namesake``).
+                    user_id, name = former[0]
+                    await users.rename(conn, user_id, person.name)
+                    names.discard(name)
+                    names.add(person.name)
+                    await _audit(
+                        conn, "user.renamed", now, person.name, {"by": "scim", "from": name}
+                    )
+                    continue
             if user is None:
                 if not person.active:
                     continue  # an inactive newcomer needs no gateway user yet
@@ -188,11 +208,13 @@ def _group(row: ResourceRow) -> Group:
 
 async def _disabled_by_hand(conn: AsyncConnection, name: str) -> bool:
     """Whether the latest enabling or disabling of user ``name`` is a disable that was not
-    SCIM's (the audit log, written in the same transaction as every switch, says who)."""
+    SCIM's (the audit log, written in the same transaction as every switch, says who).
+    The name's case is ignored, so a user renamed by a case-only change of its
+    ``userName`` keeps an administrator's decision taken under the old spelling."""
     query = (
         select(events.c.action, events.c.actor)
         .where(
-            events.c.target == f"user:{name}",
+            func.lower(events.c.target) == f"user:{name}".lower(),
             events.c.action.in_(("user.disabled", "user.enabled")),
         )
         .order_by(events.c.seq.desc())

@@ -23,6 +23,7 @@ __all__ = [
     "enable",
     "insert_user",
     "list_users",
+    "rename",
 ]
 
 
@@ -85,6 +86,11 @@ async def disabled_namesake(conn: AsyncConnection, name: str) -> bool:
 async def by_id(conn: AsyncConnection, user_id: int) -> User | None:
     row = (await conn.execute(_QUERY.where(users.c.id == user_id))).one_or_none()
     return None if row is None else User(**row._mapping)
+
+
+async def rename(conn: AsyncConnection, user_id: int, name: str) -> None:
+    """Give a user another name, keeping its id (and so its bindings, keys and tokens)."""
+    await conn.execute(update(users).where(users.c.id == user_id).values(name=name))
 
 
 async def disable(
