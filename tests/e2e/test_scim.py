@@ -5,6 +5,7 @@
 - a nested group's members get the outer group's role, and lose it when the nesting goes;
 - ``active: false`` disables the user at once: their admin token gets 401 on the admin API and
   their dashboard session cookie is refused; SCIM's roles go, hand-granted ones stay;
+- a PUT without ``active``, or a PATCH removing it, leaves the user as they were (never enabled);
 - filters, paging, sorting, PATCH, ETags (a stale If-Match is 412), discovery, errors in SCIM's
   shape (404, 409 uniqueness, 400 bad filter);
 - a wrong bearer token is a SCIM 401, counted in the admin listener's per-network limiter: past
@@ -187,6 +188,48 @@ def test_create_member_role_then_inactive_kills_tokens_and_sessions(
     # A new token cannot bring the user back: the user is disabled.
     again = admin(gateway, "POST", "/admin/admin-tokens", json={"user": "alice"})
     assert again.status_code in (403, 404, 409), again.text
+
+
+def test_a_put_without_active_or_a_patch_removing_it_leaves_a_deactivated_user_disabled(
+    gateway: Gateway,
+) -> None:
+    """RFC 7644 §3.5.1 leaves an omitted attribute to the provider: ``active`` absent is no
+    change (never "active"), so a provider that drops it cannot re-enable a user it or an
+    administrator deactivated; saying ``active: true`` still enables."""
+    scim = gateway.admin + "/scim/v2/Users"
+    schema = {"schemas": ["urn:ietf:params:scim:schemas:core:2.0:User"]}
+    auth = {"authorization": f"Bearer {TOKEN}"}
+
+    def call(method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer = httpx.request(method, scim + path, headers=auth, json=body, timeout=30)
+        assert answer.status_code in (200, 201), answer.text
+        made: dict[str, Any] = answer.json()
+        return made
+
+    def disabled() -> bool:
+        state = user_state(gateway, "dora")
+        assert state is not None
+        return state["disabled_at"] is not None
+
+    dora = call("POST", "", {**schema, "userName": "dora"})  # created without active: active
+    assert not disabled()
+    path = f"/{dora['id']}"
+    call("PUT", path, {**schema, "userName": "dora", "active": False})
+    assert disabled()
+    put = call("PUT", path, {**schema, "userName": "dora", "displayName": "Dora"})
+    assert disabled() and put["active"] is False
+    remove = {
+        "schemas": ["urn:ietf:params:scim:api:messages:2.0:PatchOp"],
+        "Operations": [{"op": "remove", "path": "active"}],
+    }
+    patched = httpx.patch(scim + path, headers=auth, json=remove, timeout=30)
+    assert patched.status_code in (200, 204), patched.text
+    assert disabled()
+    call("PUT", path, {**schema, "userName": "dora", "active": True})
+    assert not disabled()
+    # and the other way: absent keeps an active user active
+    call("PUT", path, {**schema, "userName": "dora"})
+    assert not disabled()
 
 
 def test_nested_groups_are_expanded(gateway: Gateway, client: SyncSCIMClient) -> None:

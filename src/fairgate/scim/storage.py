@@ -6,7 +6,9 @@ errors); this class only keeps resources. A resource is a row of
 authenticates nobody with it), ``meta.version`` the row's counter as a weak
 ETag. A write runs in one exclusive store transaction with the reconciliation
 (``fairgate.scim.reconcile``), so what the provider was told succeeded is also
-what the gateway enforces, and two writes never interleave.
+what the gateway enforces, and two writes never interleave. A User written without
+``active`` (a ``PUT`` leaving it out, a ``PATCH`` removing it) keeps the state it had;
+only a create without it is active.
 
 A search is answered by scim2-server's in-memory storage over the rows it may
 match, so its filter, sort and paging semantics are the library's exactly. Two
@@ -117,6 +119,7 @@ class StoreScimStorage(AsyncScimStorage):
     async def create(self, resource_type: ResourceType, resource: Resource[Any]) -> Resource[Any]:
         kind = _kind(resource_type)
         name, active = _identity(kind, resource)
+        active = active is not False  # a User created without ``active`` is active
         resource_id = uuid.uuid4().hex
         now = from_unix(self._clock.wall())
         try:
@@ -151,6 +154,12 @@ class StoreScimStorage(AsyncScimStorage):
         try:
             async with self._store.write(exclusive=True) as conn:
                 stored = await self._stored(conn, kind, resource_id, expected_version)
+                if active is None:
+                    # A PUT without ``active``, or a PATCH removing it, leaves the user as
+                    # they are: absent must not re-enable a deactivated user. The body
+                    # keeps the state in force, so a GET says what the gateway enforces.
+                    active = stored.active
+                    cast(User[Any], resource).active = active
                 await scim.update_resource(
                     conn,
                     resource_id=resource_id,
@@ -269,8 +278,9 @@ def _label(kind: str) -> str:
     return "userName" if kind == "User" else "displayName"
 
 
-def _identity(kind: str, resource: Resource[Any]) -> tuple[str, bool]:
-    """The name a resource is known by and whether it is active, checked."""
+def _identity(kind: str, resource: Resource[Any]) -> tuple[str, bool | None]:
+    """The name a resource is known by and whether it is active (None: a User that does
+    not say), checked."""
     if kind == "User":
         user = cast(User[Any], resource)
         name = user.user_name or ""
@@ -278,7 +288,7 @@ def _identity(kind: str, resource: Resource[Any]) -> tuple[str, bool]:
             check_name("user", name)
         except BadRequest as exc:
             raise InvalidValueException(detail=f"userName: {exc.message}") from None
-        return name, user.active is not False
+        return name, user.active
     group = cast(Group, resource)
     name = (group.display_name or "").strip()
     if not 1 <= len(name) <= 256:
