@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from fairgate.sim.process import SimProcess
 from fairgate.store import tables
+from fairgate.tenancy import Actor
 from web.conftest import SAME_ORIGIN, StartWeb, Web, approved_account, csrf_of
 
 
@@ -197,3 +198,28 @@ async def test_a_call_with_a_new_key_shows_as_spend_on_the_page(start_web: Start
         assert not spend.group(1).endswith("GPU-hours: 0")
         assert re.search(r"<rect [^>]*height=\"1[0-9]{2}\.[0-9]\"", month)  # today's bar is drawn
         await ada.aclose()
+
+
+async def test_after_the_role_is_revoked_the_page_offers_no_key_creation(
+    start_web: StartWeb,
+) -> None:
+    """The person keeps their account but no longer holds a role in the team: creating a
+    key is refused, so the page must not offer the form; the key they made stays listed."""
+    web = await start_web()
+    client = await approved_account(web, "ada@example.org")
+    await _create_key(client)
+    page = await client.get("/account")
+    assert "Create a key" in page.text and 'action="/account/keys"' in page.text
+    roles = web.gateway.tenancy.roles
+    await roles.revoke(Actor.operator("tests"), user="ada@example.org", role="member", team="t")
+    page = await client.get("/account")
+    assert page.status_code == 200, page.text
+    assert "laptop" in page.text
+    assert "Create a key" not in page.text and 'action="/account/keys"' not in page.text
+    # and the refusal itself stands
+    made = await client.post(
+        "/account/keys", data={"csrf": csrf_of(page), "name": "x"}, headers=SAME_ORIGIN
+    )
+    assert made.status_code in (403, 404), made.text  # a refusal page, not an error page
+    assert "Something went wrong" not in made.text and "Create a key" not in made.text
+    await client.aclose()

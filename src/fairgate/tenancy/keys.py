@@ -78,6 +78,17 @@ class Keys(Service):
             raise NotFound(f"no key {key_id!r}", code="key_not_found")
         return key
 
+    async def may_create(self, actor: Actor, team: str) -> bool:
+        """Whether ``actor`` may create a key of its own in ``team`` (no tags, the team's
+        limits), by the rule :meth:`create` applies: a page offers only what it allows.
+        The per-member key count is not part of it (it frees up as keys are revoked)."""
+        async with self._store.read() as conn:
+            try:
+                await self._creatable_team(conn, actor, self._scope(actor), team, (), Limits())
+            except (NotFound, Forbidden, BadRequest):
+                return False
+        return True
+
     async def create(
         self,
         actor: Actor,

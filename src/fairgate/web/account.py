@@ -9,7 +9,9 @@ Everything goes through the tenancy services as the account's user
 their team with the team's limits, and revokes only keys they own — the scope
 is in the UPDATE's WHERE clause, so another account's key id changes nothing
 and answers the same 404 page as an id that does not exist. The listing shows
-the keys the person owns.
+the keys the person owns; the form to create one is offered only while the
+tenancy rules would let the person create it (a revoked role, a disabled team:
+no form, a line saying why).
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ class AccountPages:
             raise PageError(403, "account without a team")
         try:
             created = await self._tenancy.keys.create(visitor.actor, team=team, name=name)
-        except (BadRequest, Conflict, Forbidden) as refused:
+        except (BadRequest, Conflict, Forbidden, NotFound) as refused:
+            # NotFound: a team the person no longer sees (their role revoked since)
             return await self._page(visitor, refused.status, refused.message)
         return self._pages.html(
             "key_created.html",
@@ -136,6 +139,8 @@ class AccountPages:
         budgets = await self._tenancy.budgets.list(actor)
         now = utc_now(self._clock.wall())
         month = await month_spend(self._store, actor, now, [k.id for k in mine])
+        team_name = visitor.account.team
+        may_create = team_name is not None and await self._tenancy.keys.may_create(actor, team_name)
         return self._pages.html(
             "account.html",
             status=status,
@@ -144,6 +149,7 @@ class AccountPages:
             error=error,
             account=visitor.account,
             keys=mine,
+            may_create=may_create,
             limits={k.id: _limits(k, team) for k in mine},
             spend={k.id: _spent(month.by_key.get(k.id)) for k in mine},
             month=month,
