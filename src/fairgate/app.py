@@ -243,6 +243,7 @@ class Gateway:
             store=self.store,
             clock=clock,
             alerter=self.alerter,
+            refresh=self.config.state.budget_refresh,
         )
         self.limit = Limit(
             limiter=self.limiter,

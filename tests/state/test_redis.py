@@ -7,6 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -100,12 +101,12 @@ async def test_every_key_expires_so_redis_does_not_grow_forever(
     verdict = await store.acquire(charges, now)
     assert verdict.lease is not None
     await store.settle(verdict.lease, {"tpm:k": 50}, now + 1)
-    await store.seed(PeriodCharge("budget:seeded", 0, 9, now + 60, now + 90), 7, now)
+    await store.seed(PeriodCharge("budget:seeded", 0, 9, now + 60, now + 90), 7, now, track=20)
     await store.acquire([InFlightCharge("inflight:k", 3)], now)  # one slot left held
     client = Redis.from_url(redis_url)
     try:
         keys = [k async for k in client.scan_iter(match=f"{store.prefix}*")]
-        assert len(keys) == 4
+        assert len(keys) == 5
         ttls = {k.decode(): await client.pttl(k) for k in keys}
     finally:
         await client.aclose()
@@ -113,6 +114,33 @@ async def test_every_key_expires_so_redis_does_not_grow_forever(
     assert ttls[f"{store.prefix}tpm:k"] <= 62_000
     assert 115_000 < ttls[f"{store.prefix}budget:b:today"] <= 120_000
     assert ttls[f"{store.prefix}inflight:k"] <= 2 * store.lease_ttl * 1000
+    assert ttls[f"{store.prefix}budget:seeded:seeded"] <= 20_000
+
+
+async def test_a_budget_seeded_by_a_gateway_that_served_it_uncharged_adds_what_was_recorded_since(
+    stores: StoreFactory,
+) -> None:
+    """Gateway A seeds a new budget with the recorded 500 and reserves 300 on it; gateway B,
+    which served 200 before it knew the budget, seeds it with the recorded 700. Taking
+    the larger (800) would lose B's 200; B adds them. A gateway just started (nothing
+    served uncharged) changes nothing while the seed is kept, then raises at most."""
+    store = stores()
+    now = time.time()
+    counter = PeriodCharge("budget:new:month", 0, 10**6, now + 60, now + 120)
+    await store.seed(counter, 500, now, track=20, uncharged=True)  # A: nothing before
+    assert (await store.acquire([replace(counter, amount=300)], now)).admitted
+    await store.seed(counter, 700, now, track=20, uncharged=True)  # B
+    assert await store.read([counter], now) == (1_000,)
+    await store.seed(counter, 700, now, track=20, uncharged=True)  # the same total again
+    await store.seed(counter, 900, now, track=20)  # a gateway starting
+    await store.seed(counter, 400, now, track=20, uncharged=True)  # never lowered
+    assert await store.read([counter], now) == (1_000,)
+    # once the seed is forgotten, a seed raises the counter to the total, as before
+    other = replace(counter, key="budget:other:month")
+    await store.seed(other, 1_500, now, track=0.001, uncharged=True)
+    await asyncio.sleep(0.01)
+    await store.seed(other, 1_600, now, track=20, uncharged=True)
+    assert await store.read([other], now) == (1_600,)
 
 
 async def test_expiries_are_set_when_a_write_creates_what_they_must_outlive(

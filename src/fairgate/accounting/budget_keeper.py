@@ -41,8 +41,13 @@ class BudgetKeeper:
         store: Store,
         clock: Clock,
         alerter: Alerter,
+        refresh: float = 10.0,
     ) -> None:
         self._read = read
+        # how long the back end keeps the total a budget's counter was seeded with: past
+        # one refresh, every gateway has seen a new budget (see ``load``)
+        self._track = 2 * refresh
+        self._running = False  # whether a book was in place (requests served) before
         self._limiter = limiter
         self._store = store
         self._clock = clock
@@ -76,17 +81,30 @@ class BudgetKeeper:
         except StateUnavailable as exc:
             log.error("budgets: state back end unavailable, spend not restored yet: %s", exc)
             self.book = await self._read()
+            self._running = True
 
     async def load(self) -> None:
         """Read every budget from the store and raise the counters of the ones not seen
         before to their recorded spend: all of them when the state back end holds no
-        restored spend (start-up, or a Redis restarted without persistence)."""
+        restored spend (start-up, or a Redis restarted without persistence).
+
+        A budget new to a gateway that was already running was not charged by its
+        requests until now, while other gateways on the same back end may have seen it
+        and charged it since: its seed adds the spend recorded since the last seed
+        rather than taking the larger of counter and recorded spend, which would lose
+        this gateway's uncharged spend whenever the counter holds reservations not yet
+        recorded (``CounterStore.seed``). Left out: what this gateway had in flight, or
+        queued in its recorder, at the last seed of the budget."""
         book = await self._read()
         now = self._clock.wall()
         everything = not await self._limiter.holds_restored_spend(now)
         known = set() if everything else {b.counter_prefix for b in self.book.all()}
         fresh = [b for b in book.all() if b.counter_prefix not in known]
-        raised = await restore_spend(self._store, self._limiter, fresh, now)
+        raised = await restore_spend(
+            self._store, self._limiter, fresh, now,
+            track=self._track, uncharged=self._running and not everything,
+        )  # fmt: skip
+        self._running = True
         if everything:
             # only after restoring every budget: marking after a partial restore could
             # cover counters the back end lost since the check above

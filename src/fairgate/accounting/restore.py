@@ -5,10 +5,15 @@ die with the process. Before serving, the gateway raises every budget's counter
 for the current period to what the store's usage records say was spent in it,
 so that a restart never hands out a fresh allowance. ``seed`` never lowers a
 counter, so doing this on several gateways sharing one Redis, or twice, is
-harmless. Records a killed process (kill -9) had not written yet are missing
-from this, as from the reports, until a process starts again on its journal
-and writes them (``fairgate.accounting.journal``): the gateway does that before
-it restores budgets.
+harmless. A budget created in the middle of a period reaches each gateway at its
+own refresh, and a gateway serves its scope uncharged until then: a gateway that
+was already running when it sees a budget adds the spend recorded since the
+previous seed (``CounterStore.seed``, ``uncharged``) rather than raising the
+counter to the total, which would drop that spend whenever the counter holds
+reservations the records do not show yet. Records a killed process (kill -9)
+had not written yet are missing from this, as from the reports, until a process
+starts again on its journal and writes them (``fairgate.accounting.journal``):
+the gateway does that before it restores budgets.
 """
 
 from __future__ import annotations
@@ -57,14 +62,22 @@ async def spent_in_period(store: Store, budget: Budget, now: float) -> Money:
 
 
 async def restore_spend(
-    store: Store, limiter: Limiter, budgets: Iterable[Budget], now: float
+    store: Store,
+    limiter: Limiter,
+    budgets: Iterable[Budget],
+    now: float,
+    *,
+    track: float = 0.0,
+    uncharged: bool = False,
 ) -> int:
-    """Seed each budget's current counter with its recorded spend; returns how many were
-    raised above zero. Raises ``StoreUnavailable`` or ``StateUnavailable``."""
+    """Seed each budget's current counter with its recorded spend; returns how many had
+    spent anything. ``track`` and ``uncharged`` as in ``CounterStore.seed``: with
+    ``track``, a budget that spent nothing is seeded too, so that the back end keeps
+    what its counter started from. Raises ``StoreUnavailable`` or ``StateUnavailable``."""
     raised = 0
     for budget in budgets:
         spent = await spent_in_period(store, budget, now)
-        if spent.micro > 0:
-            await limiter.restore(budget, spent, now)
-            raised += 1
+        if spent.micro > 0 or track > 0:
+            await limiter.restore(budget, spent, now, track=track, uncharged=uncharged)
+        raised += spent.micro > 0
     return raised

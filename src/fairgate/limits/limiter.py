@@ -253,12 +253,21 @@ class Limiter:
             ),
         )
 
-    async def restore(self, budget: Budget, spent: Money, now: float) -> None:
+    async def restore(
+        self,
+        budget: Budget,
+        spent: Money,
+        now: float,
+        *,
+        track: float = 0.0,
+        uncharged: bool = False,
+    ) -> None:
         """Raise ``budget``'s counter for the period holding ``now`` to at least ``spent``
         (spend recorded in the store), so that a restart never hands out a fresh
-        allowance. Raises ``StateUnavailable`` when the back end is down."""
+        allowance; ``track`` and ``uncharged`` as in ``CounterStore.seed``. Raises
+        ``StateUnavailable`` when the back end is down."""
         counter, _ = self._planner.budget_counter(budget, now)
-        await self._store.seed(counter, spent.micro, now)
+        await self._store.seed(counter, spent.micro, now, track=track, uncharged=uncharged)
 
     async def holds_restored_spend(self, now: float) -> bool:
         """Whether the back end still holds the mark ``mark_restored`` left: False on a fresh

@@ -89,9 +89,25 @@ class CounterStore(Protocol):
         the charges' amounts and limits are ignored and nothing is charged."""
         ...
 
-    async def seed(self, counter: PeriodCharge, total: int, now: float) -> None:
+    async def seed(
+        self,
+        counter: PeriodCharge,
+        total: int,
+        now: float,
+        *,
+        track: float = 0.0,
+        uncharged: bool = False,
+    ) -> None:
         """Raise a period counter to at least ``total`` (never lowers it): how spend
-        recorded elsewhere is restored after a restart, idempotently."""
+        recorded elsewhere is restored after a restart, idempotently.
+
+        With ``track`` > 0 (budgets on a back end several gateways share) the back end
+        also keeps ``total`` for ``track`` seconds after the seed; a seed made while it is
+        kept, with ``uncharged`` (by a gateway that may have served the scope without
+        charging the counter: a budget new to it while it ran), adds the growth of the
+        total since the kept one, instead of raising the counter to it: spend another
+        gateway served before it knew the budget is then not lost under reservations
+        the counter holds but the records do not yet show."""
         ...
 
     async def refresh(self, now: float) -> None:

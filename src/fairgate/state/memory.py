@@ -245,7 +245,17 @@ class MemoryCounterStore:
     async def read(self, counters: Sequence[Charge], now: float) -> tuple[int, ...]:
         return tuple(self._usage(counter, now) for counter in counters)
 
-    async def seed(self, counter: PeriodCharge, total: int, now: float) -> None:
+    async def seed(
+        self,
+        counter: PeriodCharge,
+        total: int,
+        now: float,
+        *,
+        track: float = 0.0,
+        uncharged: bool = False,
+    ) -> None:
+        # one process: no other gateway charges these counters, so a budget new to it
+        # was charged by none, and its records hold everything it spent
         period = self._period(counter.key, now)
         if period is None:
             self._periods[counter.key] = _Period(max(0, total), counter.keep_until)

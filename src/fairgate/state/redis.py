@@ -279,9 +279,22 @@ class RedisCounterStore:
         reply = await self._call(self._read, [self._key(c) for c in counters], args)
         return tuple(map(int, reply))
 
-    async def seed(self, counter: PeriodCharge, total: int, now: float) -> None:
+    async def seed(
+        self,
+        counter: PeriodCharge,
+        total: int,
+        now: float,
+        *,
+        track: float = 0.0,
+        uncharged: bool = False,
+    ) -> None:
         keep_ms = max(1000, math.ceil((counter.keep_until - now) * 1000))
-        await self._call(self._seed, [self._key(counter)], [max(0, total), keep_ms])
+        keys = [self._key(counter)]
+        if track > 0:
+            keys.append(self._key(counter) + ":seeded")
+        track_ms = max(1, math.ceil(track * 1000))
+        args: list[str | int | float] = [max(0, total), keep_ms, track_ms, int(uncharged)]
+        await self._call(self._seed, keys, args)
 
     async def refresh(self, now: float) -> None:
         # a pool's index appears once per slot held in it: extend it once
