@@ -537,3 +537,45 @@ async def test_an_unreachable_redis_at_start_is_a_warning_not_a_failure(
         )
     finally:
         await store.aclose()
+
+
+async def test_a_request_in_flight_across_a_flush_counts_once_in_the_new_day_counter(
+    private_redis: RedisProcess,
+) -> None:
+    """Redis lost its data (FLUSHALL) while the first of a key's requests was in flight;
+    its settle, finding the restore mark changed, adds its 1 to the day counter that the
+    requests since recreated. That is no over-count: the flushed counter lost every
+    request of the day, this one too, so the counter stays at most the true count (three
+    requests, counted two); without the 1 a key at its cap of 3 would get a fourth."""
+    store = RedisCounterStore(private_redis.url, timeout=5.0)
+    limiter = Limiter(store)
+    budget = Budget("team", "t", None, "month", max=Money(10**6))
+
+    async def restore(now: float) -> None:
+        await limiter.restore(budget, Money(0), now)
+        await limiter.mark_restored(now)
+
+    limiter.guard_budgets(restore)
+    subject = Subject(key="k", org="o", team="t", project="p")
+    limits = Limits(rpd=3)
+    demand = Demand(subject, limits, "m", 1, Money(10), (budget,))
+    now = time.time()
+    try:
+        await restore(now)
+        first = await limiter.admit(demand, now)  # in flight across the flush
+        second = await limiter.admit(demand, now)
+        await limiter.settle(second, tokens=1, cost=Money(10), now=now)
+        admin = Redis.from_url(private_redis.url)
+        try:
+            await admin.flushall()
+        finally:
+            await admin.aclose()
+        third = await limiter.admit(demand, now)  # restores the mark, then is counted
+        await limiter.settle(third, tokens=1, cost=Money(10), now=now)
+        assert (await limiter.usage(subject, limits, (budget,), now)).requests_today == 1
+        await limiter.settle(first, tokens=1, cost=Money(10), now=now)
+        usage = await limiter.usage(subject, limits, (budget,), now)
+        assert usage.requests_today == 2  # three were served today
+        assert [b.spent.micro for b in usage.budgets] == [20]  # the third's and the first's
+    finally:
+        await store.aclose()
