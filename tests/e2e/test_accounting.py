@@ -81,6 +81,36 @@ def test_every_request_leaves_one_record_and_sigterm_loses_none(tmp_path: Path) 
     assert aborted[6] == 1 and aborted[4] >= 2  # estimated from the deltas relayed
 
 
+def test_an_engine_s_refusal_is_charged_nothing_and_its_failure_the_reservation(
+    tmp_path: Path,
+) -> None:
+    with SimProcess("--model", "m", "--tokens-per-second", "200", "--ttft", "0") as sim:
+        config = write_config(tmp_path, [model("m", sim, cost=COST)], proxy={"retries": 0})
+        gateway = GatewayProcess(config).start()
+        try:
+            sim.faults(fail_next=1, fail_status=400)
+            refused = chat(gateway, max_tokens=1000)
+            sim.faults(fail_next=1, fail_status=500)
+            failed = chat(gateway, max_tokens=1000)
+        finally:
+            assert gateway.stop() == 0
+    assert (refused.status_code, failed.status_code) == (400, 500)
+    with sqlite3.connect(tmp_path / "fairgate.db") as db:
+        rows = {
+            row[0]: row[1:]
+            for row in db.execute(
+                "SELECT request_id, outcome, status, prompt_tokens, completion_tokens,"
+                " cost_micro, estimated FROM usage_records"
+            )
+        }
+    # the engine refused before generating anything: no token, no cost
+    assert rows[refused.headers["x-request-id"]] == ("ok", 400, 0, 0, 0, 0)
+    # a failure after the engine took the request: its usage is unknown, so the reservation
+    outcome, status, _, completion, cost, estimated = rows[failed.headers["x-request-id"]]
+    assert (outcome, status, completion, estimated) == ("ok", 500, 1000, 1)
+    assert cost > 0
+
+
 def test_kill_9_under_load_loses_no_record_the_journal_holds(tmp_path: Path) -> None:
     """SIGKILL under load: the next start writes the dead process's journal to the store, so
     every request a client saw answered is recorded, and the store stays whole."""

@@ -11,7 +11,7 @@ from fairgate.config.catalog import Model
 from fairgate.core.errors import BadRequest
 from fairgate.engines import adapter_for
 from fairgate.proxy.endpoints import EndpointTable
-from fairgate.proxy.exchange import Exchange
+from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.reservation import OutputPolicy, Reservation, charge
 from fairgate.proxy.usage import Usage
 
@@ -104,3 +104,28 @@ def test_nothing_is_charged_when_no_engine_was_reached() -> None:
     POLICY.reserve(ex, TABLE.model_for(ex))
     charge(ex)
     assert ex.usage is None
+
+
+@pytest.mark.parametrize("status", [400, 404, 422, 429])
+def test_an_engine_s_own_refusal_is_charged_nothing(status: int) -> None:
+    ex = _exchange({"model": "big", "messages": [], "max_tokens": 40})
+    POLICY.reserve(ex, TABLE.model_for(ex))
+    ex.replica, ex.status = "r0", status  # the engine's answer, relayed whole
+    charge(ex)
+    assert ex.usage == Usage(0, 0, 0, estimated=False)
+
+
+def test_an_engine_s_failure_and_a_refusal_after_unanswered_attempts_keep_their_charges() -> None:
+    failed = _exchange({"model": "big", "messages": [], "max_tokens": 40})
+    POLICY.reserve(failed, TABLE.model_for(failed))
+    failed.replica, failed.status = "r0", 500  # the engine may have worked before failing
+    charge(failed)
+    assert failed.usage == failed.reservation.usage()  # type: ignore[union-attr]
+
+    # the gateway's own 4xx after an attempt that got no answer: that attempt is charged
+    refused = _exchange({"model": "big", "messages": [], "max_tokens": 40})
+    POLICY.reserve(refused, TABLE.model_for(refused))
+    refused.replica, refused.status, refused.unanswered = "r0", 429, ("big",)
+    refused.outcome = Outcome.UPSTREAM_ERROR
+    charge(refused)
+    assert refused.usage is not None and refused.usage.completion_tokens >= 40

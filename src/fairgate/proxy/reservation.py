@@ -20,7 +20,9 @@ not one: the engine may have generated more than it counted to the gateway so fa
 are the counts of the sequences of a llama-server batch that ended before the others),
 every earlier attempt that reached an engine and got no answer (a timeout, a broken
 connection) and an attempt the client left before the engine answered are charged the
-reservation.
+reservation. An engine's refusal — an answer of status 400 to 499, relayed to the
+client — is charged nothing: engines check a request before they schedule it, so
+no token was made for it (vLLM, llama-server and OpenAI's API bill no refusal).
 
 ``Reservation`` itself is defined in ``proxy.exchange``, beside the ``Exchange`` that
 holds it (so neither module imports the other both ways), and exported here too.
@@ -35,10 +37,12 @@ from fairgate.core.errors import BadRequest
 from fairgate.engines.output import bound
 from fairgate.limits.estimate import prompt_tokens
 from fairgate.proxy.endpoints import ModelEntry
-from fairgate.proxy.exchange import Exchange, Reservation
+from fairgate.proxy.exchange import Exchange, Outcome, Reservation
 from fairgate.proxy.usage import Usage
 
 __all__ = ["OutputPolicy", "Reservation", "charge"]
+
+_REFUSED = Usage()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +103,9 @@ def charge(ex: Exchange) -> Usage | None:
     reservation = ex.reservation
     if reservation is None:
         return None
-    if ex.replica and (ex.usage is None or ex.usage_gap or (ex.usage_so_far and not ex.ending)):
+    if ex.replica and ex.usage is None and ex.outcome == Outcome.OK and 400 <= ex.status < 500:
+        ex.usage = _REFUSED  # the engine's own refusal, relayed: nothing was generated
+    elif ex.replica and (ex.usage is None or ex.usage_gap or (ex.usage_so_far and not ex.ending)):
         # no report, a report short of a sequence, or a count so far cut off before the
         # stream's end: the reservation
         ex.usage = reservation.usage()
