@@ -118,3 +118,16 @@ def test_a_key_is_held_once() -> None:
     with pytest.raises(ValueError, match="already held"):
         queue.push(0, "B", 0, "B1")
     assert queue.pop() == "A1" and queue.pop() is None
+
+
+def test_an_item_held_again_with_its_arrival_keeps_its_place() -> None:
+    # A borrower let go and held again comes back at the place it had: ahead of the
+    # later arrivals of its line and of other lines of equal rank, behind earlier ones.
+    queue = filled(("A1", 0), ("A2", 0), ("B1", 0), ("A3", 0))
+    first = queue.pop()
+    assert first == "A1"
+    assert queue.pop_org("A") == "A2"
+    queue.push(1, "A", 0, "A2", arrival=1)  # A2's arrival (the second push)
+    queue.push(4, "A", 0, "A4")
+    assert drain(queue) == ["A2", "B1", "A3", "A4"]
+    assert len(queue) == 0

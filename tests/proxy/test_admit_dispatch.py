@@ -9,6 +9,7 @@ from tests.proxy.stages import PRICES, Stages, exchange, served
 
 from fairgate.admission import CapacityTracker
 from fairgate.core.clock import SystemClock
+from fairgate.core.errors import GatewayTimeout
 from fairgate.core.principal import Principal
 from fairgate.core.replica import ReplicaSnapshot
 from fairgate.fairshare import FairShare
@@ -27,14 +28,14 @@ class Pool:
     once, keeping none waiting beyond them (depth 0); ``in_flight`` is what the registry
     would count."""
 
-    def __init__(self, state: Any, *, hold: bool = True) -> None:
+    def __init__(self, state: Any, *, hold: bool = True, queue_ttl: float = 30.0) -> None:
         self.in_flight = 0
         self.dispatcher = Dispatcher(
             {"p": PoolEngines(self.snapshots, CapacityTracker(4, probe_fraction=0))},
             ranks=lambda pool, orgs: self.gate.ranks_now(pool, orgs),
             clock=SystemClock(),
             queue_size=100,
-            queue_ttl=30.0,
+            queue_ttl=queue_ttl,
             depth=0,
         )
         self.gate = Stages(
@@ -142,6 +143,69 @@ async def test_a_borrower_let_go_for_a_seat_another_request_took_waits_again() -
         await pool.finish(await asyncio.wait_for(task, 1))
     assert pool.gate.fairshare_counts() == {("p", "a"): (0, 0), ("p", "b"): (0, 0)}
     assert pool.dispatcher.held("p") == 0
+
+
+async def test_a_borrower_that_waits_again_keeps_its_turn_before_later_ones() -> None:
+    # a5 is let go for a freed seat of a that a's next request takes first, so it waits
+    # again; a's later borrower a7 was held meanwhile. The next seat of a must go to
+    # a5, the earlier arrival, not to a7: waiting again must not cost a5 its turn.
+    pool = Pool(MemoryCounterStore())
+    a1, a2 = await pool.send(A), await pool.send(A)  # a's two reserved seats
+    a3, a4 = await pool.send(A), await pool.send(A)  # borrowing: the engine is full now
+    b1, b2 = await pool.send(B), await pool.send(B)  # b's reserved seats: never held
+    a5 = asyncio.create_task(pool.send(A))  # borrows: held, a's first
+    await settle()
+    a7 = asyncio.create_task(pool.send(A))  # borrows: held, a's second
+    await settle()
+    assert pool.dispatcher.held("p", "a") == 2
+    await pool.finish(a1)  # a's seat frees: a5 is let go for it ...
+    a6 = await pool.send(A)  # ... and a's next request takes it first
+    assert a6[0].within_share is True
+    await settle()
+    assert not a5.done() and not a7.done()  # a5 waits again
+    await pool.finish(a2)  # a's other seat frees: a's earliest held borrower takes it
+    await settle()
+    assert a5.done() and not a7.done()
+    ticket_a5, ex_a5 = a5.result()
+    assert ticket_a5.within_share is True
+    for sent in (a3, a4, b1, b2, a6, (ticket_a5, ex_a5)):
+        await pool.finish(sent)
+    await pool.finish(await asyncio.wait_for(a7, 1))
+    assert pool.gate.fairshare_counts() == {("p", "a"): (0, 0), ("p", "b"): (0, 0)}
+    assert pool.dispatcher.held("p") == 0
+
+
+async def test_a_borrower_that_waits_again_still_waits_at_most_the_queue_ttl() -> None:
+    # queue_ttl bounds a request's whole wait in the gateway from its arrival: waiting
+    # again after a grant it could not use does not restart the clock.
+    ttl = 0.4
+    pool = Pool(MemoryCounterStore(), queue_ttl=ttl)
+    loop = asyncio.get_running_loop()
+    a1 = await pool.send(A)
+    sent = [await pool.send(A) for _ in range(3)]  # a's other seat, two borrowers: full
+    b1, b2 = await pool.send(B), await pool.send(B)
+    arrived = loop.time()
+    a5 = asyncio.create_task(pool.send(A))  # borrows: held
+    await settle()
+    await asyncio.sleep(ttl / 2)
+    await pool.finish(a1)  # a's seat frees: a5 is let go for it ...
+    a6 = await pool.send(A)  # ... and a's next request takes it first: a5 waits again
+    await settle()
+    assert not a5.done()
+    await asyncio.sleep(arrived + ttl + 0.05 - loop.time())
+    pool.dispatcher.recheck()  # what the dispatcher's loop does every recheck_interval
+    await settle()
+    assert a5.done()  # answered 504 within the TTL of its arrival, not half a TTL later
+    try:
+        a5.result()
+    except GatewayTimeout as exc:
+        assert exc.code == "queue_timeout"
+    else:
+        raise AssertionError("a5 was served")
+    assert pool.dispatcher.held("p") == 0
+    for one in (*sent, b1, b2, a6):
+        await pool.finish(one)
+    assert pool.gate.fairshare_counts() == {("p", "a"): (0, 0), ("p", "b"): (0, 0)}
 
 
 async def test_with_the_switch_off_every_borrower_goes_at_once_with_its_rank_of_arrival() -> None:

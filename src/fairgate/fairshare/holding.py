@@ -62,19 +62,32 @@ class HeldBorrowers(Generic[T]):
         self._heap: list[tuple[int, int, int, Owner]] = []  # (rank, cls, arrival, owner)
         self._arrivals = itertools.count()
 
-    def push(self, key: int, org: str, cls: int, item: T, team: str = "") -> None:
-        """Hold ``item`` behind every earlier arrival; ``ValueError`` if ``key`` is held."""
+    def push(
+        self, key: int, org: str, cls: int, item: T, team: str = "", arrival: int | None = None
+    ) -> int:
+        """Hold ``item`` behind every earlier arrival and return its arrival;
+        ``ValueError`` if ``key`` is held.
+
+        ``arrival``, one an earlier ``push`` returned, holds it again at the place it had
+        (a borrower let go that must wait again keeps its turn): O(its line) then."""
         if key in self._where:
             raise ValueError(f"key {key} is already held")
         line = ((org, team), cls)
         entries = self._lines.get(line)
         if entries is None:
             entries = self._lines[line] = OrderedDict()
-        arrival = next(self._arrivals)
+        later: list[int] = []
+        if arrival is None:
+            arrival = next(self._arrivals)  # the latest: at the end of its line
+        else:
+            later = [k for k, (a, _) in entries.items() if a > arrival]
         entries[key] = (arrival, item)
+        for k in later:
+            entries.move_to_end(k)
         self._where[key] = line
-        if len(entries) == 1:
-            self._push_head(line, arrival)
+        if next(iter(entries)) == key:
+            self._push_head(line, arrival)  # the head it replaces is stale in the heap
+        return arrival
 
     def remove(self, key: int) -> T | None:
         """Take out the item held under ``key`` (its caller left); ``None`` if not held."""

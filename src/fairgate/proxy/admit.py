@@ -58,7 +58,7 @@ from fairgate.limits.fairshare_state import (
     Split,
     UsageCharge,
 )
-from fairgate.proxy.dispatch import Dispatcher
+from fairgate.proxy.dispatch import Dispatcher, Grant
 from fairgate.proxy.exchange import Exchange
 from fairgate.proxy.ticket import Due, Ticket
 
@@ -413,7 +413,10 @@ class Admit:
         taken by another request first (its organisation's next request, often), it
         waits again while the pool is full: sent as a borrower, it would pass every
         better-ranked borrower held, and an organisation abandoning streams and sending
-        again at once jumped the queue this way."""
+        again at once jumped the queue this way. It waits again at the place it had,
+        ahead of its organisation's later borrowers, and within the ``queue_ttl`` of its
+        first arrival: being let go for nothing must not cost it its turn or restart
+        its clock."""
         dispatcher = self._dispatcher
         assert dispatcher is not None
         if not dispatcher.holds(pool):
@@ -426,6 +429,7 @@ class Admit:
             cls += SEATLESS  # a freed seat of its organisation must not pick it: it cannot sit
         if ticket.lease is not None:
             ticket.lease.dispatched()  # admission: held here, it is not pending there
+        grant: Grant | None = None
         while True:
             # Give back what the claim counted (a borrowing claim holds no slot in the state).
             counts = self.in_flight.get((pool, org))
@@ -433,8 +437,10 @@ class Admit:
                 counts[1] -= 1
             ticket.pool, ticket.claim, ticket.priority, ticket.rank = None, None, None, None
             ticket.borrowing = False
-            grant = ticket.grant = await dispatcher.wait(pool, org, cls, self._owner_team(ticket))
-            ticket.held += grant.waited
+            grant = ticket.grant = await dispatcher.wait(
+                pool, org, cls, self._owner_team(ticket), again=grant
+            )
+            ticket.held = grant.waited  # from its first arrival, waited again or not
             await self._claim(ticket, pool, org, model, self._clock.wall(), sequences)
             if not (
                 grant.for_seat

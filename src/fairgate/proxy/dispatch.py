@@ -217,6 +217,9 @@ class _NullObserver:
         pass
 
 
+_Place = tuple[int, int, float, float]  # a held borrower's key, arrival, enqueued_at, deadline
+
+
 class Grant:
     """One borrower let go to the engines: pending until ``dispatched()``, then nothing.
 
@@ -225,7 +228,7 @@ class Grant:
     the room back and lets the next held borrower go.
     """
 
-    __slots__ = ("_freed", "_pool", "_state", "for_seat", "waited")
+    __slots__ = ("_freed", "_place", "_pool", "_state", "for_seat", "waited")
 
     def __init__(
         self,
@@ -233,12 +236,14 @@ class Grant:
         waited: float,
         freed: Callable[[_Pool], None],
         for_seat: bool = False,
+        place: _Place | None = None,
     ) -> None:
         self._pool = pool
         self._freed = freed
         self._state = 0  # 0 pending, 1 dispatched, 2 released
         self.waited = waited
         self.for_seat = for_seat  # let go for a freed seat of its organisation, room or not
+        self._place = place  # where it was held (None: it went at once)
 
     @property
     def pending(self) -> bool:
@@ -267,6 +272,7 @@ class _Waiter:
     deadline: float
     future: asyncio.Future[Grant | GatewayError]
     held: bool = True
+    arrival: int = 0  # its place in ``HeldBorrowers``
 
 
 class _Pool:
@@ -358,7 +364,9 @@ class Dispatcher:
         p.pending += 1
         return Grant(p, 0.0, self._dispatch)
 
-    async def wait(self, pool: str, org: str, cls: int, team: str = "") -> Grant:
+    async def wait(
+        self, pool: str, org: str, cls: int, team: str = "", again: Grant | None = None
+    ) -> Grant:
         """Hold a borrower of ``org`` (class ``cls``: 0 interactive, 1 batch, plus
         ``SEATLESS`` for one that can never take a seat of the reservation; ``team``
         where the organisation has team sub-shares) until it may go.
@@ -367,24 +375,36 @@ class Dispatcher:
         are held already, ``GatewayTimeout`` (504, ``queue_timeout``) after
         ``queue_ttl``. Cancelling the caller takes it out at once (or gives back a
         grant made in the meantime).
+
+        ``again``, a grant this borrower was let go with (released) and that it could
+        not use, holds it again at the place it had: ahead of its organisation's later
+        arrivals, with its first arrival's deadline (its whole wait stays within
+        ``queue_ttl``), and never refused for a full queue (it was counted there).
+        ``waited`` then counts from its first arrival. O(held) for such a borrower.
         """
         p = self._pools[pool]
-        if len(p.held) >= self.queue_size and not self._push_out(p, org):
+        place = again._place if again is not None else None
+        if place is None and len(p.held) >= self.queue_size and not self._push_out(p, org):
             self._observer.rejected(pool, "queue_full")
             raise ServiceUnavailable(
                 "Too many requests are waiting for this model's capacity; try again later.",
                 code="queue_full",
             )
-        now = self._clock.monotonic()
-        waiter = _Waiter(
-            next(self._keys),
-            org,
-            now,
-            now + self.queue_ttl,
-            asyncio.get_running_loop().create_future(),
-        )
-        p.held.push(waiter.key, org, cls, waiter, team)
-        p.arrivals[waiter.key] = waiter
+        future = asyncio.get_running_loop().create_future()
+        if place is None:
+            now = self._clock.monotonic()
+            waiter = _Waiter(next(self._keys), org, now, now + self.queue_ttl, future)
+            waiter.arrival = p.held.push(waiter.key, org, cls, waiter, team)
+            p.arrivals[waiter.key] = waiter
+        else:
+            key, arrival, enqueued_at, deadline = place
+            waiter = _Waiter(key, org, enqueued_at, deadline, future)
+            waiter.arrival = p.held.push(key, org, cls, waiter, team, arrival)
+            # keys rise with arrival, so with the deadline: keep the TTL order
+            later = [key for key in p.arrivals if key > waiter.key]
+            p.arrivals[waiter.key] = waiter
+            for key in later:
+                p.arrivals.move_to_end(key)
         self._observer.held(pool, len(p.held))
         self._dispatch(p)
         try:
@@ -457,7 +477,8 @@ class Dispatcher:
             return False
         waited = self._clock.monotonic() - waiter.enqueued_at
         p.pending += 1
-        waiter.future.set_result(Grant(p, waited, self._dispatch, for_seat))
+        place = (waiter.key, waiter.arrival, waiter.enqueued_at, waiter.deadline)
+        waiter.future.set_result(Grant(p, waited, self._dispatch, for_seat, place))
         self._observer.dispatched(p.name, waited)
         return True
 
