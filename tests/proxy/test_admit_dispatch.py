@@ -8,7 +8,7 @@ from typing import Any
 from tests.proxy.stages import PRICES, Stages, exchange, served
 
 from fairgate.admission import CapacityTracker
-from fairgate.core.clock import SystemClock
+from fairgate.core.clock import Clock, SystemClock
 from fairgate.core.errors import GatewayTimeout
 from fairgate.core.principal import Principal
 from fairgate.core.replica import ReplicaSnapshot
@@ -19,24 +19,44 @@ from fairgate.proxy.exchange import Exchange
 from fairgate.proxy.ticket import Ticket
 from fairgate.state import MemoryCounterStore, RedisCounterStore
 
+
+class StillClock:
+    """Time that does not move: decay weighs every charge alike."""
+
+    def wall(self) -> float:
+        return 1_000_000.0
+
+    def monotonic(self) -> float:
+        return 1000.0
+
+
 A = Principal("ka", "a", "ta")
 B = Principal("kb", "b", "tb")
 
 
 class Pool:
     """The stages over pool p (C = 4, reservations a 2 / b 2) and one engine that runs four at
-    once, keeping none waiting beyond them (depth 0); ``in_flight`` is what the registry
-    would count."""
+    once, keeping ``depth`` waiting beyond them (0 unless told); ``in_flight`` is what the
+    registry would count."""
 
-    def __init__(self, state: Any, *, hold: bool = True, queue_ttl: float = 30.0) -> None:
+    def __init__(
+        self,
+        state: Any,
+        *,
+        hold: bool = True,
+        queue_ttl: float = 30.0,
+        depth: int = 0,
+        clock: Clock | None = None,
+    ) -> None:
         self.in_flight = 0
+        clock = clock or SystemClock()
         self.dispatcher = Dispatcher(
             {"p": PoolEngines(self.snapshots, CapacityTracker(4, probe_fraction=0))},
             ranks=lambda pool, orgs: self.gate.ranks_now(pool, orgs),
-            clock=SystemClock(),
+            clock=clock,
             queue_size=100,
             queue_ttl=queue_ttl,
-            depth=0,
+            depth=depth,
         )
         self.gate = Stages(
             limiter=Limiter(state),
@@ -44,7 +64,7 @@ class Pool:
             prices=PRICES,
             pools={"m": "p"},
             classes={"m": "interactive"},
-            clock=SystemClock(),
+            clock=clock,
             fairshare=FairShare({"p": 4}, {"p": {"a": 0.5, "b": 0.5}}),
             fairshare_state=state,
             dispatcher=self.dispatcher if hold else None,
@@ -262,3 +282,30 @@ async def test_ranks_count_what_each_organisation_has_running_now() -> None:
         ("a", ""): 1,
         ("b", ""): 0,
     }  # and used them
+
+
+async def test_a_borrower_waiting_in_the_engine_counts_toward_its_rank() -> None:
+    # The engine runs four and keeps two waiting (depth 2). a's two borrowers wait in
+    # the engine behind the four running within-share requests; they will run next
+    # and be charged. b has used more so far, but less than a will have once they
+    # ran: b's held borrower goes first, though a's was held before it. Counting
+    # only the four the engine can run would send a's first, and a would overshoot.
+    pool = Pool(MemoryCounterStore(), depth=2, clock=StillClock())
+    seated = [await pool.send(A), await pool.send(A), await pool.send(B), await pool.send(B)]
+    a3, b3 = await pool.send(A), await pool.send(B)  # borrowers: room for two
+    await pool.finish(a3, completion=100)
+    await pool.finish(b3, completion=388)  # b has used about 1.9 requests more than a
+    a4, a5 = await pool.send(A), await pool.send(A)  # go at once, wait in the engine
+    assert pool.in_flight == 6 and pool.snapshots()[0].waiting == 2
+    a6 = asyncio.create_task(pool.send(A))  # held first
+    await settle()
+    b4 = asyncio.create_task(pool.send(B))  # held second
+    await settle()
+    assert pool.dispatcher.held("p") == 2
+    await pool.finish(a4, completion=100)  # room for one
+    await settle()
+    assert b4.done() and not a6.done()
+    for sent in (*seated, a5, b4.result()):
+        await pool.finish(sent)
+    await pool.finish(await asyncio.wait_for(a6, 1))
+    assert pool.gate.fairshare_counts() == {("p", "a"): (0, 0), ("p", "b"): (0, 0)}

@@ -481,7 +481,10 @@ class Admit:
 
         Counting what runs, as Slurm charges running jobs, makes a rank follow a
         dispatch at once instead of a request's lifetime later; nothing is charged
-        for it, it only ranks."""
+        for it, it only ranks. A request waiting in an engine's queue counts as one
+        running: it will be charged its tokens in full whatever the time it queued, so
+        leaving it out would rank its organisation by less than it is about to have
+        used (docs/fairshare.md)."""
         dispatcher = self._dispatcher
         entry = self._usage.get(pool)
         if (
