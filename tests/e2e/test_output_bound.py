@@ -192,6 +192,27 @@ def test_llama_server_requests_need_a_cap_the_engine_reads(env: Env) -> None:
     assert answer.status_code == 200, answer.text
 
 
+def test_llama_server_caps_only_some_builds_read_do_not_bound_a_request(env: Env) -> None:
+    """Through the OpenAI routes of a llama-server: ``max_completion_tokens`` alone (which
+    builds before early 2026 ignore) is refused, and the Responses route's ``n_predict``,
+    which the engine reads before ``max_output_tokens``, is reserved and charged."""
+    who = tenant(env)
+    chat = {
+        "model": "l",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_completion_tokens": 1,
+        "ignore_eos": True,
+    }
+    status, code, _ = refusal(post(env, who, "/v1/chat/completions", chat))
+    assert (status, code) == (400, "max_tokens_required")
+    assert env.llama.requests() == []
+    body = {"model": "l", "input": "hi", "max_output_tokens": 1, "n_predict": 40}
+    answer = post(env, who, "/v1/responses", body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["output_tokens"] == 40  # the engine obeyed n_predict
+    assert charged(env, who) >= 40
+
+
 def test_llama_native_answers_are_charged_the_tokens_the_engine_reports(env: Env) -> None:
     who = tenant(env)
     plain = post(env, who, "/completion", {"model": "l", "prompt": "hi there", "n_predict": 40})

@@ -22,6 +22,7 @@ CHAT = adapter_for("vllm").endpoint("/v1/chat/completions").output  # type: igno
 COMPLETION = adapter_for("vllm").endpoint("/v1/completions").output  # type: ignore[union-attr]
 LLAMA = adapter_for("llama-server").endpoint("/completion").output  # type: ignore[union-attr]
 LLAMA_CHAT = adapter_for("llama-server").endpoint("/v1/chat/completions").output  # type: ignore[union-attr]
+LLAMA_RESPONSES = adapter_for("llama-server").endpoint("/v1/responses").output  # type: ignore[union-attr]
 
 
 def _bound(
@@ -75,8 +76,26 @@ def test_a_relayed_body_that_cannot_be_bounded_is_refused(body: dict[str, Any], 
     assert refused.value.status == 400
 
 
+def test_llama_chat_needs_a_cap_every_build_reads_and_counts_the_newer_field_too() -> None:
+    """llama-server builds before early 2026 ignore ``max_completion_tokens``: a body capped
+    by it alone ran to the end of the context, reserved at its value."""
+    with pytest.raises(BadRequest) as refused:
+        _bound({"max_completion_tokens": 1, "ignore_eos": True}, LLAMA_CHAT, writable=False)
+    assert refused.value.code == "max_tokens_required"
+    # newer builds read it (before max_tokens): a larger value still bounds the request
+    both = {"max_completion_tokens": 500, "max_tokens": 10}
+    assert _bound(both, LLAMA_CHAT, writable=False).cap == 500
+    assert _bound({"n_predict": 20}, LLAMA_CHAT, writable=False).cap == 20
+
+
+def test_llama_responses_count_n_predict_which_the_engine_reads_first() -> None:
+    body = {"input": "hi", "max_output_tokens": 1, "n_predict": 200}
+    assert _bound(body, LLAMA_RESPONSES, writable=False).cap == 200
+    assert _bound({"input": "hi", "max_tokens": 30}, LLAMA_RESPONSES, writable=False).cap == 30
+
+
 def test_the_refusal_names_the_fields_and_the_ceiling() -> None:
-    with pytest.raises(BadRequest, match="'n_predict' or 'max_completion_tokens' or 'max_tokens'"):
+    with pytest.raises(BadRequest, match="set 'n_predict' or 'max_tokens'"):
         _bound({}, LLAMA_CHAT, writable=False)
     with pytest.raises(BadRequest, match="at most 1000"):
         _bound({}, LLAMA_CHAT, writable=False)

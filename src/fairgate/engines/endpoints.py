@@ -86,22 +86,29 @@ _CHAT = Output(("max_completion_tokens", "max_tokens"))
 # vLLM runs a sequence per entry of ``prompt`` and of ``prompt_embeds`` (--enable-prompt-embeds)
 _COMPLETION = Output(("max_tokens",), prompts=("prompt", "prompt_embeds"))
 _RESPONSE = Output(("max_output_tokens",))
-# llama-server reads ``n_predict`` first, then ``max_tokens``, on every generating route.
-_LLAMA_CHAT = Output(("n_predict", "max_completion_tokens", "max_tokens"))
+# llama-server reads ``n_predict`` first, then ``max_tokens``, on every generating route,
+# its Responses route included (the body is copied whole into a chat request, with
+# ``max_output_tokens`` as its ``max_tokens``). ``max_completion_tokens`` is read only by
+# builds since early 2026 (older ones run to the end of the context with it alone): it
+# raises the bound, but a body must also carry a field every build reads.
+_LLAMA_CHAT = Output(
+    ("n_predict", "max_completion_tokens", "max_tokens"), honoured=("n_predict", "max_tokens")
+)
 _LLAMA_COMPLETION = Output(("n_predict", "max_tokens"), prompts=("prompt",))
+_LLAMA_RESPONSE = Output(("n_predict", "max_output_tokens", "max_tokens"))
 
 
-def _openai(chat: Output, completion: Output) -> tuple[EndpointKind, ...]:
+def _openai(chat: Output, completion: Output, response: Output) -> tuple[EndpointKind, ...]:
     return (
         _post("/v1/chat/completions", "chat", chat, streams=True),
         _post("/v1/completions", "completion", completion, streams=True),
         _post("/v1/embeddings", "embedding"),
-        _post("/v1/responses", "response", _RESPONSE, streams=True),
+        _post("/v1/responses", "response", response, streams=True),
         EndpointKind("/v1/models", carries_model=False, streams=False, usage="none", method="GET"),
     )
 
 
-_OPENAI = _openai(_CHAT, _COMPLETION)
+_OPENAI = _openai(_CHAT, _COMPLETION, _RESPONSE)
 
 OPENAI_ROUTES: Mapping[str, EndpointKind] = _table(*_OPENAI)
 """Any OpenAI-compatible server: the five OpenAI routes and nothing else."""
@@ -123,7 +130,7 @@ VLLM_ROUTES: Mapping[str, EndpointKind] = _table(
 """vLLM: the OpenAI routes plus its native inference routes."""
 
 LLAMA_SERVER_ROUTES: Mapping[str, EndpointKind] = _table(
-    *_openai(_LLAMA_CHAT, _LLAMA_COMPLETION),
+    *_openai(_LLAMA_CHAT, _LLAMA_COMPLETION, _LLAMA_RESPONSE),
     _post("/chat/completions", "chat", _LLAMA_CHAT, streams=True),
     _post("/v1/audio/transcriptions", "none", UNCAPPED, streams=True),
     _post("/completion", "llama", _LLAMA_COMPLETION, streams=True),

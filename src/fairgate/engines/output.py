@@ -16,8 +16,8 @@ engine's effective cap:
   into every cap field of the route: the client's own value, else the
   model's default, never above the model's ceiling;
 - a body relayed byte for byte cannot be given a cap, so it must carry an
-  acceptable one in a field the engine reads; the bound is the largest cap
-  field present, whichever of them the engine prefers.
+  acceptable one in a field every version of the engine reads; the bound is the
+  largest cap field present, whichever of them the engine prefers.
 
     >>> route = Output(("max_tokens",), prompts=("prompt",))
     >>> bound({"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 10}, route,
@@ -50,11 +50,17 @@ class Output:
     (empty: no cap field). ``prompts``: the fields whose lists run one sequence per
     entry (their counts add up), if any. ``generates``: false on routes that produce no tokens
     (embeddings, rerank, tokenize): their reservation has no output part.
+    ``honoured``: the fields of ``fields`` that every version of the engine reads (empty:
+    all of them). A body relayed byte for byte must carry one of these: a field only
+    some versions read bounds nothing on the others (llama-server reads
+    ``max_completion_tokens`` only since early 2026), though its value, when larger,
+    still raises the bound.
     """
 
     fields: tuple[str, ...] = ()
     prompts: tuple[str, ...] = ()
     generates: bool = True
+    honoured: tuple[str, ...] = ()
 
 
 NO_OUTPUT = Output(generates=False)
@@ -165,10 +171,10 @@ def bound(
         cap = present[0] if present else default
         if ceiling is not None:
             cap = min(cap, ceiling)
-    elif present:
+    elif present and (not output.honoured or any(body.get(f) is not None for f in output.honoured)):
         cap = max(present)  # whichever field the engine prefers, it is no larger
     else:
-        names = " or ".join(f"'{f}'" for f in output.fields)
+        names = " or ".join(f"'{f}'" for f in (output.honoured or output.fields))
         limit = f" (at most {ceiling})" if ceiling is not None else ""
         raise BadRequest(
             f"this model needs an output cap: set {names}{limit}", code="max_tokens_required"

@@ -108,7 +108,10 @@ class InputParser:
             raise BadRequest("input must be a string or a non-empty list of items")
         messages = [_as_message(item) for item in value]
         prompt += self._tokenizer.chat(messages)
-        limit = _first_int(body, "max_output_tokens")
+        # llama-server copies the body into a chat request, max_output_tokens as its
+        # max_tokens: n_predict comes first there too
+        fields = ("max_output_tokens", "max_tokens") if self._llama else ("max_output_tokens",)
+        limit = self._cap(body, *fields)
         return self._generation(model, body, prompt, limit, priority_header, "input")
 
     def llama_completion(self, body: Mapping[str, Any], *, infill: bool) -> Generation:
