@@ -22,6 +22,7 @@ CHAT = adapter_for("vllm").endpoint("/v1/chat/completions").output  # type: igno
 COMPLETION = adapter_for("vllm").endpoint("/v1/completions").output  # type: ignore[union-attr]
 LLAMA = adapter_for("llama-server").endpoint("/completion").output  # type: ignore[union-attr]
 LLAMA_CHAT = adapter_for("llama-server").endpoint("/v1/chat/completions").output  # type: ignore[union-attr]
+ANY_CHAT = adapter_for("openai").endpoint("/v1/chat/completions").output  # type: ignore[union-attr]
 LLAMA_RESPONSES = adapter_for("llama-server").endpoint("/v1/responses").output  # type: ignore[union-attr]
 
 
@@ -92,6 +93,15 @@ def test_llama_responses_count_n_predict_which_the_engine_reads_first() -> None:
     body = {"input": "hi", "max_output_tokens": 1, "n_predict": 200}
     assert _bound(body, LLAMA_RESPONSES, writable=False).cap == 200
     assert _bound({"input": "hi", "max_tokens": 30}, LLAMA_RESPONSES, writable=False).cap == 30
+
+
+def test_behind_a_generic_server_n_predict_raises_the_bound_but_bounds_nothing_alone() -> None:
+    """``engine: openai`` may front a llama.cpp server, which reads ``n_predict`` first:
+    ``{max_tokens: 1, n_predict: 900}`` was reserved one token."""
+    assert _bound({"max_tokens": 1, "n_predict": 900}, ANY_CHAT, writable=False).cap == 900
+    with pytest.raises(BadRequest) as refused:
+        _bound({"n_predict": 5}, ANY_CHAT, writable=False)  # an OpenAI server ignores it
+    assert refused.value.code == "max_tokens_required"
 
 
 def test_the_refusal_names_the_fields_and_the_ceiling() -> None:

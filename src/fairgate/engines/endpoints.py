@@ -110,7 +110,21 @@ def _openai(chat: Output, completion: Output, response: Output) -> tuple[Endpoin
 
 _OPENAI = _openai(_CHAT, _COMPLETION, _RESPONSE)
 
-OPENAI_ROUTES: Mapping[str, EndpointKind] = _table(*_OPENAI)
+# Behind ``engine: openai`` may run any server, llama-server among them, which reads
+# ``n_predict`` before the OpenAI fields: present, it raises the bound; the body must
+# still carry an OpenAI cap field, the one a server that ignores ``n_predict`` obeys.
+_ANY_CHAT = Output(
+    ("max_completion_tokens", "max_tokens", "n_predict"),
+    honoured=("max_completion_tokens", "max_tokens"),
+)
+_ANY_COMPLETION = Output(
+    ("max_tokens", "n_predict"), prompts=("prompt", "prompt_embeds"), honoured=("max_tokens",)
+)
+_ANY_RESPONSE = Output(("max_output_tokens", "n_predict"), honoured=("max_output_tokens",))
+
+OPENAI_ROUTES: Mapping[str, EndpointKind] = _table(
+    *_openai(_ANY_CHAT, _ANY_COMPLETION, _ANY_RESPONSE)
+)
 """Any OpenAI-compatible server: the five OpenAI routes and nothing else."""
 
 VLLM_ROUTES: Mapping[str, EndpointKind] = _table(
