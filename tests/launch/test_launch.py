@@ -3,6 +3,8 @@ launching, and one launch of the simulated engine for real from what `command` b
 
 from __future__ import annotations
 
+import argparse
+import re
 import socket
 import subprocess
 import urllib.error
@@ -84,6 +86,66 @@ def test_args_may_not_set_what_the_agent_sets(engine: str, arg: str) -> None:
     )
     with pytest.raises(ProfileError, match=f"args: {arg.split('=')[0]} is set by the agent"):
         command(profile)
+
+
+def _vllm_reading(args: tuple[str, ...]) -> argparse.Namespace:
+    """How `vllm serve` reads `args`: vLLM's FlexibleArgumentParser turns `_` into `-` in
+    a `--` option, and argparse (allow_abbrev) expands prefixes."""
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    for option in ("--host", "--port", "--scheduling-policy", "--served-model-name"):
+        parser.add_argument(option)
+    for option in ("--api-key", "--uds", "--max-model-len", "--hf-token", "--config-format"):
+        parser.add_argument(option)
+    parser.add_argument("--tensor-parallel-size", "-tp")
+    parser.add_argument("--config")
+    flexible = []
+    for arg in args:
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            arg = name.replace("_", "-") + eq + value
+        flexible.append(arg)
+    return parser.parse_args(flexible)
+
+
+@pytest.mark.parametrize(
+    ("args", "reserved"),
+    [
+        (("--scheduling_policy", "fcfs"), "scheduling_policy"),
+        (("--served_model_name", "other-model"), "served_model_name"),
+        (("--api_key", "sk-in-ps"), "api_key"),
+        (("--hos", "0.0.0.0"), "host"),
+        (("--tensor_parallel_size=8",), "tensor_parallel_size"),
+        (("--schedul=fcfs",), "scheduling_policy"),
+        (("--served-model=x",), "served_model_name"),
+        (("--po", "9"), "port"),
+        (("-t", "8"), "tensor_parallel_size"),
+        (("-tp=8",), "tensor_parallel_size"),
+        (("--config", "/tmp/engine.yaml"), "config"),
+        (("--config=/tmp/engine.yaml",), "config"),
+    ],
+)
+def test_vllm_args_may_not_reach_a_reserved_option_by_another_spelling(
+    args: tuple[str, ...], reserved: str
+) -> None:
+    assert getattr(_vllm_reading(args), reserved) is not None  # vLLM would take it
+    profile = Profile(engine="vllm", model="m", served_name="chat", port=8000, gpus=(0,), args=args)
+    with pytest.raises(ProfileError, match=f"args: {re.escape(args[0].split('=')[0])} is"):
+        command(profile)
+
+
+def test_vllm_args_that_are_not_reserved_pass() -> None:
+    args = ("--max-model-len", "32768", "--hf_token=t", "--config-format", "auto", "-O3")
+    profile = Profile(engine="vllm", model="m", served_name="chat", port=8000, gpus=(0,), args=args)
+    assert command(profile).argv[-len(args) :] == args
+
+
+def test_llama_server_args_are_not_read_as_prefixes() -> None:
+    """llama-server matches options exactly: -mg (main GPU) is not -m."""
+    profile = Profile(
+        engine="llama-server", model="m", served_name="m", port=8000, gpus=(0,),
+        args=("-mg", "1", "--alias_x", "y"),
+    )  # fmt: skip
+    assert command(profile).argv[-4:] == ("-mg", "1", "--alias_x", "y")
 
 
 def test_check_names_every_problem_at_once(tmp_path: Path) -> None:

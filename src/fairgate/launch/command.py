@@ -49,7 +49,8 @@ RESERVED: dict[str, frozenset[str]] = {
     ),
     "sim": frozenset({"--host", "--port", "--model", "--api-key", "--api-key-file"}),
 }
-"""Options the agent sets itself, per engine kind (also refused as `--opt=value`)."""
+"""Options the agent sets itself, per engine kind (also refused as `--opt=value`; for vLLM
+also as `--opt_name`, as any abbreviation argparse would expand to one, and `--config`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,42 @@ def check_args(profile: Profile) -> None:
             raise ProfileError(
                 f"args: {name} is set by the agent for {profile.engine} and may not be given"
             )
+        if profile.engine == "vllm":
+            _check_vllm_spelling(name, reserved)
+
+
+def _check_vllm_spelling(name: str, reserved: frozenset[str]) -> None:
+    """Refuse `name` when vLLM would read it as a reserved option or a config file.
+
+    vLLM's FlexibleArgumentParser turns `_` into `-` in a `--` option (up to its first
+    `.`, where a nested `--opt.key` begins), and argparse takes any unambiguous prefix of
+    an option (`--hos` is `--host`, `-t` is `-tp`); so a spelling is refused when it is
+    a prefix of a reserved option, and a single-dash one also when it starts with one
+    (`-tp8`). `--config FILE` would read any option from a YAML file, reserved ones too.
+    """
+    if name.startswith("--"):
+        stem = name[2:].split(".", 1)[0].replace("_", "-")
+        if not stem:
+            return
+        spelled = "--" + stem
+        meant = [r for r in sorted(reserved) if r.startswith("--") and r.startswith(spelled)]
+        if "--config".startswith(spelled):
+            raise ProfileError(
+                f"args: {name} is refused for vllm: a config file could set what the agent sets"
+            )
+    elif name.startswith("-") and len(name) > 1:
+        meant = [
+            r
+            for r in sorted(reserved)
+            if not r.startswith("--") and (r.startswith(name) or name.startswith(r))
+        ]
+    else:
+        return
+    if meant:
+        raise ProfileError(
+            f"args: {name} is set by the agent for vllm (vLLM reads it as {' or '.join(meant)})"
+            " and may not be given"
+        )
 
 
 def command(
