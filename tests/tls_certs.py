@@ -131,9 +131,11 @@ class Authority:
         not_before: datetime | None = None,
         dns_names: tuple[str, ...] = (),
         ip_addresses: tuple[str, ...] = (),
+        other_sans: tuple[x509.GeneralName, ...] = (),
     ) -> Issued:
         """A certificate for ``name``: a server one (SAN 127.0.0.1, ::1, localhost and
-        ``ip_addresses``) or a client one (with ``dns_names`` as its DNS SANs, if any)."""
+        ``ip_addresses``) or a client one (with ``dns_names`` as its DNS SANs, if any,
+        and ``other_sans`` after them)."""
         key = _key()
         start = not_before or datetime.now(UTC) - timedelta(days=1)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
@@ -164,9 +166,9 @@ class Authority:
                 ),
                 critical=False,
             )
-        elif dns_names:
+        elif dns_names or other_sans:
             builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]),
+                x509.SubjectAlternativeName([*(x509.DNSName(n) for n in dns_names), *other_sans]),
                 critical=False,
             )
         return Issued(builder.sign(self.key, hashes.SHA256()), key)

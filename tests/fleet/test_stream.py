@@ -5,12 +5,14 @@ certificate for another node, from another CA, or none at all, is refused."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
+from cryptography import x509
 from tests.inventory.test_inventory import smi_inventory
 from tests.tls_certs import Authority, Issued, Pki
 
@@ -92,6 +94,38 @@ async def test_a_common_name_is_the_identity_without_a_san(plane) -> None:  # ty
         stream = fleet_pb2_grpc.ControlPlaneStub(ch).Connect(iter([register("gpu03")]))
         assert (await stream.read()).desired.version == 0
     assert "gpu03" in service.nodes
+
+
+IP_SAN = x509.IPAddress(ipaddress.ip_address("10.9.9.9"))
+EMAIL_SAN = x509.RFC822Name("alice@example.org")
+URI_SAN = x509.UniformResourceIdentifier("spiffe://fleet/gpu09")
+
+
+@pytest.mark.parametrize(
+    ("sans", "identity", "not_identity"),
+    [
+        ((IP_SAN,), "gpu01", "10.9.9.9"),
+        ((EMAIL_SAN,), "gpu01", "alice@example.org"),
+        ((URI_SAN,), "gpu01", "spiffe://fleet/gpu09"),
+        ((IP_SAN, x509.DNSName("gpu05")), "gpu05", "10.9.9.9"),
+    ],
+)
+async def test_only_dns_sans_name_a_node(  # type: ignore[no-untyped-def]
+    plane, sans: tuple[x509.GeneralName, ...], identity: str, not_identity: str
+) -> None:
+    """An IP, e-mail or URI SAN is not a node name: without a DNS SAN the CN is."""
+    service, port, pki = plane
+    cert = pki.ca.issue("gpu01", other_sans=sans)
+    async with channel(port, pki.ca, cert) as ch:
+        stream = fleet_pb2_grpc.ControlPlaneStub(ch).Connect(iter([register(not_identity)]))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stream.read()
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert not_identity not in service.nodes and service.refusals == 1
+    async with channel(port, pki.ca, cert) as ch:
+        stream = fleet_pb2_grpc.ControlPlaneStub(ch).Connect(iter([register(identity)]))
+        assert (await stream.read()).desired.version == 0
+    assert identity in service.nodes
 
 
 async def test_a_certificate_for_another_node_is_refused_and_logged(  # type: ignore[no-untyped-def]
