@@ -15,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,3 +205,49 @@ def test_approle_logs_in_again_when_its_token_cannot_be_renewed(
         finally:
             for started in sims[1:]:
                 started.stop()
+
+
+def test_a_revoked_token_is_replaced_from_token_file_and_a_rotated_master_key_takes_effect(
+    vault: VaultServer, start_sim: StartSim, tmp_path: Path
+) -> None:
+    """The token is revoked long before its renewal is due and the file rotated to a new
+    one (what Vault Agent does): the next refresh reads the file again, so the master key
+    rotated meanwhile takes effect within cache_ttl."""
+    masters = ("master-key-version-one-0123456789", "master-key-version-two-0123456789")
+    vault.put("secret", "fairgate", {"master": masters[0]})
+    old = vault.token(ttl=3600, renewable=True)  # renewal due only after 40 minutes
+    sim = start_sim("--model", "m", "--speed", "0")
+    config = write_config(
+        tmp_path,
+        [model("m", sim)],
+        master_key_file="vault:secret/fairgate#master",
+        vault=vault_section(vault, tmp_path, old),
+    )
+
+    def whoami(gateway: GatewayProcess, key: str) -> int:
+        request = urllib.request.Request(
+            gateway.admin_url + "/admin/whoami", headers={"Authorization": f"Bearer {key}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as refused:
+            return refused.code
+
+    log = tmp_path / "gateway.log"
+    with stderr_into(log), GatewayProcess(config) as gateway:
+        assert whoami(gateway, masters[0]) == 200
+        del vault.tokens[old]  # revoked
+        new = vault.token(ttl=3600, renewable=True)
+        (tmp_path / "vault.token").write_text(new + "\n")
+        vault.put("secret", "fairgate", {"master": masters[1]})
+        deadline = time.monotonic() + 6.0  # cache_ttl is 1 s
+        while whoami(gateway, masters[1]) != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert whoami(gateway, masters[1]) == 200
+        assert whoami(gateway, masters[0]) == 401
+        time.sleep(1.5)
+        assert sample(metrics(gateway), "fairgate_vault_available") == 1.0
+    written = log.read_text()
+    assert old not in written and new not in written
+    assert not any(master in written for master in masters)

@@ -61,7 +61,10 @@ async def test_a_pinned_version_is_read_and_not_the_latest(
         ("vault:secret/missing#key", "no such secret or version (404)"),
         ("vault:secret/k#key?version=9", "no such secret or version (404)"),
         ("vault:secret/k#nope", "the secret has no field 'nope'"),
-        ("vault:nomount/k#key", "mount 'nomount' does not exist or this token may not use it"),
+        (
+            "vault:nomount/k#key",
+            "mount 'nomount' does not exist or this token may not use it (403)",
+        ),
     ],
 )
 async def test_what_cannot_be_read_says_why(
@@ -259,5 +262,86 @@ async def test_a_token_in_its_last_second_is_renewed_at_once_not_taken_as_eterna
         await client.keep_token()
         assert vault.tokens[token].renewals == 1
         assert client.renew_in() == pytest.approx(40, abs=1)
+    finally:
+        await client.close()
+
+
+async def test_a_revoked_token_is_replaced_from_token_file_at_once(
+    vault: VaultServer, settings: Settings
+) -> None:
+    """A 403 from a token the vault no longer knows reads token_file again and retries,
+    long before the old token's renewal was due (an agent rotates the file)."""
+    vault.put("secret", "k", {"key": KEY})
+    old = vault.token(ttl=3600, renewable=True)
+    config = settings(old)
+    client = VaultClient(config)
+    try:
+        assert await client.read(at("vault:secret/k#key")) == KEY
+        del vault.tokens[old]  # revoked
+        new = vault.token(ttl=3600, renewable=True)
+        assert config.token_file is not None and config.token_file.path is not None
+        config.token_file.path.write_text(new + "\n")
+        vault.put("secret", "k", {"key": "sk-rotated-key"})
+        assert await client.read(at("vault:secret/k#key")) == "sk-rotated-key"
+        assert vault.requests[-1] == ("GET", "/v1/secret/data/k", "")
+    finally:
+        await client.close()
+
+
+async def test_a_revoked_approle_token_logs_in_again_at_once(
+    vault: VaultServer, settings: Settings, tmp_path: Path
+) -> None:
+    vault.put("secret", "k", {"key": KEY})
+    secret_id = vault.approle("r", token_ttl=3600, renewable=True)
+    config = settings(
+        role_id_file=write_credential(tmp_path, "role", "r"),
+        secret_id_file=write_credential(tmp_path, "sid", secret_id),
+    )
+    client = VaultClient(config)
+    try:
+        await client.read(at("vault:secret/k#key"))
+        vault.tokens.clear()  # every token revoked
+        assert await client.read(at("vault:secret/k#key")) == KEY
+        assert vault.roles["r"].logins == 2
+    finally:
+        await client.close()
+
+
+async def test_a_token_refused_again_is_reported_and_not_replaced_in_a_loop(
+    vault: VaultServer, settings: Settings
+) -> None:
+    """The file still holds the revoked token: each read asks once and says what happened."""
+    vault.put("secret", "k", {"key": KEY})
+    old = vault.token()
+    client = VaultClient(settings(old))
+    try:
+        await client.read(at("vault:secret/k#key"))
+        del vault.tokens[old]
+        before = len(vault.requests)
+        for _ in range(3):
+            with pytest.raises(VaultError) as caught:
+                await client.read(at("vault:secret/k#key"))
+            assert "token in vault.token_file is refused by the vault (403" in str(caught.value)
+            assert old not in str(caught.value) and "mount" not in str(caught.value)
+        assert len(vault.requests) - before <= 3 * 3  # the read, lookup-self, the file's token
+    finally:
+        await client.close()
+
+
+async def test_a_valid_token_outside_its_policy_is_not_replaced(
+    vault: VaultServer, settings: Settings
+) -> None:
+    vault.put("secret", "engines/k", {"key": KEY})
+    vault.put("secret", "other/k", {"key": KEY})
+    token = vault.token(paths=("secret/engines/",))
+    client = VaultClient(settings(token))
+    try:
+        await client.read(at("vault:secret/engines/k#key"))
+        logins = vault.count("/v1/auth/token/lookup-self")
+        with pytest.raises(VaultError) as caught:
+            await client.read(at("vault:secret/other/k#key"))
+        assert str(caught.value) == "permission denied (403): permission denied"
+        assert vault.count("/v1/auth/token/lookup-self") == logins + 1  # asked, kept
+        assert await client.read(at("vault:secret/engines/k#key")) == KEY
     finally:
         await client.close()

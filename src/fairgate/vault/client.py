@@ -46,14 +46,25 @@ class VaultError(Exception):
     """A vault call that did not give a usable answer; the message holds no secret."""
 
 
+class _Denied(VaultError):
+    """A 403 on a read: the token is unknown to the vault, or the path is outside its policy."""
+
+
+class _Current:
+    """The default of ``_call``'s ``token``: the client's current token."""
+
+
+_CURRENT = _Current()
+
+
 class VaultClient:
     """Reads KV v2 secrets from the server in ``settings``; create in a running event loop.
 
     The token is obtained on first use (from ``token_file``, or by AppRole login)
     and renewed by :meth:`keep_token` once two thirds of its TTL have passed; a
     token that cannot be renewed is replaced by logging in again (AppRole) or by
-    reading ``token_file`` again (a token an agent rotates). ``clock`` is a
-    monotonic clock in seconds.
+    reading ``token_file`` again (a token an agent rotates), and so is one the vault
+    refuses before then (see :meth:`read`). ``clock`` is a monotonic clock in seconds.
     """
 
     def __init__(
@@ -75,8 +86,25 @@ class VaultClient:
         self._lock = asyncio.Lock()
 
     async def read(self, location: VaultLocation) -> str:
-        """The field ``location`` names, without trailing whitespace; else :class:`VaultError`."""
+        """The field ``location`` names, without trailing whitespace; else :class:`VaultError`.
+
+        A 403 from a token the vault no longer knows (revoked, expired early) drops it
+        and logs in again at once (``token_file`` read again, or AppRole), then the read
+        is tried once more; a 403 from a valid token is its policy, reported as such.
+        """
         await self.keep_token()
+        token = self._token
+        try:
+            return await self._read(location)
+        except _Denied as denied:
+            if not await self._replace_refused(token):
+                raise VaultError(str(denied)) from None
+        try:
+            return await self._read(location)
+        except _Denied as denied:
+            raise VaultError(str(denied)) from None
+
+    async def _read(self, location: VaultLocation) -> str:
         if location.mount not in self._kv2_mounts:
             await self._check_mount(location.mount)
             self._kv2_mounts.add(location.mount)
@@ -85,6 +113,8 @@ class VaultClient:
         status, answer = await self._call("GET", path + query)
         if status == 404:
             raise VaultError("no such secret or version (404)")
+        if status == 403:
+            raise _Denied(f"permission denied (403): {_said(answer) or 'permission denied'}")
         _expect(status, answer)
         data = answer.get("data")
         fields = data.get("data") if isinstance(data, dict) else None
@@ -101,6 +131,27 @@ class VaultClient:
         if len(value.encode()) > MAX_SECRET_BYTES:
             raise VaultError(f"field '{location.field}' is larger than 64 KiB")
         return value
+
+    async def _replace_refused(self, token: str | None) -> bool:
+        """After a 403 with ``token``: whether there is now another token worth a retry.
+
+        The vault answers 403 both to a token it does not know and to a path outside a
+        known token's policy; ``lookup-self`` tells them apart. A known token is kept
+        (False: the 403 stands); an unknown one is dropped and replaced by logging in
+        again (True), once per refusal, so a token that is refused again is not
+        replaced in a loop: the next read's 403 asks again. A login that fails raises
+        its own :class:`VaultError`, and the next read logs in again.
+        """
+        async with self._lock:
+            if self._token != token:
+                return self._token is not None  # replaced meanwhile by another read
+            if token is not None:
+                status, _ = await self._call("GET", "auth/token/lookup-self")
+                if status == 200:
+                    return False
+            self._token = None
+            await self._log_in()
+            return True
 
     def renew_in(self) -> float | None:
         """Seconds until the token is due for renewal (0 when due), None when it never expires."""
@@ -128,30 +179,43 @@ class VaultClient:
             self._session = None
 
     async def _log_in(self) -> None:
-        s = self._settings
         self._token = None
+        try:
+            self._token, ttl, renewable, expiring = await self._new_token()
+        except VaultError:
+            self._renew_at = None
+            raise
+        self._lease(ttl, renewable, expiring=expiring)
+
+    async def _new_token(self) -> tuple[str, object, object, bool]:
+        """A token from ``token_file`` or AppRole, its TTL, whether it renews, and whether
+        a TTL of 0 means it expires now (not never)."""
+        s = self._settings
         if s.token_file is not None:
-            self._token = _credential(s.token_file.read, "token_file")
-            status, answer = await self._call("GET", "auth/token/lookup-self")
+            token = _credential(s.token_file.read, "token_file")
+            status, answer = await self._call("GET", "auth/token/lookup-self", token=token)
+            if status == 403:
+                raise VaultError(
+                    "the token in vault.token_file is refused by the vault "
+                    f"(403: {_said(answer) or 'permission denied'}): revoked, expired or unknown"
+                )
             _expect(status, answer)
             data = _mapping(answer.get("data"))
             # ttl 0 means "never expires" only without an expire_time: a token in its
             # last second also reports 0 (whole seconds), and is due for renewal now.
             expiring = data.get("expire_time") is not None
-            self._lease(data.get("ttl"), data.get("renewable"), expiring=expiring)
-            return
+            return token, data.get("ttl"), data.get("renewable"), expiring
         assert s.role_id_file is not None and s.secret_id_file is not None
         body = {
             "role_id": _credential(s.role_id_file.read, "role_id_file"),
             "secret_id": _credential(s.secret_id_file.read, "secret_id_file"),
         }
-        status, answer = await self._call("POST", "auth/approle/login", body, token=False)
+        status, answer = await self._call("POST", "auth/approle/login", body, token=None)
         _expect(status, answer)
         auth = answer.get("auth")
         if not isinstance(auth, dict) or not isinstance(auth.get("client_token"), str):
             raise VaultError("the AppRole login answer holds no token")
-        self._token = auth["client_token"]
-        self._lease(auth.get("lease_duration"), auth.get("renewable"))
+        return auth["client_token"], auth.get("lease_duration"), auth.get("renewable"), False
 
     async def _renew(self) -> bool:
         try:
@@ -174,8 +238,10 @@ class VaultClient:
 
     async def _check_mount(self, mount: str) -> None:
         status, answer = await self._call("GET", f"sys/internal/ui/mounts/{mount}")
-        if status in (403, 404):
-            raise VaultError(f"mount '{mount}' does not exist or this token may not use it")
+        if status == 403:
+            raise _Denied(f"mount '{mount}' does not exist or this token may not use it (403)")
+        if status == 404:
+            raise VaultError(f"mount '{mount}' does not exist (404)")
         _expect(status, answer)
         data = _mapping(answer.get("data"))
         kind = data.get("type")
@@ -188,11 +254,18 @@ class VaultClient:
             )
 
     async def _call(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *, token: bool = True
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        token: str | _Current | None = _CURRENT,
     ) -> tuple[int, dict[str, Any]]:
+        """One call with ``token`` (default: the current one; None: without a token)."""
         headers = {"X-Vault-Request": "true"}
-        if token and self._token is not None:
-            headers["X-Vault-Token"] = self._token
+        sent = self._token if isinstance(token, _Current) else token
+        if sent is not None:
+            headers["X-Vault-Token"] = sent
         if self._settings.namespace:
             headers["X-Vault-Namespace"] = self._settings.namespace
         url = URL(f"{self._address}/v1/{path}", encoded=True)
@@ -252,12 +325,17 @@ def _mapping(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _said(answer: dict[str, Any]) -> str:
+    """The vault's own error text in ``answer`` (at most three errors, each cut short)."""
+    errors = answer.get("errors")
+    return "; ".join(str(e)[:200] for e in errors[:3]) if isinstance(errors, list) else ""
+
+
 def _expect(status: int, answer: dict[str, Any]) -> None:
     """Raise a :class:`VaultError` for any status but 200, with the vault's own reason."""
     if status == 200:
         return
-    errors = answer.get("errors")
-    said = "; ".join(str(e)[:200] for e in errors[:3]) if isinstance(errors, list) else ""
+    said = _said(answer)
     if status == 403:
         raise VaultError(f"permission denied (403){': ' + said if said else ''}")
     raise VaultError(f"the vault answered {status}{': ' + said if said else ''}")
