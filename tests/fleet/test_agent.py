@@ -335,3 +335,49 @@ async def test_given_a_standby_and_the_holder_the_agent_dials_on_to_the_holder(
         await agent.stop()
         await running
         await standby.stop()
+
+
+async def test_a_key_sent_inline_is_written_to_a_private_file_and_removed_with_the_replica(
+    plane: Plane,
+) -> None:
+    """A vault key the control plane sends (`api_key`): with no state directory the agent
+    keeps it in a private directory of its own; the engine requires it, and the spec the
+    agent holds names the file, not the key."""
+    agent = agent_for(plane, "cpu01", plane.pki.ca.issue("cpu01", dns_names=("cpu01",)))
+    running = asyncio.create_task(agent.run())
+    key = "sk-inline-engine-key-0123456789"
+    try:
+        await until(lambda: "cpu01" in plane.service.nodes)
+        engine_port = free_port()
+        spec = fleet_pb2.ReplicaSpec(
+            replica_id="sim-0",
+            engine="sim",
+            model="sim",
+            served_name="tiny",
+            port=engine_port,
+            args=["--speed", "0"],
+            api_key=key,
+        )
+        plane.service.set_desired("cpu01", [spec])
+        node = plane.service.nodes["cpu01"]
+        await until(lambda: node.statuses.get("sim-0") is not None)
+        await until(lambda: node.statuses["sim-0"].state == "ready")
+        held, sup = agent.replicas["sim-0"]
+        assert held.api_key == "" and held.api_key_ref
+        key_file = Path(held.api_key_ref)
+        assert key_file.read_text().strip() == key
+        assert key_file.stat().st_mode & 0o777 == 0o600
+        assert key_file.parent.stat().st_mode & 0o777 == 0o700
+        assert not any(key in arg for arg in sup.command.argv)
+        url = f"http://127.0.0.1:{engine_port}/v1/models"
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url) as bare:
+                assert bare.status == 401
+            async with session.get(url, headers={"Authorization": f"Bearer {key}"}) as keyed:
+                assert keyed.status == 200
+        plane.service.set_desired("cpu01", [])
+        await until(lambda: "sim-0" not in agent.replicas)
+        assert not key_file.exists()
+    finally:
+        await agent.stop(stop_engines=True)
+        await running

@@ -116,6 +116,7 @@ class Deploy(Section):
     ``gpus_per_replica`` (0 only for sim), ``tensor_parallel_size`` (its GPUs in one
     NVLink domain), extra engine ``args``, ``node_labels`` a node must carry, and
     ``key_file``: the engine's API key, read by the gateway and, at the same path, by
+    the agent; a vault reference is read by the control plane, which sends the key to
     the agent."""
 
     engine: DeployEngine

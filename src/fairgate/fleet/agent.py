@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -41,7 +42,7 @@ import aiohttp
 import grpc
 
 from fairgate.engines.metrics import LLAMA_SERVER_METRICS, VLLM_METRICS, parse_engine_metrics
-from fairgate.fleet.state import Record, StateDir, matching_process
+from fairgate.fleet.state import Record, StateDir, matching_process, safe_name, write_private
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 from fairgate.inventory.model import Inventory
 from fairgate.inventory.probe import ProbeError
@@ -110,6 +111,7 @@ class Agent:
         self._rng = rng or random.Random()
         self._supervisor_options = supervisor_options or {}
         self._state = state_dir
+        self._keys: Path | None = None
         self.allocation_ends_at = allocation_ends_at
         self._device_ids = device_ids
         self._adopted = False
@@ -391,6 +393,34 @@ class Agent:
                 )
                 self._state.forget(record.replica_id)
 
+    def _keyed(self, replica_id: str, spec: fleet_pb2.ReplicaSpec) -> fleet_pb2.ReplicaSpec:
+        """`spec` with a key sent inline (a vault secret the control plane read) moved to
+        a key file of the agent's own (mode 0600), named by `api_key_ref`: the engine and
+        the drain's metric reads find it as they find any key file, and the spec kept in
+        memory and in the state directory never holds the key."""
+        if not spec.api_key:
+            return spec
+        path = self._key_path(replica_id)
+        write_private(path, spec.api_key)
+        keyed = fleet_pb2.ReplicaSpec()
+        keyed.CopyFrom(spec)
+        keyed.ClearField("api_key")
+        keyed.api_key_ref = str(path)
+        return keyed
+
+    def _key_path(self, replica_id: str) -> Path:
+        if self._state is not None:
+            return self._state.key_path(replica_id)
+        if self._keys is None:  # no state directory: a private one for this agent's life
+            self._keys = Path(tempfile.mkdtemp(prefix="fairgate-agent-keys-"))
+        return self._keys / f"{safe_name(replica_id)}.key"
+
+    def _forget(self, replica_id: str) -> None:
+        if self._state is not None:
+            self._state.forget(replica_id)
+        elif self._keys is not None:
+            (self._keys / f"{safe_name(replica_id)}.key").unlink(missing_ok=True)
+
     def _profile(self, spec: fleet_pb2.ReplicaSpec) -> Profile:
         return Profile(
             engine=spec.engine,  # type: ignore[arg-type]
@@ -452,8 +482,7 @@ class Agent:
             return  # removed meanwhile (a desired state and stop_engines both stopped it)
         self._outbox.put_nowait(fleet_pb2.AgentMessage(status=self._status(replica_id)))
         del self.replicas[replica_id]
-        if self._state is not None:
-            self._state.forget(replica_id)
+        self._forget(replica_id)
 
     async def stop_engines(self) -> None:
         """Drain and stop every replica (and forget them)."""
@@ -479,12 +508,18 @@ class Agent:
         for replica_id, spec in wanted.items():
             if replica_id in self.replicas:
                 continue  # already runs (or was adopted): never relaunched
+            problems: list[str] = []
             if spec.engine not in ("vllm", "llama-server", "sim"):
                 problems = [f"unknown engine {spec.engine!r}"]
             else:
+                try:
+                    spec = self._keyed(replica_id, spec)
+                except OSError as exc:
+                    spec.ClearField("api_key")
+                    problems = [f"the engine's key cannot be written: {exc.strerror or exc}"]
                 profile = self._profile(spec)
                 claimed = {g for s, _ in self.replicas.values() for g in s.gpus}
-                problems = check(profile, inventory, claimed=claimed)
+                problems = problems or check(profile, inventory, claimed=claimed)
             if not problems:
                 try:
                     cmd = self._command(profile, inventory)

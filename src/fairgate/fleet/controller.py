@@ -808,6 +808,10 @@ class FleetController:
             deploy = model.deploy
             assert deploy is not None
             key = deploy.key_file
+            # A file is read by the agent at the same path on its node; a vault secret
+            # is read here, by the control plane, and sent over the mutual-TLS stream
+            # to the one node that runs the replica.
+            in_vault = key is not None and key.vault is not None
             specs.append(
                 fleet_pb2.ReplicaSpec(
                     replica_id=placed.id,
@@ -818,7 +822,8 @@ class FleetController:
                     gpus=list(placed.gpus),
                     tensor_parallel_size=deploy.tensor_parallel_size,
                     args=list(deploy.args),
-                    api_key_ref=str(key) if key is not None else "",
+                    api_key_ref=str(key) if key is not None and not in_vault else "",
+                    api_key=key.read() if key is not None and in_vault else "",
                     drain=placed.drain,
                     host=self.settings.engine_host,
                     generation=placed.generation,

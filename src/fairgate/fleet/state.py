@@ -6,6 +6,8 @@ applied) and `replicas/ID.json` per replica — its spec, the argument list it w
 launched with, its process id and creation time, and its last state (so a replica in
 `crash_loop` stays there across an agent restart). `replicas/ID.log` is the engine's
 output. The engine's environment is not written: it may hold the engine's API key.
+`replicas/ID.key` (mode 0600) is the key the control plane sent for the replica (a
+vault secret), which the engine and the agent read as its key file.
 
 A record is adopted only when its process still runs with the same creation time (not
 a later process that reuses the pid) and the same argument list (which holds the port).
@@ -26,7 +28,15 @@ from google.protobuf import json_format
 
 from fairgate.fleet.v1 import fleet_pb2
 
-__all__ = ["Record", "StateDir", "StateDirBusy", "default_state_dir", "matching_process"]
+__all__ = [
+    "Record",
+    "StateDir",
+    "StateDirBusy",
+    "default_state_dir",
+    "matching_process",
+    "safe_name",
+    "write_private",
+]
 
 
 class StateDirBusy(RuntimeError):
@@ -114,7 +124,7 @@ class StateDir:
             self._lock = None
 
     def log_path(self, replica_id: str) -> Path:
-        return self.replicas / f"{_safe(replica_id)}.log"
+        return self.replicas / f"{safe_name(replica_id)}.log"
 
     def applied_version(self) -> int:
         try:
@@ -135,16 +145,31 @@ class StateDir:
         return out
 
     def save(self, record: Record) -> None:
-        _write(self.replicas / f"{_safe(record.replica_id)}.json", asdict(record))
+        _write(self.replicas / f"{safe_name(record.replica_id)}.json", asdict(record))
+
+    def key_path(self, replica_id: str) -> Path:
+        """Where the agent keeps the key the control plane sent for the replica."""
+        return self.replicas / f"{safe_name(replica_id)}.key"
 
     def forget(self, replica_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            (self.replicas / f"{_safe(replica_id)}.json").unlink()
+            (self.replicas / f"{safe_name(replica_id)}.json").unlink()
+        self.key_path(replica_id).unlink(missing_ok=True)
 
 
-def _safe(replica_id: str) -> str:
+def safe_name(replica_id: str) -> str:
     """A replica id as a file name (ids come from the control plane: no path in them)."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in replica_id).lstrip(".")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` atomically to a file only its owner can read (mode 0600)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)  # a leftover would keep its own mode
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    tmp.replace(path)
 
 
 def _write(path: Path, data: object) -> None:

@@ -104,7 +104,7 @@ class DesiredState(_message.Message):
     def __init__(self, version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaSpec, _Mapping]]] = ..., heartbeat_interval_seconds: _Optional[float] = ...) -> None: ...
 
 class ReplicaSpec(_message.Message):
-    __slots__ = ("replica_id", "engine", "model", "served_name", "port", "gpus", "tensor_parallel_size", "args", "api_key_ref", "drain", "generation", "host")
+    __slots__ = ("replica_id", "engine", "model", "served_name", "port", "gpus", "tensor_parallel_size", "args", "api_key_ref", "drain", "generation", "host", "api_key")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +117,7 @@ class ReplicaSpec(_message.Message):
     DRAIN_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     engine: str
     model: str
@@ -129,4 +130,5 @@ class ReplicaSpec(_message.Message):
     drain: bool
     generation: int
     host: str
-    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., served_name: _Optional[str] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., tensor_parallel_size: _Optional[int] = ..., args: _Optional[_Iterable[str]] = ..., api_key_ref: _Optional[str] = ..., drain: _Optional[bool] = ..., generation: _Optional[int] = ..., host: _Optional[str] = ...) -> None: ...
+    api_key: str
+    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., served_name: _Optional[str] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., tensor_parallel_size: _Optional[int] = ..., args: _Optional[_Iterable[str]] = ..., api_key_ref: _Optional[str] = ..., drain: _Optional[bool] = ..., generation: _Optional[int] = ..., host: _Optional[str] = ..., api_key: _Optional[str] = ...) -> None: ...
