@@ -100,6 +100,7 @@ from fairgate.proxy.dispatch import Dispatcher, PoolEngines
 from fairgate.proxy.endpoints import EndpointTable
 from fairgate.proxy.forward import Forwarder
 from fairgate.proxy.identify import Identify
+from fairgate.proxy.in_flight import InFlight
 from fairgate.proxy.limit import Limit
 from fairgate.proxy.me import me_handler
 from fairgate.proxy.pipeline import Pipeline
@@ -339,6 +340,8 @@ class Gateway:
             wakers=_wakers(self.store, self.notices),
             on_applied=auth_metrics.changes_applied,
             on_failed=auth_metrics.change_read_failed,
+            # then the requests in flight of the changed subjects are checked again
+            on_changes=lambda rows: self.in_flight.changed(rows),
         )
         # a change committed by this process (admin API) is read at once, not at the next poll
         self.store.on_commit(access_changes.TOPIC, _wake(self.change_watcher))
@@ -357,6 +360,8 @@ class Gateway:
         self.exchanger: Exchanger | None = None
         if config.jwt is not None:
             authenticate, self.exchanger = self._tokens(config.jwt, clock)
+        # requests in flight whose credential stops being valid are cut (proxy.in_flight)
+        self.in_flight = InFlight(authenticate)
         self.clients = ClientAddresses(NetworkSet(map(parse_network, config.trusted_proxies)))
         rules = _route_rules(config)
         accounted = self.metrics.accounting
@@ -427,6 +432,7 @@ class Gateway:
             limit=self.limit,
             admit=self.admit,
             clients=self.clients,
+            in_flight=self.in_flight,
         )
         self.proxy_app = ProxyApp(
             self.pipeline,
@@ -635,6 +641,7 @@ class Gateway:
             asyncio.create_task(LeaseRefresher(self.state, self.clock).run()),
             asyncio.create_task(self.budgets.run(self.config.state.budget_refresh)),
             asyncio.create_task(self.change_watcher.run()),
+            asyncio.create_task(self.in_flight.run()),
             asyncio.create_task(self.signup_notices.resend_missed()),
             asyncio.create_task(self.front_door.prune_sessions(every=3600.0)),
             *(asyncio.create_task(c.run()) for c in self.admission.values()),

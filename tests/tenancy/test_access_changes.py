@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 
 import pytest
 
-from fairgate.auth import ChangeWatcher, Grant, KeyCache, sha256
+from fairgate.auth import Change, ChangeWatcher, Grant, KeyCache, sha256
 from fairgate.core.errors import Forbidden
 from fairgate.core.principal import Principal
 from fairgate.state import RedisNotices
@@ -117,6 +117,30 @@ async def test_the_watcher_drops_the_cached_keys_each_change_names(
     assert await watcher.read() == 1
     assert cache.hit(in_a2) is None and cache.hit(in_b1) is not None
     assert await watcher.read() == 0  # each change is applied once
+
+
+async def test_the_watcher_hands_on_the_rows_it_applied_after_the_cache_dropped_them(
+    tenancy: Tenancy, store: Store, clock: FakeClock
+) -> None:
+    await tenancy.sync_orgs(DECLARED)
+    key = await tenancy.keys.create(OPERATOR, team="a1")
+    cache = KeyCache(100, 3600.0, 100, 3600.0, clock)
+    digest = cached(cache, 1, key.key.id, "a1", "A")
+    handed: list[list[tuple[str, str, bool]]] = []
+
+    def on_changes(rows: Sequence[Change]) -> None:  # the cache already dropped the key
+        handed.append([(r.kind, r.subject, cache.hit(digest) is None) for r in rows])
+
+    watcher = ChangeWatcher(
+        StoreChangeFeed(store), cache, clock, interval=0.5, on_changes=on_changes
+    )
+    await watcher.start()
+    await tenancy.keys.revoke(OPERATOR, key.key.id)
+    await tenancy.teams.update(OPERATOR, "a2", models=["llama-8b"])
+    assert await watcher.read() == 2
+    assert handed == [[("key", key.key.id, True), ("team", "a2", True)]]
+    assert await watcher.read() == 0
+    assert len(handed) == 1  # nothing new: not called
 
 
 @pytest.mark.postgres

@@ -10,7 +10,9 @@ written in the transaction of each change, whoever made it. The watcher reads
 the rows it has not seen every ``interval`` seconds, and at once when a waker
 calls (PostgreSQL's NOTIFY at commit, a Redis message): for each row the key
 cache drops what it holds for the subject (``KeyCache.drop``), so the next
-request with one of those keys asks the store.
+request with one of those keys asks the store; then ``on_changes`` is handed the
+rows read (the proxy checks its requests in flight of those subjects again and cuts
+the refused: ``fairgate.proxy.in_flight``).
 
 Rows are read by id. On PostgreSQL ids are taken at insert and committed in
 any order, so a row can appear after one with a higher id: the watcher keeps
@@ -117,7 +119,8 @@ class ChangeWatcher:
     ``interval`` (seconds, > 0) is the longest wait between reads; a waker's
     call reads at once. A store that does not answer is logged and asked again
     at the next interval (cached keys then live until their TTL at most).
-    ``on_applied(n)`` and ``on_failed()`` report each read (for metrics).
+    ``on_applied(n)`` and ``on_failed()`` report each read (for metrics);
+    ``on_changes(rows)`` gets the rows a read applied, after the cache dropped them.
     """
 
     def __init__(
@@ -130,6 +133,7 @@ class ChangeWatcher:
         wakers: Sequence[Waker] = (),
         on_applied: Callable[[int], None] = lambda _n: None,
         on_failed: Callable[[], None] = lambda: None,
+        on_changes: Callable[[Sequence[Change]], None] = lambda _rows: None,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"the change poll interval must be positive, not {interval}")
@@ -140,6 +144,7 @@ class ChangeWatcher:
         self._wakers = tuple(wakers)
         self._on_applied = on_applied
         self._on_failed = on_failed
+        self._on_changes = on_changes
         self._cursor: _Cursor | None = None
         self._woken = asyncio.Event()
 
@@ -175,14 +180,14 @@ class ChangeWatcher:
                 return 0
         cursor = self._cursor
         assert cursor is not None
-        applied = 0
+        applied: list[Change] = []
         after = cursor.floor
         try:
             while True:
                 page = await self._feed.since(after, _PAGE)
                 for change in cursor.fresh(page):
                     self._cache.drop(change.kind, change.subject)
-                    applied += 1
+                    applied.append(change)
                 if len(page) < _PAGE:
                     break
                 after = page[-1].id
@@ -190,8 +195,9 @@ class ChangeWatcher:
             self._failed(exc)
         cursor.advance(self._clock.monotonic())
         if applied:
-            self._on_applied(applied)
-        return applied
+            self._on_applied(len(applied))
+            self._on_changes(applied)
+        return len(applied)
 
     def _failed(self, exc: StoreUnavailable) -> None:
         log.warning("access changes: the store did not answer: %s", exc)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fairgate.accounting.journal import INTERRUPTED as _INTERRUPTED
+from fairgate.core.errors import GatewayError
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.limits.estimate import estimate_tokens
@@ -55,6 +56,9 @@ class Outcome:
     TRUNCATED = "truncated"  # the engine broke a stream off after the first byte
     CLIENT_ABORT = "client_abort"  # the client went away; the upstream was cancelled
     SLOW_READER = "slow_reader"  # the client fell too far behind and was cut off
+    # the credential it was admitted with stopped being valid while it ran (a key revoked,
+    # its team or organisation disabled): cut, its upstream cancelled (proxy.in_flight)
+    REVOKED = "revoked"
     # the gateway process stopped (a kill, a crash) while the request was in flight: its
     # record comes from the write-ahead entry (accounting.journal), charged the reservation
     INTERRUPTED = _INTERRUPTED
@@ -114,6 +118,8 @@ class Exchange:
     costs: dict[str, Money] | None = None
     sent_priority: int | None = None  # the priority the last attempt sent (none: not sent)
     disconnected: bool = False  # the client went away while the request ran
+    # the refusal its credential now gets: the request is being cut (proxy.in_flight)
+    revoked: GatewayError | None = None
     complete: bool = False  # the request is settling: a disconnect no longer cancels it
     recorded: bool = False  # charged, priced and recorded (proxy.settle: at its answer's end)
     intent: int | None = None  # the journal segment of its write-ahead entry (proxy.records)

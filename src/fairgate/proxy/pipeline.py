@@ -16,7 +16,9 @@ would refuse costs no body's memory) → ``Read.body`` → ``Limit.enter`` (with
 fair-share claim riding along when the band has room: ``Admit.claim_ahead``) →
 ``Admit.enter`` → ``Forwarder.forward`` (routes, relays each attempt, retries while
 nothing reached the client) → ``Settler.settle``, the one call in the ``finally``.
-Every message goes out through ``send``, which hands the answer's last one (or a
+An inference request is held in ``InFlight`` (proxy/in_flight.py) from its identify
+stage to its settle: cut if its credential stops being valid meanwhile. Every message
+goes out through ``send``, which hands the answer's last one (or a
 stream's terminal event) to the server only after ``Settler.end`` recorded the request
 (proxy/settle.py says why).
 Nothing here reads the configuration file, the store or the environment.
@@ -36,6 +38,7 @@ from fairgate.proxy.admit import Admit
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.forward import Forwarder, share_headers
 from fairgate.proxy.identify import Identify
+from fairgate.proxy.in_flight import InFlight
 from fairgate.proxy.limit import Limit
 from fairgate.proxy.read import Read
 from fairgate.proxy.relay import SlowReader
@@ -75,6 +78,7 @@ class Pipeline:
         clients: ClientAddresses | None = None,
         exchange: Callable[[bytes | None, str], Awaitable[bytes]] | None = None,
         exchange_path: str = "/v1/auth/exchange",
+        in_flight: InFlight | None = None,
     ) -> None:
         self._read = read
         self._identify = identify
@@ -87,6 +91,7 @@ class Pipeline:
         self._clients = clients
         self._exchange = exchange
         self._exchange_path = exchange_path
+        self._in_flight = in_flight
 
     async def handle(self, scope: Scope, receive: Receive, to_server: Send) -> None:
         client = scope.get("client")
@@ -126,6 +131,9 @@ class Pipeline:
                 raise NotFound(
                     f"unknown route {scope['method']} {scope['path']}", code="unknown_route"
                 )
+            if self._in_flight is not None:
+                # cut if its credential stops being valid while it runs (proxy.in_flight)
+                self._in_flight.add(ex, authorization)
             if self._limit is not None:
                 # before the body: a key the limiter would refuse costs no body's memory
                 self._limit.check_head(principal)
@@ -157,19 +165,25 @@ class Pipeline:
             _abort_connection(scope)
         except asyncio.CancelledError:
             disconnected = ex.disconnected
-            if not disconnected and not self._stopping():
+            revoked = ex.revoked
+            if not disconnected and revoked is None and not self._stopping():
                 raise
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
             if disconnected:
                 ex.outcome, ex.reason = Outcome.CLIENT_ABORT, "client_disconnected"
+            elif revoked is not None:
+                ex.outcome, ex.reason = Outcome.REVOKED, "credential_revoked"
+                await _end_revoked(send, ex, revoked, scope)
             else:
                 # The server is stopping and the grace period is over: say so, rather
                 # than break the answer off with nothing the client can tell apart.
                 ex.outcome, ex.reason = Outcome.TRUNCATED, "shutdown"
                 await _end_at_shutdown(send, ex)
         finally:
+            if self._in_flight is not None:
+                self._in_flight.remove(ex)
             await self._settler.settle(ex, ticket)
 
     async def _exchanged(
@@ -246,6 +260,20 @@ async def _end_at_shutdown(send: Send, ex: Exchange) -> None:
     elif ex.stream and ex.status == 200:
         tail = error_event("the gateway shut down before the answer ended", "shutting_down")
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+async def _end_revoked(send: Send, ex: Exchange, refusal: GatewayError, scope: Scope) -> None:
+    """Answer a request cut because its credential stopped being valid: the refusal a new
+    request with it gets (before any byte), or a stream's error event with its code."""
+    if not ex.responded:
+        ex.status = refusal.status
+        await _send_error(send, refusal, ex)
+    elif ex.stream and ex.status == 200:
+        # the envelope a new request gets, as the stream's last event
+        tail = b"data: " + refusal.body() + b"\n\n"
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+    else:  # a plain answer part sent: nothing can follow it but the connection's end
+        _abort_connection(scope)
 
 
 async def _send_error(

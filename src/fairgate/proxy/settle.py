@@ -210,7 +210,13 @@ class Settler:
             m.child(m.denials, ex.reason or "refused").inc()
         elif (
             ex.outcome
-            in (Outcome.CLIENT_ABORT, Outcome.SLOW_READER, Outcome.TRUNCATED, Outcome.TIMEOUT)
+            in (
+                Outcome.CLIENT_ABORT,
+                Outcome.SLOW_READER,
+                Outcome.TRUNCATED,
+                Outcome.TIMEOUT,
+                Outcome.REVOKED,
+            )
             and ex.stream
         ):
             m.child(m.stream_aborts, ex.reason or ex.outcome).inc()
