@@ -8,7 +8,8 @@ running count drops to 0 (the gateway closed its connection: the sequence aborte
 and the request's usage record exists, outcome ``revoked``, charged its reservation
 (estimated). A plain (non-streaming) request cut before its answer gets the 401 a
 new request gets. A change that leaves the key valid cuts nothing. A stream opened with an access
-token (JWT) is cut when its person is revoked.
+token (JWT) is cut when its person is revoked, and one opened with an exchanged key
+when a later exchange evicts that key (``max_keys: 1``).
 """
 
 from __future__ import annotations
@@ -254,3 +255,43 @@ def test_a_stream_with_an_access_token_is_cut_when_its_person_is_revoked(
             revoke = {"issuer": provider.issuer, "subject": "erin"}
             admin(gateway, "POST", "/admin/identities/revoke", **revoke)
             assert_cut_stream(sim, path, stream, time.monotonic())
+
+
+def test_a_stream_with_an_exchanged_key_is_cut_when_a_later_exchange_evicts_it(
+    tmp_path: Path, sim: SimProcess
+) -> None:
+    with OidcProvider() as provider, OidcProvider("--audience", "fairgate-ci") as ci:
+        jwt = {
+            "issuer": provider.issuer,
+            "audience": "fairgate",
+            "type": "at+jwt",
+            "map": [{"value": "lab-t", "team": "t"}],
+            "exchange": [
+                {
+                    "issuer": ci.issuer,
+                    "audience": "fairgate-ci",
+                    "key_ttl": "10m",
+                    "max_keys": 1,
+                    "map": [{"claim": "project_path", "value": "lab/infer", "team": "t"}],
+                }
+            ],
+        }
+        path = config(tmp_path, sim, jwt=jwt)
+        with GatewayProcess(path, startup_timeout=120) as gateway:
+            workload = ci.mint(sub="ci-job", aud="fairgate-ci", project_path="lab/infer")
+
+            def exchange() -> str:
+                answer = httpx.post(
+                    gateway.url + "/v1/auth/exchange",
+                    headers={"authorization": f"Bearer {workload}"},
+                    timeout=30,
+                )
+                assert answer.status_code == 200, answer.text
+                secret: str = answer.json()["api_key"]
+                return secret
+
+            stream = Stream.open(gateway, exchange())
+            newer = exchange()  # the first key is evicted (max_keys: 1)
+            assert_cut_stream(sim, path, stream, time.monotonic())
+            kept = Stream.open(gateway, newer)  # the newer key still serves
+            kept.sock.close()
