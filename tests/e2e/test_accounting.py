@@ -81,7 +81,7 @@ def test_every_request_leaves_one_record_and_sigterm_loses_none(tmp_path: Path) 
     assert aborted[6] == 1 and aborted[4] >= 2  # estimated from the deltas relayed
 
 
-def test_an_engine_s_refusal_is_charged_nothing_and_its_failure_the_reservation(
+def test_an_engine_s_refusal_before_generating_is_charged_nothing_and_the_rest_the_reservation(
     tmp_path: Path,
 ) -> None:
     with SimProcess("--model", "m", "--tokens-per-second", "200", "--ttft", "0") as sim:
@@ -89,12 +89,27 @@ def test_an_engine_s_refusal_is_charged_nothing_and_its_failure_the_reservation(
         gateway = GatewayProcess(config).start()
         try:
             sim.faults(fail_next=1, fail_status=400)
+            streamed = httpx.post(
+                gateway.url + "/v1/chat/completions",
+                json={
+                    "model": "m",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 1000,
+                    "stream": True,
+                },
+                headers=AUTH,
+                timeout=30,
+            )
+            sim.faults(fail_next=1, fail_status=422)
             refused = chat(gateway, max_tokens=1000)
+            sim.faults(fail_next=1, fail_status=400)
+            plain_400 = chat(gateway, max_tokens=1000)
             sim.faults(fail_next=1, fail_status=500)
             failed = chat(gateway, max_tokens=1000)
         finally:
             assert gateway.stop() == 0
-    assert (refused.status_code, failed.status_code) == (400, 500)
+    answers = (streamed, refused, plain_400, failed)
+    assert [a.status_code for a in answers] == [400, 422, 400, 500]
     with sqlite3.connect(tmp_path / "fairgate.db") as db:
         rows = {
             row[0]: row[1:]
@@ -103,12 +118,16 @@ def test_an_engine_s_refusal_is_charged_nothing_and_its_failure_the_reservation(
                 " cost_micro, estimated FROM usage_records"
             )
         }
-    # the engine refused before generating anything: no token, no cost
-    assert rows[refused.headers["x-request-id"]] == ("ok", 400, 0, 0, 0, 0)
-    # a failure after the engine took the request: its usage is unknown, so the reservation
-    outcome, status, _, completion, cost, estimated = rows[failed.headers["x-request-id"]]
-    assert (outcome, status, completion, estimated) == ("ok", 500, 1000, 1)
-    assert cost > 0
+    # a stream's status comes before its first token, and a 422 is a schema check: the
+    # engine refused before generating anything, so no token and no cost
+    assert rows[streamed.headers["x-request-id"]] == ("ok", 400, 0, 0, 0, 0)
+    assert rows[refused.headers["x-request-id"]] == ("ok", 422, 0, 0, 0, 0)
+    # a plain 400 may follow a generation (vLLM), and a 500 a failure after the engine
+    # took the request: usage unknown, so the reservation
+    for answer, status in ((plain_400, 400), (failed, 500)):
+        outcome, got, _, completion, cost, estimated = rows[answer.headers["x-request-id"]]
+        assert (outcome, got, completion, estimated) == ("ok", status, 1000, 1)
+        assert cost > 0
 
 
 def test_kill_9_under_load_loses_no_record_the_journal_holds(tmp_path: Path) -> None:

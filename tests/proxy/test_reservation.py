@@ -106,13 +106,27 @@ def test_nothing_is_charged_when_no_engine_was_reached() -> None:
     assert ex.usage is None
 
 
-@pytest.mark.parametrize("status", [400, 404, 422, 429])
-def test_an_engine_s_own_refusal_is_charged_nothing(status: int) -> None:
-    ex = _exchange({"model": "big", "messages": [], "max_tokens": 40})
+@pytest.mark.parametrize(
+    ("status", "stream"), [(404, False), (422, False), (429, False), (400, True)]
+)
+def test_an_engine_s_own_refusal_before_generating_is_charged_nothing(
+    status: int, stream: bool
+) -> None:
+    ex = _exchange({"model": "big", "messages": [], "max_tokens": 40, "stream": stream})
     POLICY.reserve(ex, TABLE.model_for(ex))
-    ex.replica, ex.status = "r0", status  # the engine's answer, relayed whole
+    ex.replica, ex.status, ex.stream = "r0", status, stream  # the engine's answer, relayed
     charge(ex)
     assert ex.usage == Usage(0, 0, 0, estimated=False)
+
+
+def test_a_plain_400_keeps_the_reservation_since_vllm_sends_it_after_generating_too() -> None:
+    """vLLM answers 400 to a ValueError raised after the generation (a required tool call
+    cut off by max_tokens that fails to parse): free tokens, were a 400 charged nothing."""
+    ex = _exchange({"model": "big", "messages": [], "max_tokens": 40})
+    POLICY.reserve(ex, TABLE.model_for(ex))
+    ex.replica, ex.status = "r0", 400
+    charge(ex)
+    assert ex.usage == ex.reservation.usage()  # type: ignore[union-attr]
 
 
 def test_an_engine_s_failure_and_a_refusal_after_unanswered_attempts_keep_their_charges() -> None:

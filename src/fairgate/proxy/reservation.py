@@ -20,9 +20,12 @@ not one: the engine may have generated more than it counted to the gateway so fa
 are the counts of the sequences of a llama-server batch that ended before the others),
 every earlier attempt that reached an engine and got no answer (a timeout, a broken
 connection) and an attempt the client left before the engine answered are charged the
-reservation. An engine's refusal — an answer of status 400 to 499, relayed to the
-client — is charged nothing: engines check a request before they schedule it, so
-no token was made for it (vLLM, llama-server and OpenAI's API bill no refusal).
+reservation. An engine's refusal made before it generated anything is charged
+nothing: a stream's answer of status 400 to 499 (an engine sends a stream's status
+before its first token, so a 4xx there means no token was made), and a plain
+answer of 401 to 499 (routing, size, authentication and schema checks, all before
+any generation). A plain 400 keeps the reservation: vLLM also answers 400 to an
+error raised after generating (a tool call cut off by its cap that fails to parse).
 
 ``Reservation`` itself is defined in ``proxy.exchange``, beside the ``Exchange`` that
 holds it (so neither module imports the other both ways), and exported here too.
@@ -103,8 +106,13 @@ def charge(ex: Exchange) -> Usage | None:
     reservation = ex.reservation
     if reservation is None:
         return None
-    if ex.replica and ex.usage is None and ex.outcome == Outcome.OK and 400 <= ex.status < 500:
-        ex.usage = _REFUSED  # the engine's own refusal, relayed: nothing was generated
+    if (
+        ex.replica
+        and ex.usage is None
+        and ex.outcome == Outcome.OK
+        and (401 <= ex.status < 500 or (ex.status == 400 and ex.stream))
+    ):
+        ex.usage = _REFUSED  # the engine's own refusal before generating, relayed
     elif ex.replica and (ex.usage is None or ex.usage_gap or (ex.usage_so_far and not ex.ending)):
         # no report, a report short of a sequence, or a count so far cut off before the
         # stream's end: the reservation
