@@ -93,6 +93,13 @@ def test_llama_responses_count_n_predict_which_the_engine_reads_first() -> None:
     body = {"input": "hi", "max_output_tokens": 1, "n_predict": 200}
     assert _bound(body, LLAMA_RESPONSES, writable=False).cap == 200
     assert _bound({"input": "hi", "max_tokens": 30}, LLAMA_RESPONSES, writable=False).cap == 30
+    # the chat request it becomes reads max_completion_tokens on newer builds: counted, and
+    # held to the ceiling like the others
+    newer = {"input": "hi", "max_output_tokens": 10, "max_completion_tokens": 900}
+    assert _bound(newer, LLAMA_RESPONSES, writable=False).cap == 900
+    with pytest.raises(BadRequest) as refused:
+        _bound({**newer, "max_completion_tokens": 100_000}, LLAMA_RESPONSES, writable=False)
+    assert refused.value.code == "max_tokens_too_large"
 
 
 def test_behind_a_generic_server_n_predict_raises_the_bound_but_bounds_nothing_alone() -> None:

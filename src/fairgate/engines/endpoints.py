@@ -95,7 +95,10 @@ _LLAMA_CHAT = Output(
     ("n_predict", "max_completion_tokens", "max_tokens"), honoured=("n_predict", "max_tokens")
 )
 _LLAMA_COMPLETION = Output(("n_predict", "max_tokens"), prompts=("prompt",))
-_LLAMA_RESPONSE = Output(("n_predict", "max_output_tokens", "max_tokens"))
+_LLAMA_RESPONSE = Output(
+    ("n_predict", "max_output_tokens", "max_completion_tokens", "max_tokens"),
+    honoured=("n_predict", "max_output_tokens", "max_tokens"),
+)
 
 
 def _openai(chat: Output, completion: Output, response: Output) -> tuple[EndpointKind, ...]:
