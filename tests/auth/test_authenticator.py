@@ -11,6 +11,7 @@ import time
 import pytest
 
 from fairgate.auth import Authenticator, FailureLimiter, sha256
+from fairgate.auth.authenticator import rechecking
 from fairgate.core.errors import GatewayError, RateLimited, ServiceUnavailable, Unauthorized
 from fairgate.core.limits import Limits
 from fairgate.core.principal import KeyRecord, Principal
@@ -473,3 +474,25 @@ async def test_an_ipv4_client_on_a_dual_stack_socket_passes_an_ipv4_allowlist(
     auth, _ = make_authenticator(directory, clock)
     assert (await auth.authenticate(bearer(secret), "::ffff:192.0.2.10")).key_id == "k1"
     assert (await refusal(auth, bearer(secret), "::ffff:192.0.3.10")).status == 403
+
+
+async def test_a_recheck_of_a_revoked_key_is_the_401_however_its_network_failed_before(
+    directory: MemoryDirectory, clock: ManualClock
+) -> None:
+    """The check that cuts a revoked key's requests in flight (``proxy.in_flight``) went
+    through the network's failure limit: a caller who failed ten logins first got a 429
+    there, which is no verdict, and the revoked key's stream ran on, retried for ever."""
+    secret, _ = directory.add(key_id="k1")
+    auth, cache = make_authenticator(directory, clock, failures_per_minute=5)
+    await auth.authenticate(bearer(secret), ADDR)
+    for _ in range(10):  # the caller puts its own network over the limit
+        with contextlib.suppress(GatewayError):
+            await auth.authenticate(bearer(random_key()), ADDR)
+    assert isinstance(await refusal(auth, bearer(random_key())), RateLimited)
+    directory.update("k1", revoked_at=clock.wall())
+    cache.drop("key", "k1")
+    for _ in range(3):  # as often as the registry may check it: always the verdict
+        with rechecking():
+            assert isinstance(await refusal(auth, bearer(secret)), Unauthorized)
+    # the network's limit is where the caller's own attempts left it
+    assert isinstance(await refusal(auth, bearer(random_key())), RateLimited)

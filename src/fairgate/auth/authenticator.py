@@ -15,6 +15,11 @@
     valid, client address outside an IP      → 403 address_not_allowed (cached or looked
     allowlist of its org, team or key          up; no failure counted, the list logged)
 
+A check made again for a request already in flight (``rechecking``: its key, team or
+person changed) is no caller's attempt: it takes no slot of the guard and counts no
+failure, so a key found refused is the 401 whatever the network's failure count (a
+429 there would be no verdict, and the request would run on).
+
 Every refusal of a key, whatever its reason, is the same 401 with the same
 bytes, so a caller cannot tell a revoked key from one that never existed. The
 reason is logged (key id and display prefix at most, never the secret). A
@@ -27,6 +32,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 
 from fairgate.auth.allowlist import ResolveModels, allowed_models
@@ -48,7 +56,7 @@ from fairgate.core.errors import (
 )
 from fairgate.core.principal import KeyRecord, Principal
 
-__all__ = ["Authenticator", "auth_unavailable", "invalid_credential"]
+__all__ = ["Authenticator", "auth_unavailable", "invalid_credential", "rechecking"]
 
 log = logging.getLogger("fairgate.auth")
 
@@ -57,6 +65,19 @@ _INVALID = "invalid API key"
 _OUTSIDE = "requests with this key are not allowed from this address"
 ADDRESS_NOT_ALLOWED = "address_not_allowed"
 """The refusal reason (and error code) of a valid key used from outside an IP allowlist."""
+
+_RECHECK: ContextVar[bool] = ContextVar("fairgate_auth_recheck", default=False)
+
+
+@contextmanager
+def rechecking() -> Iterator[None]:
+    """Within it, authentication is a check made again for a request in flight (see the
+    module text): no guard slot, no failure counted, a refused key always the 401."""
+    token = _RECHECK.set(True)
+    try:
+        yield
+    finally:
+        _RECHECK.reset(token)
 
 
 class Authenticator:
@@ -126,7 +147,11 @@ class Authenticator:
         if self._cache.is_miss(digest):
             log.debug("authentication refused from %s: known miss", client_addr)
             raise await self._refused(client_addr, looked_up=False)
-        slot = None if self._cache.was_valid(digest) else self._guard.admit(client_addr)
+        slot = (
+            None
+            if self._cache.was_valid(digest) or _RECHECK.get()
+            else self._guard.admit(client_addr)
+        )
         if isinstance(slot, Refusal):
             log.debug("authentication refused from %s: %s", client_addr, slot.reason)
             raise _too_many(slot.retry_after)
@@ -185,7 +210,10 @@ class Authenticator:
         return grant.principal
 
     async def _refused(self, client_addr: str, *, looked_up: bool) -> GatewayError:
-        """The answer to a refused key: 401, or 429 once the network is over its limits."""
+        """The answer to a refused key: 401, or 429 once the network is over its limits
+        (a check made again for a request in flight: the 401, nothing counted)."""
+        if _RECHECK.get():
+            return _invalid()
         wait = await self._guard.failed(client_addr, looked_up=looked_up)
         return _invalid() if wait is None else _too_many(wait)
 

@@ -21,9 +21,11 @@ mid-stream), cancelling the task abandons the upstream attempt (its connection i
 closed: the engine aborts the sequence), and the request is recorded with outcome
 ``revoked``, charged by the usual rule (``proxy.reservation``).
 
-A check the gateway cannot make (the store down: 503; the client's network over
-the failed-authentication limits before a lookup: 429) cuts nothing and is made
-again ``RETRY`` seconds later, as long as the request runs. A check that admits the
+A check the gateway cannot make (the store down: 503) cuts nothing and is made
+again ``RETRY`` seconds later, as long as the request runs. The check is no
+caller's attempt (``fairgate.auth.authenticator.rechecking``): it counts no failed
+authentication and is never held back by the client network's failure limits, so a
+caller cannot keep a revoked key's request running by failing logins first. A check that admits the
 credential (a change that left it valid) cuts nothing.
 """
 
@@ -34,6 +36,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
+from fairgate.auth.authenticator import rechecking
 from fairgate.core.errors import Forbidden, GatewayError, Unauthorized
 from fairgate.core.principal import Principal
 from fairgate.proxy.exchange import Exchange
@@ -164,10 +167,11 @@ class InFlight:
         """The refusal of a credential (401/403), None when it is still valid, True when
         it could not be checked."""
         try:
-            await self._authenticate(authorization, client)
+            with rechecking():  # not the client's attempt: no failure limit, none counted
+                await self._authenticate(authorization, client)
         except (Unauthorized, Forbidden) as refusal:
             return refusal
-        except GatewayError as exc:  # 503 (store), 429 (network limits): not a verdict
+        except GatewayError as exc:  # 503 (store): not a verdict
             log.warning("requests in flight not checked after an access change: %s", exc.code)
             return True
         except Exception:
