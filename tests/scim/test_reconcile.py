@@ -208,3 +208,20 @@ async def test_a_case_only_rename_keeps_the_user_and_a_disable_by_hand(
     await _put(store, "u2", "User", "Eve")
     await _reconcile(store)
     assert not await _enabled(store, "Eve")
+
+
+async def test_a_namesake_in_another_case_does_not_undo_a_disable_by_hand(
+    store: Store, tenancy: Tenancy
+) -> None:
+    """User names are unique only as written: a hand-made ``bob`` beside SCIM's ``Bob``.
+    An administrator disables ``Bob`` and enables ``bob``; matching the audit log without
+    case took the latest of the two, and SCIM enabled ``Bob`` again."""
+    await _put(store, "u1", "User", "Bob")
+    await _reconcile(store)
+    await tenancy.users.create(OP, "bob")
+    await tenancy.users.disable(OP, "Bob")
+    await tenancy.users.disable(OP, "bob")
+    await tenancy.users.enable(OP, "bob")
+    await _reconcile(store)
+    assert not await _enabled(store, "Bob")
+    assert await _enabled(store, "bob")

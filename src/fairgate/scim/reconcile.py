@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.config.scim import Scim
@@ -200,6 +200,10 @@ class Reconciler:
             self._metrics.unknown_team()
 
 
+_RENAMES_FOLLOWED = 16
+"""How many of a user's earlier names ``_disabled_by_hand`` follows back."""
+
+
 def _group(row: ResourceRow) -> Group:
     members = row.body.get("members") or ()
     ids = tuple(str(m["value"]) for m in members if isinstance(m, dict) and m.get("value"))
@@ -209,12 +213,27 @@ def _group(row: ResourceRow) -> Group:
 async def _disabled_by_hand(conn: AsyncConnection, name: str) -> bool:
     """Whether the latest enabling or disabling of user ``name`` is a disable that was not
     SCIM's (the audit log, written in the same transaction as every switch, says who).
-    The name's case is ignored, so a user renamed by a case-only change of its
-    ``userName`` keeps an administrator's decision taken under the old spelling."""
+    The user's earlier names count too, followed through SCIM's ``user.renamed`` events,
+    so a user renamed by a case-only change of its ``userName`` keeps an administrator's
+    decision taken under the old spelling; names are compared exactly, since another
+    user may hold a name differing only in case."""
+    targets = [f"user:{name}"]
+    for _ in range(_RENAMES_FOLLOWED):
+        renamed = (
+            select(events.c.detail)
+            .where(events.c.target == targets[-1], events.c.action == "user.renamed")
+            .order_by(events.c.seq.desc())
+            .limit(1)
+        )
+        row = (await conn.execute(renamed)).first()
+        former = row.detail.get("from") if row is not None and row.detail else None
+        if not isinstance(former, str) or f"user:{former}" in targets:
+            break
+        targets.append(f"user:{former}")
     query = (
         select(events.c.action, events.c.actor)
         .where(
-            func.lower(events.c.target) == f"user:{name}".lower(),
+            events.c.target.in_(targets),
             events.c.action.in_(("user.disabled", "user.enabled")),
         )
         .order_by(events.c.seq.desc())
