@@ -105,6 +105,7 @@ from fairgate.proxy.limit import Limit
 from fairgate.proxy.me import me_handler
 from fairgate.proxy.pipeline import Pipeline
 from fairgate.proxy.read import Read
+from fairgate.proxy.reclaim import Reclaimer
 from fairgate.proxy.records import RecordBuilder
 from fairgate.proxy.relay import Deadlines, Relay
 from fairgate.proxy.request import Caps
@@ -236,6 +237,7 @@ class Gateway:
         self.admission = self._admission(config, clock, bands, adapters)
         fair_requests = self.metrics.fairshare_requests
         self.dispatcher = self._dispatcher(config, clock)
+        self.reclaimer = self._reclaimer(config)
         self.members.on_change(self._replicas_changed)
         self.alerter = _alerter(config, self.store, clock, self.metrics.alerts)
         self.budgets = BudgetKeeper(
@@ -424,6 +426,7 @@ class Gateway:
                 settler=settler,
                 retries=config.proxy.retries,
                 limit=self.limit,
+                reclaim=self.reclaimer,
             ),
             settler=settler,
             request_ids=_request_ids(),
@@ -649,6 +652,8 @@ class Gateway:
         self._tasks.extend(self._token_retries)
         if self.dispatcher is not None:
             self._tasks.append(asyncio.create_task(self.dispatcher.run()))
+        if self.reclaimer is not None:
+            self._tasks.append(asyncio.create_task(self.reclaimer.run()))
         if self.fairshare is not None:
             self._tasks.append(asyncio.create_task(self.fleet_board.run()))
         if self.fairshare_metrics is not None:
@@ -812,6 +817,18 @@ class Gateway:
             controller.recheck()
         if self.dispatcher is not None:
             self.dispatcher.freed(group)
+
+    def _reclaimer(self, config: Config) -> Reclaimer | None:
+        """Borrowers preempted for an owner waiting for its seats (``fairshare.reclaim_after``;
+        null: off)."""
+        after = config.fairshare.reclaim_after
+        if self.fairshare is None or after is None:
+            return None
+        preemptions = self.metrics.fairshare_preemptions
+        return Reclaimer(
+            after,
+            on_preempt=lambda pool, org: self.metrics.child(preemptions, pool, org).inc(),
+        )
 
     def _dispatcher(self, config: Config, clock: SystemClock) -> Dispatcher | None:
         """Borrowers held while their pool is full (``fairshare.hold_borrowers``), each

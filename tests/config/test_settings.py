@@ -328,3 +328,14 @@ def test_a_public_url_people_could_not_open_is_refused_with_its_place(
     (found,) = problems(f"public_url: '{value}'\n" + MINIMAL)
     assert found.startswith("1:13: public_url: ") and reason in found
     assert "hunter2" not in found
+
+
+def test_fairshare_reclaim_after_is_on_by_default_and_null_turns_it_off(
+    load: Load, problems: Problems
+) -> None:
+    assert load(MINIMAL).fairshare.reclaim_after == 5.0
+    assert load(with_minimal("fairshare: {reclaim_after: 750ms}\n")).fairshare.reclaim_after == 0.75
+    assert load(with_minimal("fairshare: {reclaim_after: null}\n")).fairshare.reclaim_after is None
+    assert problems(with_minimal("fairshare: {reclaim_after: 0s}\n")) == [
+        "1:28: fairshare.reclaim_after: must be longer than 0s, got '0s'"
+    ]

@@ -245,3 +245,43 @@ async def test_a_retrys_entry_prices_each_attempt_at_the_model_it_tried(
     assert (retry["model"], retry["cost_micro"]) == ("small", 7 * 1000 + 7)
     [record] = journal_lines(gw, answer.headers[b"x-request-id"])
     assert (record["model"], record["cost_micro"]) == ("small", 7 * 1000 + 7)
+
+
+async def test_a_borrower_preempted_before_any_byte_is_answered_503_and_not_retried(
+    start_gateway: StartGateway,
+) -> None:
+    # two engines of one seat each (--max-num-seqs 1), C = 2: test-org's within-share
+    # request takes one seat, its borrower the other; A's within-share stream then waits
+    # in the engine's queue until the gateway preempts the borrower for it
+    args = ("--model", "m", "--speed", "20", "--ttft", "0", "--max-num-seqs", "1")
+    with SimProcess(*args) as one, SimProcess(*args) as two:
+        gw = await start_gateway(
+            [model("m", one, two, pool="p")],
+            pools=[{"name": "p", "capacity": 2}],
+            orgs=[
+                {"name": "test-org", "share": 0.5, "teams": ["t"]},
+                {"name": "A", "share": 0.5, "teams": ["ta"]},
+            ],
+            fairshare={"reclaim_after": "500ms"},
+        )
+        owner = await gw.add_key(team="ta")
+        held = asyncio.create_task(gw.call(CHAT, chat(tokens=2000)))  # 100 s of output
+        await asyncio.sleep(0.3)
+        borrower = asyncio.create_task(gw.call(CHAT, chat(tokens=2000)))
+        while await engine_saw(one) + await engine_saw(two) < 2:
+            await asyncio.sleep(0.05)
+        began = asyncio.get_running_loop().time()
+        answer = await asyncio.wait_for(gw.call(CHAT, chat(tokens=5), key=owner), 10)
+        assert answer.status == 200, answer.body
+        assert answer.headers[b"x-fairgate-share"].startswith(b"within")
+        assert asyncio.get_running_loop().time() - began < 3
+        preempted = await asyncio.wait_for(borrower, 5)
+        assert preempted.status == 503
+        assert orjson.loads(preempted.body)["error"]["code"] == "preempted"
+        assert preempted.headers[b"retry-after"] == b"1"
+        assert preempted.headers[b"x-fairgate-share"].startswith(b"borrowed")
+        assert not held.done()  # the within-share request runs on
+        assert await engine_saw(one) + await engine_saw(two) == 3  # the borrower: no retry
+        assert gw.metric("fairgate_fairshare_preemptions_total", pool="p", org="test-org") == 1
+        held.cancel()
+        await asyncio.gather(held, return_exceptions=True)

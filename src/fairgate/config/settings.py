@@ -343,6 +343,10 @@ class Fairshare(Section):
     dispatched, each engine keeping ``engine_queue_depth`` requests waiting beyond its
     batch (``auto``: a quarter of its learned batch capacity); false sends every
     request to the engines at once.
+
+    ``reclaim_after``: a within-share request that waited this long on a replica whose
+    seats this gateway's borrowers hold, while the engine has requests waiting, makes
+    the gateway preempt borrowers there (``proxy.reclaim``); null turns reclaim off.
     """
 
     half_life: PositiveDuration = 168 * 3600.0
@@ -351,6 +355,7 @@ class Fairshare(Section):
     engine_queue_depth: Annotated[StrictInt, Field(ge=0, le=100_000)] | Literal["auto"] = "auto"
     queue_size: StrictInt = Field(default=1000, ge=0)
     queue_ttl: PositiveDuration = 30.0
+    reclaim_after: PositiveDuration | None = 5.0
 
 
 class Band(Section):

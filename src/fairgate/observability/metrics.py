@@ -247,6 +247,13 @@ class GatewayMetrics:
             ["pool", "org", "kind"],
             registry=r,
         )
+        self.fairshare_preemptions = LoopCounter(
+            "fairgate_fairshare_preemptions",
+            "Borrowing requests the gateway preempted for an owner waiting for its seats, "
+            "by pool and the borrower's organisation",
+            ["pool", "org"],
+            registry=r,
+        )
         self.alerts = Counter(
             "fairgate_budget_alerts",
             "Soft-limit alerts by channel (webhook, smtp; any) and result (sent, failed, "

@@ -59,6 +59,7 @@ class Outcome:
     # the credential it was admitted with stopped being valid while it ran (a key revoked,
     # its team or organisation disabled): cut, its upstream cancelled (proxy.in_flight)
     REVOKED = "revoked"
+    PREEMPTED = "preempted"  # a borrower the gateway preempted for its seat's owner (proxy.reclaim)
     # the gateway process stopped (a kill, a crash) while the request was in flight: its
     # record comes from the write-ahead entry (accounting.journal), charged the reservation
     INTERRUPTED = _INTERRUPTED
@@ -120,6 +121,8 @@ class Exchange:
     disconnected: bool = False  # the client went away while the request ran
     # the refusal its credential now gets: the request is being cut (proxy.in_flight)
     revoked: GatewayError | None = None
+    # preempted by fair-share reclaim (proxy.reclaim): the Retry-After seconds its answer says
+    preempted: float | None = None
     complete: bool = False  # the request is settling: a disconnect no longer cancels it
     recorded: bool = False  # charged, priced and recorded (proxy.settle: at its answer's end)
     intent: int | None = None  # the journal segment of its write-ahead entry (proxy.records)

@@ -26,6 +26,7 @@ from fairgate.core.errors import ServiceUnavailable
 from fairgate.proxy.affinity import routing_inputs
 from fairgate.proxy.endpoints import Candidate, ModelEntry
 from fairgate.proxy.exchange import Exchange, Outcome
+from fairgate.proxy.reclaim import Reclaimer
 from fairgate.proxy.relay import AttemptFailed, Relay
 from fairgate.proxy.request import ClientGone
 from fairgate.proxy.settle import Settler
@@ -51,8 +52,10 @@ class Forwarder:
         settler: Settler,
         retries: int,
         limit: Limit | None = None,
+        reclaim: Reclaimer | None = None,
     ) -> None:
         self._relay = relay
+        self._reclaim = reclaim  # borrowers preempted for an owner waiting (proxy.reclaim)
         self._registry = registry
         self._settler = settler
         self._retries = retries
@@ -129,35 +132,49 @@ class Forwarder:
         target = replica.prefix + candidate.upstream_target(ex.endpoint)
         # what the engine is told: an engine without a priority scheduler gets none
         ex.sent_priority = ex.priority if adapter.sends_priority else None
+        reclaim = self._reclaim
         with self._registry.lease(replica, ticket.within_share):
             ticket.dispatched()
             self._settler.intend(ex, candidate.name, replica.name)
-            try:
-                opened = await self._relay.open(ex, replica, target, headers, body)
-            except (asyncio.CancelledError, ClientGone):
-                # The outcome is unknown: free a half-open probe slot, count nothing. The
-                # engine may be working on the request (a plain answer comes whole at the
-                # end, a stream's first token after the prefill), so it is charged its
-                # reservation, never nothing (proxy.reservation).
-                replica.breaker.abandon()
-                ex.unanswered += (candidate.name,)
-                raise
-            if opened.status >= 500:
-                replica.breaker.failure()
-            else:
-                replica.breaker.success()
-            ex.model, ex.replica = candidate.name, replica.name
-            extra = [(b"x-request-id", ex.request_id.encode()), *share_headers(ex, ticket)]
-            if opened.streaming:
-                await self._relay.stream(
-                    ex,
-                    opened,
-                    send,
-                    extra,
-                    strip_usage=adapter.rewrites_body and not ex.client_wants_usage,
+            watched = (
+                None
+                if reclaim is None
+                else reclaim.enter(
+                    replica, ex, ticket.pool, ticket.org, not ticket.borrowing, ticket.priority
                 )
-            else:
-                await self._relay.send_whole(ex, opened, send, extra)
+            )
+            try:
+                try:
+                    opened = await self._relay.open(ex, replica, target, headers, body)
+                except (asyncio.CancelledError, ClientGone):
+                    # The outcome is unknown: free a half-open probe slot, count nothing.
+                    # The engine may be working on the request (a plain answer comes whole
+                    # at the end, a stream's first token after the prefill), so it is
+                    # charged its reservation, never nothing (proxy.reservation).
+                    replica.breaker.abandon()
+                    ex.unanswered += (candidate.name,)
+                    raise
+                if watched is not None and reclaim is not None:
+                    reclaim.opened(replica, watched, opened.streaming)
+                if opened.status >= 500:
+                    replica.breaker.failure()
+                else:
+                    replica.breaker.success()
+                ex.model, ex.replica = candidate.name, replica.name
+                extra = [(b"x-request-id", ex.request_id.encode()), *share_headers(ex, ticket)]
+                if opened.streaming:
+                    await self._relay.stream(
+                        ex,
+                        opened,
+                        send,
+                        extra,
+                        strip_usage=adapter.rewrites_body and not ex.client_wants_usage,
+                    )
+                else:
+                    await self._relay.send_whole(ex, opened, send, extra)
+            finally:
+                if watched is not None and reclaim is not None:
+                    reclaim.leave(replica, watched)
 
     async def _answer_failure(
         self,

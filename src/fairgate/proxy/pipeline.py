@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -165,8 +166,8 @@ class Pipeline:
             _abort_connection(scope)
         except asyncio.CancelledError:
             disconnected = ex.disconnected
-            revoked = ex.revoked
-            if not disconnected and revoked is None and not self._stopping():
+            revoked, preempted = ex.revoked, ex.preempted
+            if not disconnected and revoked is None and preempted is None and not self._stopping():
                 raise
             task = asyncio.current_task()
             if task is not None:
@@ -176,6 +177,10 @@ class Pipeline:
             elif revoked is not None:
                 ex.outcome, ex.reason = Outcome.REVOKED, "credential_revoked"
                 await _end_revoked(send, ex, revoked, scope)
+            elif preempted is not None:
+                # fair share took its seat back for its owner (proxy.reclaim): not retried
+                ex.outcome, ex.reason = Outcome.PREEMPTED, "preempted_for_owner"
+                await _end_preempted(send, ex, preempted, share_headers(ex, ticket), scope)
             else:
                 # The server is stopping and the grace period is over: say so, rather
                 # than break the answer off with nothing the client can tell apart.
@@ -271,6 +276,28 @@ async def _end_revoked(send: Send, ex: Exchange, refusal: GatewayError, scope: S
     elif ex.stream and ex.status == 200:
         # the envelope a new request gets, as the stream's last event
         tail = b"data: " + refusal.body() + b"\n\n"
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+    else:  # a plain answer part sent: nothing can follow it but the connection's end
+        _abort_connection(scope)
+
+
+async def _end_preempted(
+    send: Send,
+    ex: Exchange,
+    retry_after: float,
+    extra: Sequence[tuple[bytes, bytes]],
+    scope: Scope,
+) -> None:
+    """Answer a borrower preempted for its seat's owner (proxy.reclaim): 503 ``preempted``
+    with ``Retry-After`` before any byte, or a stream's error event of that code."""
+    message = "This request borrowed capacity that its owner reclaimed; try again later."
+    if not ex.responded:
+        error = ServiceUnavailable(message, code="preempted")
+        ex.status = error.status
+        retry = (b"retry-after", str(max(1, math.ceil(retry_after))).encode())
+        await _send_error(send, error, ex, [retry, *extra])
+    elif ex.stream and ex.status == 200:
+        tail = error_event(message, ServiceUnavailable.type, "preempted")
         await send({"type": "http.response.body", "body": tail, "more_body": False})
     else:  # a plain answer part sent: nothing can follow it but the connection's end
         _abort_connection(scope)

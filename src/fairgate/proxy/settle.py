@@ -216,6 +216,7 @@ class Settler:
                 Outcome.TRUNCATED,
                 Outcome.TIMEOUT,
                 Outcome.REVOKED,
+                Outcome.PREEMPTED,
             )
             and ex.stream
         ):

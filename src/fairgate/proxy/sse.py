@@ -144,7 +144,7 @@ def classify(raw: bytes) -> SseEvent:
     return SseEvent(raw, "content")
 
 
-def error_event(message: str, type_: str = "upstream_error") -> bytes:
+def error_event(message: str, type_: str = "upstream_error", code: str | None = None) -> bytes:
     """An SSE event carrying an OpenAI error envelope, sent when a stream breaks off."""
-    payload = orjson.dumps({"error": {"message": message, "type": type_, "code": None}})
+    payload = orjson.dumps({"error": {"message": message, "type": type_, "code": code}})
     return b"data: " + payload + b"\n\n"

@@ -127,6 +127,11 @@ class Replica:
             return None
         return self.load
 
+    def engine_waiting(self) -> float | None:
+        """The engine's waiting requests from a fresh scrape; None when unknown or stale."""
+        load = self.fresh_load()
+        return None if load is None else load.waiting
+
     def snapshot(self) -> ReplicaSnapshot:
         """What routing and admission see of this replica now (stale load hidden).
 
