@@ -13,7 +13,10 @@ borrowers itself:
 - every request of A and B has its first token within ``reclaim_after`` + a margin;
 - 12 of H's streams end with an SSE error event of code ``preempted`` (no more: the
   owners need 12 seats), none of H's within-share streams does;
-- the gateway's ``fairgate_fairshare_preemptions_total{org="H"}`` counts them.
+- the gateway's ``fairgate_fairshare_preemptions_total{org="H"}`` counts them, and
+  their usage records say ``preempted``, charged the reservation (flagged estimated);
+
+on the memory state back end and on Redis (reclaim reads only the gateway's own counts).
 
 And with an engine with headroom (``--max-num-seqs 32``, the seats still 8), the
 owners' requests run at once: nothing is preempted.
@@ -27,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -50,7 +54,7 @@ def _sims(stack: ExitStack, max_num_seqs: int) -> list[SimProcess]:
 
 
 def _gateway(
-    stack: ExitStack, directory: Path, sims: list[SimProcess]
+    stack: ExitStack, directory: Path, sims: list[SimProcess], state: dict[str, Any]
 ) -> tuple[GatewayProcess, dict[str, str], Path]:
     config = write_config(
         directory,
@@ -62,6 +66,7 @@ def _gateway(
             {"name": "H", "share": 0.25, "teams": ["th"]},
         ],
         fairshare={"reclaim_after": f"{RECLAIM_AFTER}s"},
+        state=state,
         logging={"level": "warning"},
     )
     keys = {
@@ -174,10 +179,10 @@ def stack() -> Iterator[ExitStack]:
 
 
 def test_owners_reclaim_their_seats_from_a_flooding_borrower(
-    tmp_path: Path, stack: ExitStack
+    tmp_path: Path, stack: ExitStack, state: dict[str, Any]
 ) -> None:
     sims = _sims(stack, SEATS)
-    gateway, keys, config = _gateway(stack, tmp_path, sims)
+    gateway, keys, config = _gateway(stack, tmp_path, sims, state)
     hostile, owners, metrics = asyncio.run(
         _flood_then_owners(gateway, keys, sims, owners_for=RECLAIM_AFTER + MARGIN + 5)
     )
@@ -216,7 +221,7 @@ def test_an_engine_with_headroom_runs_the_owners_without_preemption(
     tmp_path: Path, stack: ExitStack
 ) -> None:
     sims = _sims(stack, 4 * SEATS)
-    gateway, keys, _ = _gateway(stack, tmp_path, sims)
+    gateway, keys, _ = _gateway(stack, tmp_path, sims, {"backend": "memory"})
     hostile, owners, _ = asyncio.run(
         _flood_then_owners(gateway, keys, sims, owners_for=RECLAIM_AFTER + MARGIN + 5)
     )
