@@ -16,19 +16,20 @@ borrowed quota.
 
 Per replica, from this gateway's own requests there (``check``):
 
-    starved   = within-share requests sent at least ``after`` seconds ago whose
-                engine has not started them: a stream without its first event,
-                or a plain request (its start cannot be seen)
+    starved   = within-share streams sent at least ``after`` seconds ago without
+                their first event: the engine has not started them (a plain
+                request's start cannot be seen, so it never counts)
     victims   = borrowers that may hold a running seat: a stream past its first
                 event, or a plain request; in vLLM's own victim order, the largest
                 (priority, arrival) first
+    queued    = this gateway's borrower streams without their first event
     excess    = within share + victims − the replica's seats
-    need      = min(starved, excess, ⌈engine waiting⌉)      (waiting when scraped)
+    need      = min(starved, excess, ⌈engine waiting − queued⌉)
 
-and ``need`` victims are preempted when it is positive. The engine's scraped
-``waiting`` must be above 0 when it is known: an engine with headroom (its
-``--max-num-seqs`` above the seats) runs the owner's requests, and nothing is
-preempted. A borrower stream waiting for its first event is never a victim:
+and ``need`` victims are preempted when it is positive. It needs a fresh scrape of
+the engine's ``waiting``: without one nothing is preempted, and an engine with
+headroom (its ``--max-num-seqs`` above the seats) waits for nothing beyond the
+borrowers queued in it, so nothing is preempted there either. A borrower stream waiting for its first event is never a victim:
 aborting it frees no running seat. The starved requests of a replica that
 preempted get ``after`` seconds more before they count again, so one episode
 preempts once, not on every check until the engine has started them.
@@ -112,21 +113,30 @@ def choose(
     >>> choose([*own, owner], 2, 0.0, 5.0, 2.0)     # the engine has headroom
     ([], [])
     """
+    if waiting is None:
+        return [], []  # no fresh reading: nothing says the owner's requests are queued
     within = 0
+    queued = 0  # this gateway's borrower streams not started: in the engine's queue (or prefill)
     starved: list[Attempt] = []
     victims: list[Attempt] = []
     for a in attempts:
         if a.within:
             within += 1
-            if not a.started and now - a.at >= after:
+            if a.stream and not a.started and now - a.at >= after:
                 starved.append(a)
         elif a.started or not a.stream:
             victims.append(a)
-    if not starved or not victims or (waiting is not None and waiting <= 0):
+        else:
+            queued += 1
+    if not starved or not victims:
         return [], []
-    need = min(len(starved), math.ceil(within + len(victims) - seats - 1e-9))
-    if waiting is not None:
-        need = min(need, math.ceil(waiting - 1e-9))
+    # what the engine holds waiting beyond this gateway's own queued borrowers: the owner's
+    # starved streams can only be among those
+    need = min(
+        len(starved),
+        math.ceil(within + len(victims) - seats - 1e-9),
+        math.ceil(waiting - queued - 1e-9),
+    )
     if need <= 0:
         return [], []
     # vLLM preempts the largest (priority, arrival): the worst-ranked borrower, youngest first
