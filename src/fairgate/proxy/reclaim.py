@@ -29,10 +29,11 @@ Per replica, from this gateway's own requests there (``check``):
 and ``need`` victims are preempted when it is positive. It needs a fresh scrape of
 the engine's ``waiting``: without one nothing is preempted, and an engine with
 headroom (its ``--max-num-seqs`` above the seats) waits for nothing beyond the
-borrowers queued in it, so nothing is preempted there either. A borrower stream waiting for its first event is never a victim:
-aborting it frees no running seat. The starved requests of a replica that
-preempted get ``after`` seconds more before they count again, so one episode
-preempts once, not on every check until the engine has started them.
+borrowers queued in it, so nothing is preempted there either. A borrower stream
+waiting for its first event is never a victim: aborting it frees no running seat.
+The starved requests of a replica that preempted get ``after`` seconds more before
+they count again, so one episode preempts once, not on every check until the
+engine has started them.
 
 A victim's request task is cancelled with ``Exchange.preempted`` set: its upstream
 connection is closed (the engine aborts the request), and the pipeline answers its
