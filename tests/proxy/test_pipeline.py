@@ -271,7 +271,8 @@ async def test_a_borrower_preempted_before_any_byte_is_answered_503_and_not_retr
         while await engine_saw(one) + await engine_saw(two) < 2:
             await asyncio.sleep(0.05)
         began = asyncio.get_running_loop().time()
-        answer = await asyncio.wait_for(gw.call(CHAT, chat(tokens=5), key=owner), 10)
+        owner_stream = chat(tokens=5, stream=True)  # only a stream's start can be seen
+        answer = await asyncio.wait_for(gw.call(CHAT, owner_stream, key=owner), 10)
         assert answer.status == 200, answer.body
         assert answer.headers[b"x-fairgate-share"].startswith(b"within")
         assert asyncio.get_running_loop().time() - began < 3
