@@ -219,3 +219,45 @@ async def test_run_checks_what_a_change_names_without_being_asked(
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
     assert requests.cancelled() == [True]
+
+
+async def test_a_change_applied_while_a_request_was_being_identified_still_cuts_it(
+    verdicts: Verdicts,
+) -> None:
+    """The change came while the request's key lookup was under way: ``changed`` found no
+    request of that key in flight, the request was held just after, and ran to its end."""
+    in_flight = InFlight(verdicts)
+    runner = asyncio.create_task(in_flight.run())
+    mark = in_flight.mark()
+    in_flight.changed([Row("key", "ka")])  # applied during the lookup: nothing held yet
+    verdicts.refused[(b"Bearer k1", "10.0.0.1")] = invalid_credential()
+    ex = Exchange(request_id="r", method="POST", path="/", started=0.0, client="10.0.0.1")
+    ex.principal = A
+
+    async def serve() -> None:
+        in_flight.add(ex, b"Bearer k1", mark)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            in_flight.remove(ex)
+
+    task = asyncio.create_task(serve())
+    try:
+        for _ in range(50):
+            if task.done():
+                break
+            await asyncio.sleep(0.01)
+        assert task.cancelled() and ex.revoked is not None
+        # a request identified after a change of another key is left alone
+        other = Exchange(request_id="s", method="POST", path="/", started=0.0, client="10.0.0.1")
+        other.principal = C
+        mark = in_flight.mark()
+        in_flight.changed([Row("key", "kb")])
+        in_flight.add(other, b"Bearer k1", mark)
+        await asyncio.sleep(0.05)
+        assert other.revoked is None
+        in_flight.remove(other)
+    finally:
+        runner.cancel()
+        task.cancel()
+        await asyncio.gather(runner, task, return_exceptions=True)

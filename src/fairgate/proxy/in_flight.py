@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
@@ -63,6 +64,24 @@ class Change(Protocol):
 _Held = tuple[Exchange, "asyncio.Task[object] | None", bytes | None]
 
 
+_RECENT = 4096
+"""Changes kept for the requests being identified while they were applied."""
+
+
+def _names(kind: str, subject: str, p: Principal) -> bool:
+    """Whether a change of ``kind`` ``subject`` may concern a request of ``p`` (an unknown
+    kind concerns every request)."""
+    if kind == "key":
+        return p.key_id == subject
+    if kind == "team":
+        return p.team == subject
+    if kind == "org":
+        return p.org == subject
+    if kind == "project":
+        return f"{p.team}/{p.project}" == subject
+    return True
+
+
 class InFlight:
     """The requests in flight of this process by key id, and the check that cuts them.
 
@@ -77,19 +96,42 @@ class InFlight:
         self._by_key: dict[str, dict[int, _Held]] = {}
         self._suspects: set[str] = set()
         self._woken = asyncio.Event()
+        # the changes applied lately, numbered: a request identified while one was applied
+        # (its lookup began before, it is held after) is checked against them (``add``)
+        self._seq = 0
+        self._recent: deque[tuple[int, str, str]] = deque(maxlen=_RECENT)
+
+    def mark(self) -> int:
+        """The number of the last change applied: taken before a request is identified,
+        handed to ``add``."""
+        return self._seq
 
     def __len__(self) -> int:
         return sum(len(held) for held in self._by_key.values())
 
-    def add(self, ex: Exchange, authorization: bytes | None) -> None:
+    def add(self, ex: Exchange, authorization: bytes | None, since: int | None = None) -> None:
         """Hold ``ex`` (identified: ``ex.principal`` set), run by the current task, under
-        its key until ``remove``."""
+        its key until ``remove``. ``since``: ``mark()`` before it was identified; a change
+        applied since that names it (its credential looked up before the change, held
+        after it, so ``changed`` missed it) has it checked too."""
         principal = ex.principal
         assert principal is not None
         held = self._by_key.get(principal.key_id)
         if held is None:
             held = self._by_key[principal.key_id] = {}
         held[id(ex)] = (ex, asyncio.current_task(), authorization)
+        if since is not None and since != self._seq:
+            self._caught_up(principal, since)
+
+    def _caught_up(self, p: Principal, since: int) -> None:
+        recent = self._recent
+        if not recent or recent[0][0] > since + 1:
+            named = True  # changes were dropped from the window: check it to be sure
+        else:
+            named = any(seq > since and _names(kind, subject, p) for seq, kind, subject in recent)
+        if named:
+            self._suspects.add(p.key_id)
+            self._woken.set()
 
     def remove(self, ex: Exchange) -> None:
         """Forget ``ex`` (safe when it was never added)."""
@@ -104,6 +146,8 @@ class InFlight:
         """Note the keys in flight that ``changes`` name; ``run`` checks them (an unknown
         kind names every key)."""
         for change in changes:
+            self._seq += 1
+            self._recent.append((self._seq, change.kind, change.subject))
             self._suspects.update(self._named(change.kind, change.subject))
         if self._suspects:
             self._woken.set()
@@ -118,11 +162,7 @@ class InFlight:
             for ex, _task, _auth in held.values():
                 p = ex.principal
                 assert p is not None
-                if (
-                    (kind == "team" and p.team == subject)
-                    or (kind == "org" and p.org == subject)
-                    or (kind == "project" and f"{p.team}/{p.project}" == subject)
-                ):
+                if _names(kind, subject, p):
                     named.append(key_id)
                     break
         return named

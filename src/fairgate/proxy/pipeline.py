@@ -121,6 +121,7 @@ class Pipeline:
             if self._exchange is not None and scope["path"] == self._exchange_path:
                 await self._exchanged(scope, ex, authorization, send)
                 return
+            mark = self._in_flight.mark() if self._in_flight is not None else None
             principal = await self._identify.enter(ex, authorization)
             endpoint = self._read.endpoint(scope, ex)
             if endpoint.local is not None and scope["method"] == "GET":
@@ -134,7 +135,7 @@ class Pipeline:
                 )
             if self._in_flight is not None:
                 # cut if its credential stops being valid while it runs (proxy.in_flight)
-                self._in_flight.add(ex, authorization)
+                self._in_flight.add(ex, authorization, mark)
             if self._limit is not None:
                 # before the body: a key the limiter would refuse costs no body's memory
                 self._limit.check_head(principal)
