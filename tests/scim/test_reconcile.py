@@ -225,3 +225,20 @@ async def test_a_namesake_in_another_case_does_not_undo_a_disable_by_hand(
     await _reconcile(store)
     assert not await _enabled(store, "Bob")
     assert await _enabled(store, "bob")
+
+
+async def test_a_later_holder_of_an_earlier_name_does_not_decide_for_the_renamed_user(
+    store: Store, tenancy: Tenancy
+) -> None:
+    """``ada`` renamed ``Ada`` by SCIM; a new hand-made ``ada`` is disabled then enabled by
+    hand: those events are about the newcomer, not about ``Ada``, disabled by hand."""
+    await _put(store, "u1", "User", "ada")
+    await _reconcile(store)
+    await _put(store, "u1", "User", "Ada")
+    await _reconcile(store)
+    await tenancy.users.disable(OP, "Ada")
+    await tenancy.users.create(OP, "ada")
+    await tenancy.users.disable(OP, "ada")
+    await tenancy.users.enable(OP, "ada")
+    await _reconcile(store)
+    assert not await _enabled(store, "Ada")

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.config.scim import Scim
@@ -213,29 +213,30 @@ def _group(row: ResourceRow) -> Group:
 async def _disabled_by_hand(conn: AsyncConnection, name: str) -> bool:
     """Whether the latest enabling or disabling of user ``name`` is a disable that was not
     SCIM's (the audit log, written in the same transaction as every switch, says who).
-    The user's earlier names count too, followed through SCIM's ``user.renamed`` events,
-    so a user renamed by a case-only change of its ``userName`` keeps an administrator's
-    decision taken under the old spelling; names are compared exactly, since another
-    user may hold a name differing only in case."""
-    targets = [f"user:{name}"]
+    The user's earlier names count too, up to its rename from each, followed through
+    SCIM's ``user.renamed`` events, so a user renamed by a case-only change of its
+    ``userName`` keeps an administrator's decision taken under the old spelling; names
+    are compared exactly, since another user may hold a name differing only in case (or
+    take an earlier name after the rename)."""
+    target, before = f"user:{name}", None
+    held = [events.c.target == target]
+    seen = {target}
     for _ in range(_RENAMES_FOLLOWED):
-        renamed = (
-            select(events.c.detail)
-            .where(events.c.target == targets[-1], events.c.action == "user.renamed")
-            .order_by(events.c.seq.desc())
-            .limit(1)
+        renamed = select(events.c.detail, events.c.seq).where(
+            events.c.target == target, events.c.action == "user.renamed"
         )
-        row = (await conn.execute(renamed)).first()
+        if before is not None:
+            renamed = renamed.where(events.c.seq < before)
+        row = (await conn.execute(renamed.order_by(events.c.seq.desc()).limit(1))).first()
         former = row.detail.get("from") if row is not None and row.detail else None
-        if not isinstance(former, str) or f"user:{former}" in targets:
+        if row is None or not isinstance(former, str) or f"user:{former}" in seen:
             break
-        targets.append(f"user:{former}")
+        target, before = f"user:{former}", row.seq
+        seen.add(target)
+        held.append(and_(events.c.target == target, events.c.seq < before))
     query = (
         select(events.c.action, events.c.actor)
-        .where(
-            events.c.target.in_(targets),
-            events.c.action.in_(("user.disabled", "user.enabled")),
-        )
+        .where(or_(*held), events.c.action.in_(("user.disabled", "user.enabled")))
         .order_by(events.c.seq.desc())
         .limit(1)
     )
