@@ -177,11 +177,14 @@ class Pipeline:
                 ex.outcome, ex.reason = Outcome.CLIENT_ABORT, "client_disconnected"
             elif revoked is not None:
                 ex.outcome, ex.reason = Outcome.REVOKED, "credential_revoked"
-                await _end_revoked(send, ex, revoked, scope)
+                # the refusal a new request with the credential gets
+                await _end_cut(send, ex, revoked, scope)
             elif preempted is not None:
                 # fair share took its seat back for its owner (proxy.reclaim): not retried
                 ex.outcome, ex.reason = Outcome.PREEMPTED, "preempted_for_owner"
-                await _end_preempted(send, ex, preempted, share_headers(ex, ticket), scope)
+                retry = (b"retry-after", str(max(1, math.ceil(preempted))).encode())
+                reclaimed = ServiceUnavailable(_PREEMPTED, code="preempted")
+                await _end_cut(send, ex, reclaimed, scope, [retry, *share_headers(ex, ticket)])
             else:
                 # The server is stopping and the grace period is over: say so, rather
                 # than break the answer off with nothing the client can tell apart.
@@ -268,40 +271,27 @@ async def _end_at_shutdown(send: Send, ex: Exchange) -> None:
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
-async def _end_revoked(send: Send, ex: Exchange, refusal: GatewayError, scope: Scope) -> None:
-    """Answer a request cut because its credential stopped being valid: the refusal a new
-    request with it gets (before any byte), or a stream's error event with its code."""
-    if not ex.responded:
-        ex.status = refusal.status
-        await _send_error(send, refusal, ex)
-    elif ex.stream and ex.status == 200:
-        # the envelope a new request gets, as the stream's last event
-        tail = b"data: " + refusal.body() + b"\n\n"
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
-    else:  # a plain answer part sent: nothing can follow it but the connection's end
-        _abort_connection(scope)
-
-
-async def _end_preempted(
+async def _end_cut(
     send: Send,
     ex: Exchange,
-    retry_after: float,
-    extra: Sequence[tuple[bytes, bytes]],
+    error: GatewayError,
     scope: Scope,
+    extra: Sequence[tuple[bytes, bytes]] = (),
 ) -> None:
-    """Answer a borrower preempted for its seat's owner (proxy.reclaim): 503 ``preempted``
-    with ``Retry-After`` before any byte, or a stream's error event of that code."""
-    message = "This request borrowed capacity that its owner reclaimed; try again later."
+    """Answer a request the gateway cut off (its credential revoked, its borrowed seat
+    reclaimed): ``error`` before any byte, or as a stream's last event (no ``[DONE]``);
+    after part of a plain answer, only the connection's end can follow."""
     if not ex.responded:
-        error = ServiceUnavailable(message, code="preempted")
         ex.status = error.status
-        retry = (b"retry-after", str(max(1, math.ceil(retry_after))).encode())
-        await _send_error(send, error, ex, [retry, *extra])
+        await _send_error(send, error, ex, extra)
     elif ex.stream and ex.status == 200:
-        tail = error_event(message, ServiceUnavailable.type, "preempted")
+        tail = b"data: " + error.body() + b"\n\n"
         await send({"type": "http.response.body", "body": tail, "more_body": False})
-    else:  # a plain answer part sent: nothing can follow it but the connection's end
+    else:
         _abort_connection(scope)
+
+
+_PREEMPTED = "This request borrowed capacity that its owner reclaimed; try again later."
 
 
 async def _send_error(
