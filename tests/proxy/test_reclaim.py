@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from fairgate.auth import invalid_credential
 from fairgate.proxy.exchange import Exchange
 from fairgate.proxy.reclaim import Attempt, Reclaimer, choose
 
@@ -75,6 +76,23 @@ def test_a_plain_borrower_may_be_a_victim() -> None:
     # its start cannot be seen: it may hold a running seat
     victims, _ = choose([_borrower(1, stream=False), _owner(10)], 1, 1.0, 10.0, AFTER)
     assert _orders(victims) == [1]
+
+
+def test_queued_plain_borrowers_do_not_shield_the_running_ones() -> None:
+    """The dispatcher keeps the youngest borrowers queued in the engine: taken youngest
+    first, plain borrowers were preempted without freeing a seat, the dispatcher sent the
+    next, and the owner starved for as long as the borrower kept sending."""
+    plain = [_borrower(i, stream=False) for i in range(1, 7)]  # 1-4 run, 5-6 queued
+    victims, _ = choose([*plain, _owner(10)], 4, 3.0, 10.0, AFTER)
+    assert _orders(victims) == [1]  # the oldest: the likeliest to hold a seat
+    # within one priority, a running stream goes before any plain request
+    streams = [_borrower(7), _borrower(8)]
+    victims, _ = choose([*plain, *streams, _owner(10), _owner(11)], 6, 4.0, 10.0, AFTER)
+    assert _orders(victims) == [8, 7]
+    # the worst priority still goes first, whatever its kind
+    worse = _borrower(9, 30, stream=False)
+    victims, _ = choose([*streams, worse, _owner(10)], 2, 2.0, 10.0, AFTER)
+    assert _orders(victims) == [9]
 
 
 def test_a_borrower_sent_without_priority_ranks_last() -> None:
@@ -203,6 +221,24 @@ async def test_a_victim_is_cancelled_once_and_marked_preempted() -> None:
         task.cancel()
     await asyncio.gather(*ran.values(), return_exceptions=True)
     assert reclaim.watching(replica) == ()
+
+
+async def test_a_request_already_cut_for_its_credential_is_no_victim() -> None:
+    clock = _Clock()
+    reclaim = Reclaimer(AFTER, clock=clock)
+    replica = _Replica(seats=1.0, waiting=1.0)
+    cut, owner = _ex("h1"), _ex("a1")
+    cut.revoked = invalid_credential()  # being cut by proxy.in_flight, not unwound yet
+    hold = asyncio.create_task(asyncio.sleep(3600))
+    borrower = reclaim.enter(replica, cut, "p", "H", False, 20)
+    assert borrower is not None
+    borrower.task, borrower.started = hold, True
+    reclaim.enter(replica, owner, "p", "A", True, 0)
+    clock.now += AFTER
+    assert reclaim.check() == []
+    assert cut.preempted is None and not hold.cancelled()
+    hold.cancel()
+    await asyncio.gather(hold, return_exceptions=True)
 
 
 async def test_attempts_outside_fair_share_are_not_watched() -> None:

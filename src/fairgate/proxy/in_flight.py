@@ -228,8 +228,8 @@ class InFlight:
             if h[2] == authorization and h[0].client == client
         ]
         for ex, task, _auth in cut:
-            if ex.complete or ex.revoked is not None or task is None:
-                continue
+            if ex.complete or ex.revoked is not None or ex.preempted is not None or task is None:
+                continue  # settling, or already being cut
             ex.revoked = refusal
             task.cancel()
             log.warning(

@@ -20,8 +20,9 @@ Per replica, from this gateway's own requests there (``check``):
                 their first event: the engine has not started them (a plain
                 request's start cannot be seen, so it never counts)
     victims   = borrowers that may hold a running seat: a stream past its first
-                event, or a plain request; in vLLM's own victim order, the largest
-                (priority, arrival) first
+                event, or a plain request; the worst priority first, as vLLM picks,
+                and within one priority the streams youngest first, then the plain
+                requests oldest first (the youngest are the likeliest to be queued)
     queued    = this gateway's borrower streams without their first event
     excess    = within share + victims − the replica's seats
     need      = min(starved, excess, ⌈engine waiting − queued⌉)
@@ -141,8 +142,18 @@ def choose(
     if need <= 0:
         return [], []
     # vLLM preempts the largest (priority, arrival): the worst-ranked borrower, youngest first
-    victims.sort(key=lambda a: (_UNRANKED if a.priority is None else a.priority, a.order))
+    victims.sort(key=_victim_order)
     return victims[-need:][::-1], starved
+
+
+def _victim_order(a: Attempt) -> tuple[int, int, int]:
+    """Ascending: the last is preempted first. The worst priority first, as vLLM picks;
+    within one priority, a stream past its first event (it surely holds a seat), youngest
+    first, before a plain request, oldest first: the youngest plain borrowers are the
+    ones the dispatcher keeps queued in the engine, and preempting those frees nothing
+    (the dispatcher sends the next, which would be the next victim, for ever)."""
+    priority = _UNRANKED if a.priority is None else a.priority
+    return (priority, 1, a.order) if a.stream else (priority, 0, -a.order)
 
 
 _UNRANKED = 1 << 30  # a borrower sent without a priority ranks last
@@ -242,7 +253,14 @@ class Reclaimer:
     def _preempt(self, replica: Watched, victim: Attempt, starved: int) -> bool:
         self.leave(replica, victim)
         ex, task = victim.ex, victim.task
-        if ex is None or task is None or task.done() or ex.complete or ex.preempted is not None:
+        if (
+            ex is None
+            or task is None
+            or task.done()
+            or ex.complete
+            or ex.preempted is not None
+            or ex.revoked is not None  # already being cut (proxy.in_flight)
+        ):
             return False
         ex.preempted = float(self.retry_after)
         task.cancel()
