@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
+import httpx
 import orjson
 import pytest
 import sqlalchemy as sa
@@ -90,6 +91,20 @@ async def _provision(path: Path) -> None:
                 .where(tables.keys.c.id == created.key.id)
                 .values(secret_sha256=sha256(TEST_KEY), prefix=TEST_KEY[:11])
             )
+
+
+def admin_call(gateway: GatewayProcess, master: str, method: str, path: str, **body: Any) -> Any:
+    """One admin API call with the master key, ``body`` as its JSON; asserts it succeeded
+    and returns the answer's JSON."""
+    answer = httpx.request(
+        method,
+        gateway.admin_url + path,
+        json=body or None,
+        headers={"authorization": f"Bearer {master}"},
+        timeout=30,
+    )
+    assert answer.status_code < 300, answer.text
+    return answer.json()
 
 
 def add_key(config: Path, team: str, **options: Any) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.e2e.conftest import model, write_config
+from tests.e2e.conftest import admin_call, model, write_config
 from tests.e2e.test_admin import metric
 from tests.e2e.test_tenancy_flow import cli
 
@@ -121,15 +121,7 @@ def new_key(config: Path) -> tuple[str, str]:
 
 
 def admin(gateway: GatewayProcess, method: str, path: str, **body: Any) -> Any:
-    answer = httpx.request(
-        method,
-        gateway.admin_url + path,
-        json=body or None,
-        headers={"authorization": f"Bearer {MASTER}"},
-        timeout=30,
-    )
-    assert answer.status_code < 300, answer.text
-    return answer.json()
+    return admin_call(gateway, MASTER, method, path, **body)
 
 
 @pytest.fixture(scope="module")

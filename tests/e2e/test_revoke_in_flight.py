@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from tests.e2e.conftest import model, write_config
+from tests.e2e.conftest import admin_call, model, write_config
 from tests.e2e.robust_wire import chat_body, connect, post, read_until, until
 from tests.oidc_provider.fixture import OidcProvider
 
@@ -63,15 +63,7 @@ def config(directory: Path, sim: SimProcess, **sections: Any) -> Path:
 
 
 def admin(gateway: GatewayProcess, method: str, path: str, **body: Any) -> Any:
-    answer = httpx.request(
-        method,
-        gateway.admin_url + path,
-        json=body or None,
-        headers={"authorization": f"Bearer {MASTER}"},
-        timeout=30,
-    )
-    assert answer.status_code < 300, answer.text
-    return answer.json()
+    return admin_call(gateway, MASTER, method, path, **body)
 
 
 def record(config_path: Path, request_id: str) -> dict[str, Any] | None:
