@@ -316,13 +316,18 @@ def test_fairness_holds_through_the_change(learned: Run) -> None:
     # the issue's own bound for a short window (20 s here); the runs gave 0.240-0.297
     assert abs(after - SHARES["B"]) <= 0.05
     assert 0.21 <= before <= 0.42
-    # Saturated both times: the batches are full, so the fractions are the scheduler's.
+    # Loaded both times: the gateway keeps each engine's learned seats filled, so the
+    # fractions are the scheduler's and not an idle engine's. With borrowers held in the
+    # gateway the batch follows the learned value rather than the KV cache: r0 ran 25.1
+    # (KV 0.73) in one run and 34.5 (KV 0.99) in the next, 23.5 of 26-28 on a loaded
+    # machine; so the bound is 0.8 of the learned value, not a KV-bound batch size.
     print(
         f"\nr0 before: running {learned.mean_running('r0', learned.before):.1f}, KV "
         f"{learned.mean_kv('r0', learned.before):.3f}; r1 after: running "
         f"{learned.mean_running('r1', learned.after):.1f}, "
         f"KV {learned.mean_kv('r1', learned.after):.3f}"
     )
-    # a KV-bound batch of 768 blocks at these lengths runs 24-31 requests
-    assert learned.mean_running("r0", learned.before) >= 24
-    assert learned.mean_running("r1", learned.after) >= 12
+    seats_before = learned.pool(learned.before[1])["capacity_learned"]["replicas"]
+    seats_after = learned.pool(learned.after[1])["capacity_learned"]["replicas"]
+    assert learned.mean_running("r0", learned.before) >= 0.8 * seats_before["m/r0"]
+    assert learned.mean_running("r1", learned.after) >= 0.8 * seats_after["m/r1"]
