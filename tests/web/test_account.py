@@ -12,7 +12,15 @@ import sqlalchemy as sa
 from fairgate.sim.process import SimProcess
 from fairgate.store import tables
 from fairgate.tenancy import Actor
-from web.conftest import SAME_ORIGIN, StartWeb, Web, approved_account, csrf_of
+from web.conftest import (
+    SAME_ORIGIN,
+    StartWeb,
+    Web,
+    approved_account,
+    csrf_of,
+    sign_in,
+    sign_up,
+)
 
 
 async def _create_key(
@@ -116,6 +124,38 @@ async def test_another_accounts_key_id_changes_nothing(
         assert await _revoked_at(web, other) is None
     await ada.aclose()
     await eve.aclose()
+
+
+async def test_a_team_admins_account_revokes_only_its_own_keys_on_the_pages(
+    start_web: StartWeb, store_section: dict[str, str]
+) -> None:
+    """A team admin may revoke a teammate's key through the admin API, but the pages
+    revoke one's own keys only: a teammate's key id is the same 404 as an unknown one."""
+    web = await start_web(store=store_section)
+    ada = await approved_account(web, "ada@example.org")
+    await _create_key(ada)
+    (path,) = _revoke_paths(await ada.get("/account"))
+    key_id = path.split("/")[3]
+    boss = web.other_client()
+    await sign_up(boss, "boss@example.org")
+    await web.gateway.accounts.approve(
+        Actor.operator("tests"), "boss@example.org", team="t", role="team_admin"
+    )
+    assert (await sign_in(boss, "boss@example.org")).status_code == 303
+    page = await boss.get("/account")
+    refused = await boss.post(path, data={"csrf": csrf_of(page)}, headers=SAME_ORIGIN)
+    revoked = await _revoked_at(web, key_id)
+    await ada.aclose()
+    assert refused.status_code == 404
+    assert revoked is None
+    # their own key they revoke, and again (already revoked: the same answer)
+    await _create_key(boss)
+    (own,) = _revoke_paths(await boss.get("/account"))
+    for _ in range(2):
+        done = await boss.post(own, data={"csrf": csrf_of(page)}, headers=SAME_ORIGIN)
+        assert done.status_code == 303
+    assert await _revoked_at(web, own.split("/")[3]) is not None
+    await boss.aclose()
 
 
 async def test_a_csrf_token_of_another_session_is_refused(start_web: StartWeb) -> None:

@@ -195,11 +195,17 @@ class Keys(Service):
             _check_limits(owner_team, limits, administers)
         return owner_team
 
-    async def revoke(self, actor: Actor, key_id: str) -> Key:
+    async def revoke(self, actor: Actor, key_id: str, *, own_only: bool = False) -> Key:
+        """Revoke a key in the actor's scope. ``own_only``: only a key the actor owns (the
+        web pages, where a team admin's account revokes its own keys, not its teammates');
+        any other id answers NotFound and changes nothing."""
         scope = self._scope(actor)
+        where = scope.keys_owned() if own_only else scope.keys_write()
         now = self._now()
         async with self._store.write() as conn:
-            if not await keys.revoke(conn, key_id, now, scope.keys_write()):
+            if not await keys.revoke(conn, key_id, now, where):
+                if own_only and await keys.get_key(conn, key_id, where) is None:
+                    raise NotFound(f"no key {key_id!r} of yours", code="key_not_found")
                 return await self._unchanged(conn, scope, key_id, "revoking")
             key = await self._audited(conn, actor, key_id, "key.revoked", now)
         return key

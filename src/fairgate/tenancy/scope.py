@@ -125,6 +125,12 @@ class Scope:
         )
         return _any(readable, self._own_keys(None))
 
+    def keys_owned(self) -> ColumnElement[bool]:
+        """Keys the actor owns and may change: what a person acting on their own keys
+        only (the web pages) may revoke, whatever else their roles would allow."""
+        own = self._own_keys(None)
+        return false() if own is None else and_(self.keys_write(), own)
+
     def keys_admin(self) -> ColumnElement[bool]:
         """Keys whose team the actor administers: what only a team admin (and above) may
         change on a key, its tags (which tag budgets bind it)."""

@@ -6,8 +6,10 @@
 
 Everything goes through the tenancy services as the account's user
 (``Accounts.actor``), so the admin API's rules apply: a member creates keys in
-their team with the team's limits, and revokes only keys they own — the scope
-is in the UPDATE's WHERE clause, so another account's key id changes nothing
+their team with the team's limits. Revoking is narrower than the admin API:
+whatever the role (a team admin's account too), the pages revoke only keys the
+person owns (``Keys.revoke(own_only=True)``) — the owner is in the UPDATE's
+WHERE clause, so another account's key id changes nothing
 and answers the same 404 page as an id that does not exist. The listing shows
 the keys the person owns; the form to create one is offered only while the
 tenancy rules would let the person create it (a revoked role, a disabled team:
@@ -95,7 +97,7 @@ class AccountPages:
         await self._form(request, visitor)
         key_id = request.path_params["key_id"]
         try:
-            await self._tenancy.keys.revoke(visitor.actor, key_id)
+            await self._tenancy.keys.revoke(visitor.actor, key_id, own_only=True)
         except (NotFound, Forbidden):
             raise PageError(
                 404,
