@@ -13,12 +13,14 @@ from fairgate.accounts import (
     PasswordRejected,
     SignInRefused,
     TooManyGuesses,
+    Verdict,
     build_accounts,
 )
 from fairgate.core.errors import BadRequest, Forbidden, NotFound
 from fairgate.state import MemoryCounterStore
 from fairgate.store import Store
 from fairgate.store.tables import accounts as accounts_table
+from fairgate.store.tables import web_sessions
 from fairgate.tenancy import Actor, Conflict, Tenancy
 from store.backends import FakeClock
 
@@ -329,14 +331,14 @@ async def test_an_account_whose_user_is_disabled_cannot_sign_in_hold_a_session_o
     assert await parts.sessions.resolve(opened.cookie_value) is None
     with pytest.raises(SignInRefused):
         await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
-    # A session opened as the user was being disabled (a sign-in that raced it) is dead
-    # on its first request, and the account cannot act through a view read before.
-    raced = await parts.sessions.open_account(account.id)
-    assert await parts.sessions.resolve(raced.cookie_value) is None
+    # A sign-in that raced the disable (its password verified before) opens no session,
+    # so none comes back at enable; the account cannot act through a view read before.
+    with pytest.raises(SignInRefused):
+        await parts.sessions.open_account(account.id)
     with pytest.raises(Forbidden):
         await parts.accounts.actor(account)
     await tenancy.users.enable(OPERATOR, EMAIL)
-    assert await parts.sessions.resolve(raced.cookie_value) is not None
+    assert await parts.sessions.resolve(opened.cookie_value) is None  # deleted at disable
     assert await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
     assert (await parts.accounts.actor(account)).member_teams
 
@@ -361,3 +363,28 @@ async def test_a_right_password_that_cannot_sign_in_stays_counted_as_a_guess(
             await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
     with pytest.raises(TooManyGuesses):
         await parts.accounts.sign_in(EMAIL, PASSWORD, network=PEER)
+
+
+async def test_a_sign_in_racing_a_suspension_leaves_no_session_for_the_re_approval(
+    parts: AccountsParts, store: Store
+) -> None:
+    """The suspension lands while the password is being verified: the sign-in read the
+    account as active, but its session must not be written after the suspension deleted
+    the others, or it would open again once the account is approved again."""
+    accounts = parts.accounts
+    await accounts.sign_up("ada@example.org", PASSWORD)
+    await accounts.approve(OPERATOR, "ada@example.org", team="lab-nlp")
+    real = parts.verifier.verify
+
+    async def verify_then_suspend(stored: str | None, password: str) -> Verdict:
+        verdict = await real(stored, password)
+        await accounts.suspend(OPERATOR, "ada@example.org")
+        return verdict
+
+    parts.verifier.verify = verify_then_suspend  # type: ignore[method-assign]
+    with pytest.raises(SignInRefused):
+        await accounts.sign_in("ada@example.org", PASSWORD, network="10.0.0.1")
+    parts.verifier.verify = real  # type: ignore[method-assign]
+    await accounts.approve(OPERATOR, "ada@example.org", team="lab-nlp")
+    async with store.read() as conn:  # no row was written
+        assert (await conn.execute(select(web_sessions.c.id_sha256))).all() == []

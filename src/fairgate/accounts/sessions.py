@@ -25,8 +25,9 @@ from typing import Literal
 
 from fairgate.accounts import csrf
 from fairgate.accounts.account import Account
+from fairgate.accounts.errors import SignInRefused
 from fairgate.core.clock import Clock
-from fairgate.store import Store, from_unix, web_sessions
+from fairgate.store import Store, accounts, from_unix, web_sessions
 from fairgate.store.web_sessions import SessionRow
 
 __all__ = ["COOKIE", "OpenedSession", "SessionView", "Sessions", "SsoBinding"]
@@ -93,7 +94,9 @@ class Sessions:
 
     async def open_account(self, account_id: int) -> OpenedSession:
         """A new session for an account (a fresh id: the id a browser had before is not
-        reused, so a planted id is worthless)."""
+        reused, so a planted id is worthless). SignInRefused when the account is no longer
+        active or its user is disabled, checked under a lock in the insert's transaction:
+        a sign-in racing a suspension leaves no session to come back at re-approval."""
         return await self._open(kind="account", account_id=account_id)
 
     async def open_admin(self, actor_name: str, user_id: int | None) -> OpenedSession:
@@ -179,6 +182,8 @@ class Sessions:
         now = self._now()
         expires_at = now + (self._lifetime if lifetime is None else lifetime)
         async with self._store.write() as conn:
+            if account_id is not None and not await accounts.lock_if_active(conn, account_id):
+                raise SignInRefused()
             await web_sessions.insert_session(
                 conn,
                 id_sha256=csrf.digest(cookie_value),

@@ -97,6 +97,28 @@ async def by_id(conn: AsyncConnection, account_id: int) -> AccountRow | None:
     return None if row is None else AccountRow(**row._mapping)
 
 
+async def lock_if_active(conn: AsyncConnection, account_id: int) -> bool:
+    """Whether the account is active and its user enabled, holding both rows until the
+    transaction ends (``SELECT … FOR UPDATE`` on PostgreSQL; on SQLite every write
+    transaction already holds the database's write lock): a suspension or a disable
+    that deletes the account's sessions runs before or after the caller's, not between."""
+    account = (
+        await conn.execute(
+            select(accounts.c.state, accounts.c.user_id)
+            .where(accounts.c.id == account_id)
+            .with_for_update()
+        )
+    ).one_or_none()
+    if account is None or account.state != "active" or account.user_id is None:
+        return False
+    user = (
+        await conn.execute(
+            select(users.c.disabled_at).where(users.c.id == account.user_id).with_for_update()
+        )
+    ).one_or_none()
+    return user is not None and user.disabled_at is None
+
+
 async def list_accounts(conn: AsyncConnection, *, pending: bool = False) -> list[AccountRow]:
     query = _QUERY.order_by(accounts.c.created_at, accounts.c.id)
     if pending:
