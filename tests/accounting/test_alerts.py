@@ -24,6 +24,7 @@ from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget
 from fairgate.store import Store
 from fairgate.store import alert_marks as marks
+from fairgate.store.timestamp import from_unix
 from store.backends import FakeClock
 
 DEADLINE = 30.0  # seconds: generous bound for anything that waits on a send
@@ -269,11 +270,14 @@ async def test_a_restarted_gateway_does_not_send_again(store: Store, receiver: R
     assert [body["budget"]["label"] for _, body in receiver.posts] == ["2025-10", "2025-11"]
 
 
-async def test_a_channel_down_gives_the_mark_back_and_the_next_crossing_sends(
+async def test_a_channel_down_gives_the_mark_back_and_a_request_a_minute_later_sends(
     store: Store, receiver: Receiver
 ) -> None:
     failed, sent = Calls(), Calls()
-    gateway = alerter(store, webhook=WebhookTarget(receiver.url), on_failed=failed, on_sent=sent)
+    clock = FakeClock()
+    gateway = alerter(
+        store, webhook=WebhookTarget(receiver.url), clock=clock, on_failed=failed, on_sent=sent
+    )
     receiver.status = 503
     cross(gateway)
     assert await gateway.wait(timeout=DEADLINE)
@@ -281,7 +285,11 @@ async def test_a_channel_down_gives_the_mark_back_and_the_next_crossing_sends(
     assert await mark(store) is None  # given back
 
     receiver.status = 200
-    cross(gateway)  # the next crossing, same process
+    cross(gateway)  # every request past the soft limit reports it: not each one a send
+    assert await gateway.wait(timeout=DEADLINE)
+    assert len(receiver.posts) == 1
+    clock.advance(60)
+    cross(gateway)  # a minute later, same process
     assert await gateway.stop(timeout=DEADLINE)
     assert len(receiver.posts) == 2 and sent.labels == ["webhook"]
     stored = await mark(store)
@@ -302,6 +310,33 @@ async def test_an_unreachable_relay_is_retried_by_another_gateway(
     cross(other)
     assert await other.stop(timeout=DEADLINE)
     assert len(inbox.mails) == 1
+
+
+async def test_a_claim_left_unsent_by_a_dead_gateway_is_taken_over_by_a_running_one(
+    store: Store, receiver: Receiver
+) -> None:
+    clock = FakeClock()
+    async with store.write() as conn:  # a gateway claimed the alert, then died
+        assert await marks.claim(
+            conn,
+            TEAM.counter_key("2025-10"),
+            now=from_unix(clock.wall()),
+            period_end=from_unix(OCTOBER_END),
+            stale_after=600,
+        )
+    gateway = alerter(store, webhook=WebhookTarget(receiver.url), clock=clock)
+    cross(gateway)  # claimed elsewhere, and not stale yet: nothing
+    assert await gateway.wait(timeout=DEADLINE)
+    clock.advance(300)
+    cross(gateway)
+    assert await gateway.wait(timeout=DEADLINE)
+    assert receiver.posts == []
+    clock.advance(301)  # the claim is stale: the next request past the soft limit sends
+    cross(gateway)
+    assert await gateway.stop(timeout=DEADLINE)
+    assert len(receiver.posts) == 1
+    stored = await mark(store)
+    assert stored is not None and stored.sent_at is not None
 
 
 async def test_one_channel_delivering_is_enough(store: Store, receiver: Receiver) -> None:
@@ -327,7 +362,8 @@ async def test_the_token_never_appears_in_the_logs(
     # Refused (401), then unreachable, then delivered: every path logs something.
     receiver.status = 401
     secret_url = f"{receiver.url}?token={TOKEN}"
-    gateway = alerter(store, webhook=WebhookTarget(secret_url, token=TOKEN))
+    clock = FakeClock()
+    gateway = alerter(store, webhook=WebhookTarget(secret_url, token=TOKEN), clock=clock)
     cross(gateway)
     assert await gateway.wait(timeout=DEADLINE)
     unreachable = f"http://127.0.0.1:{closed_port()}/hook?token={TOKEN}"
@@ -335,6 +371,7 @@ async def test_the_token_never_appears_in_the_logs(
     cross(lost)
     assert await lost.stop(timeout=DEADLINE)
     receiver.status = 200
+    clock.advance(60)
     cross(gateway)
     assert await gateway.stop(timeout=DEADLINE)
 
@@ -348,28 +385,35 @@ async def test_a_store_down_loses_nothing_for_good_and_never_raises(
     store: Store, receiver: Receiver
 ) -> None:
     dropped = Calls()
-    gateway = alerter(store, webhook=WebhookTarget(receiver.url), on_dropped=dropped)
+    clock = FakeClock()
+    gateway = alerter(store, webhook=WebhookTarget(receiver.url), clock=clock, on_dropped=dropped)
     await store.close()
     cross(gateway)  # returns at once, raises nothing
     assert await gateway.wait(timeout=DEADLINE)
     assert dropped.labels == ["store_unavailable"] and receiver.posts == []
 
     await store.connect()
-    cross(gateway)  # the next crossing claims and sends
+    clock.advance(60)
+    cross(gateway)  # a minute later, a request past the soft limit claims and sends
     assert await gateway.stop(timeout=DEADLINE)
     assert len(receiver.posts) == 1
 
 
 async def test_pending_alerts_are_bounded(store: Store, receiver: Receiver) -> None:
     dropped = Calls()
+    clock = FakeClock()
     receiver.gate.clear()  # the receiver holds its answers
-    gateway = alerter(store, webhook=WebhookTarget(receiver.url), capacity=1, on_dropped=dropped)
+    gateway = alerter(
+        store, webhook=WebhookTarget(receiver.url), capacity=1, clock=clock, on_dropped=dropped
+    )
     cross(gateway)
     cross(gateway, KEY_BUDGET, "2025-10-14")
+    cross(gateway, KEY_BUDGET, "2025-10-14")  # the next request past it: not dropped again
     assert dropped.labels == ["queue_full"] and gateway.pending == 1
     receiver.gate.set()
     assert await gateway.wait(timeout=DEADLINE)
-    cross(gateway, KEY_BUDGET, "2025-10-14")  # dropped, not remembered: sent now
+    clock.advance(60)
+    cross(gateway, KEY_BUDGET, "2025-10-14")  # a minute later: sent now
     assert await gateway.stop(timeout=DEADLINE)
     assert len(receiver.posts) == 2
     cross(gateway, KEY_BUDGET, "2025-10-15")  # after stop: dropped and counted

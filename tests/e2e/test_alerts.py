@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from aiohttp import web
-from tests.e2e.conftest import StartSim, model
+from tests.e2e.conftest import TEST_KEY, StartSim, model
 from tests.e2e.robust_wire import until
 from tests.e2e.test_limits import OPERATOR, PRICES, chat, configure
 
@@ -108,3 +110,66 @@ def test_a_soft_limit_sends_one_alert_and_a_restart_sends_none(
         assert chat(gateway, 10).status_code == 200
         assert chat(gateway, 10).status_code == 200
     assert len(webhook.received) == 1
+
+
+DENSE_PRICES = {"input_per_mtok": 1.0, "output_per_mtok": 1.0}
+"""One micro GPU-hour per token, prompt included."""
+
+
+async def _soft_budget_of(config: Path, soft: int) -> None:
+    async with open_tenancy(load_config(config)) as tenancy:
+        await tenancy.budgets.set(
+            OPERATOR, scope="team:t", period="month", max=Money(100_000), soft=Money(soft)
+        )
+
+
+def _dense_chat(gateway: GatewayProcess) -> httpx.Response:
+    """A chat request whose prompt counts about four times its estimate: punctuation is one
+    token a character, and the gateway estimates a prompt at one token per four bytes."""
+    return httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "!" * 400}], "max_tokens": 1},
+        headers={"authorization": f"Bearer {TEST_KEY}"},
+        timeout=30,
+    )
+
+
+def test_a_soft_limit_passed_at_settle_is_alerted_once_across_gateways_and_a_restart(
+    tmp_path: Path,
+    start_sim: StartSim,
+    webhook: Webhook,
+    pg_database: str,
+    redis_state: dict[str, Any],
+) -> None:
+    # The first request reserves ~130 (its estimate) and settles ~410 (its real prompt):
+    # the budget passes its soft limit of 300 when it settles, not at an admission. Every
+    # later admission finds it past already; one of them must still send the alert.
+    sim = start_sim("--model", "m", "--speed", "0")
+    configs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "pg.url").write_text(pg_database)
+        configs.append(
+            configure(
+                tmp_path / name,
+                [model("m", sim, cost=DENSE_PRICES)],
+                store={"url_file": "pg.url"},
+                state=redis_state,
+                alerts={"webhook": {"url": webhook.url}},
+            )
+        )
+    asyncio.run(_soft_budget_of(configs[0], 300))
+    with GatewayProcess(configs[0]) as a, GatewayProcess(configs[1]) as b:
+        first = _dense_chat(a)
+        assert first.status_code == 200, first.text
+        assert first.json()["usage"]["prompt_tokens"] > 300
+        answers = [_dense_chat(a if i % 2 else b) for i in range(6)]
+        assert [x.status_code for x in answers] == [200] * 6
+        until(lambda: webhook.received, 10, "the alert arrives")
+        time.sleep(1)  # time for a second alert, were one due
+    with GatewayProcess(configs[1]) as b:  # a restart: the stored mark holds
+        assert _dense_chat(b).status_code == 200
+        time.sleep(1)
+    assert len(webhook.received) == 1
+    (_, alert) = webhook.received[0]
+    assert alert["soft"]["micro"] == 300 and alert["spent"]["micro"] > 300

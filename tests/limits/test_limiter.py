@@ -238,14 +238,29 @@ async def test_a_temporary_increase_holds_until_it_expires(store: CounterStore) 
     await refused(limiter, demand(Limits(), budget, cost=1), T0 + 100)
 
 
-async def test_crossing_the_soft_limit_is_reported_once(store: CounterStore) -> None:
+async def test_a_budget_past_its_soft_limit_is_reported_by_every_admission(
+    store: CounterStore,
+) -> None:
     limiter = Limiter(store)
     budget = team_budget(10_000, soft=Money(1_500))
     crossed = [
         (await limiter.admit(demand(Limits(), budget, cost=1_000), T0 + i)).soft_crossed
         for i in range(3)
     ]
-    assert crossed == [(), (budget,), ()]
+    assert crossed == [(), (budget,), (budget,)]  # the alerter sends once per period
+
+
+async def test_a_soft_limit_passed_by_a_settle_is_reported_by_the_next_admission(
+    store: CounterStore,
+) -> None:
+    limiter = Limiter(store)
+    budget = team_budget(10_000, soft=Money(1_500))
+    first = await limiter.admit(demand(Limits(), budget, cost=500), T0)
+    assert first.soft_crossed == ()
+    # the real cost is above the reservation (a prompt longer than its estimate)
+    await limiter.settle(first, tokens=None, cost=Money(2_000), now=T0 + 1)
+    after = await limiter.admit(demand(Limits(), budget, cost=500), T0 + 2)
+    assert after.soft_crossed == (budget,) and after.soft_spent == (Money(2_500),)
 
 
 async def test_restored_spend_is_not_handed_out_again(store: CounterStore) -> None:

@@ -19,8 +19,8 @@ Once per budget and period, across restarts and gateway processes: a process
 remembers the alerts it has handled (no second task for the same budget and
 period), and the task first claims the alert's mark in the store
 (``fairgate.store.alert_marks``); only the process that got the claim sends.
-When every channel fails, the claim is given back, so the next crossing of the
-soft limit (a later request, here or on another process) tries again. When at
+When every channel fails, the claim is given back, so a later request past the
+soft limit (here after a minute, or on another process) tries again. When at
 least one channel succeeds the alert counts as sent; a failed channel is not
 retried. docs/alerts.md has the payload and the guarantees.
 
@@ -53,6 +53,7 @@ log = logging.getLogger("fairgate.alerts")
 
 _PRUNE_AFTER = 86_400.0  # seconds a mark is kept once its period has ended
 _FORGET_EVERY = 300.0  # seconds between two sweeps of the in-process record
+_RETRY_AFTER = 60.0  # seconds before a process tries again an alert it could not send
 _ADVERB = {"day": "daily", "week": "weekly", "month": "monthly"}
 
 
@@ -165,7 +166,9 @@ class Alerter:
         self._on_sent = on_sent or _ignore
         self._on_failed = on_failed or _ignore
         self._on_dropped = on_dropped or _ignore
-        self._handled: dict[str, float] = {}  # counter key -> end of its period
+        # counter key -> until when it is handled: the end of its period, or sooner
+        # when this process should look again (a failed send, a claim held elsewhere)
+        self._handled: dict[str, float] = {}
         self._next_forget = float("-inf")
         self._pending: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -234,6 +237,10 @@ class Alerter:
         """Note that ``budget`` passed its soft limit in the period ``period_label`` (ending
         at ``period_end``, Unix seconds); the alert is sent in the background, once.
 
+        Called for every admission that finds the budget past its soft limit: once
+        handled, a budget and period is looked at again only after a failure (a minute)
+        or while another process holds its claim unsent (``stale_after``).
+
         Never blocks and never raises; call it on the event loop.
         """
         if not self.enabled:
@@ -242,13 +249,13 @@ class Alerter:
             key = budget.counter_key(period_label)
             now = self._clock.wall()
             self._forget_past(now)
-            if key in self._handled:
+            until = self._handled.get(key)
+            if until is not None and now < until:
                 return
-            if self._closing:
-                self._drop("stopped", budget, period_label)
-                return
-            if len(self._pending) >= self._capacity:
-                self._drop("queue_full", budget, period_label)
+            if self._closing or len(self._pending) >= self._capacity:
+                self._drop("stopped" if self._closing else "queue_full", budget, period_label)
+                # dropped once, not on every request past the soft limit meanwhile
+                self._handled[key] = min(period_end, now + _RETRY_AFTER)
                 return
             alert = SoftLimitAlert(budget, period_label, period_end, spent, cap, now)
             self._spawn(self._deliver(alert), "fairgate-alert")
@@ -296,7 +303,7 @@ class Alerter:
                     stale_after=self._stale_after,
                 )
         except Exception as exc:
-            self._handled.pop(alert.key, None)  # the next crossing tries again
+            self._retry_later(alert, _RETRY_AFTER)
             log.error(
                 "alerts: the soft-limit alert of %s was not sent: its mark could not be"
                 " stored (%s)",
@@ -307,6 +314,8 @@ class Alerter:
             return
         if not claimed:
             log.debug("alerts: the soft-limit alert of %s is sent by another process", where)
+            # sent, or being sent: look again once a claim left unsent may be taken over
+            self._retry_later(alert, self._stale_after)
             return
         results = await self._send(alert)
         if any(ok for ok in results.values()):
@@ -342,8 +351,12 @@ class Alerter:
                 self._reason(exc),
             )
 
+    def _retry_later(self, alert: SoftLimitAlert, after: float) -> None:
+        """Handle ``alert``'s budget and period again from ``after`` seconds from now on."""
+        self._handled[alert.key] = min(alert.period_end, self._clock.wall() + after)
+
     async def _give_back(self, alert: SoftLimitAlert, where: str) -> None:
-        self._handled.pop(alert.key, None)
+        self._retry_later(alert, _RETRY_AFTER)
         try:
             async with self._store.write() as conn:
                 await alert_marks.release(conn, alert.key)
@@ -355,7 +368,7 @@ class Alerter:
                 self._stale_after,
             )
         log.error(
-            "alerts: the soft-limit alert of %s failed on every channel; the next crossing retries",
+            "alerts: the soft-limit alert of %s failed on every channel; retried in a minute",
             where,
         )
 

@@ -51,9 +51,9 @@ class Admission:
 
     ``lease`` is None when nothing was charged: no limit applied, or the state back
     end was unavailable and the limiter fails open (then ``degraded`` is True).
-    ``soft_crossed`` lists the budgets whose soft limit this request's reservation
-    crossed (an alert is due, once per budget and period, by whoever sends them),
-    and ``soft_spent`` what each of them holds now, reservation included.
+    ``soft_crossed`` lists the budgets at or past their soft limit once this request's
+    reservation was charged (an alert is due, once per budget and period, by whoever
+    sends them), and ``soft_spent`` what each of them holds now, reservation included.
 
     ``claim`` is the fair-share claim made in the same step (``Limiter.admit``
     with a claim), None when none was asked for or the back end failed:

@@ -142,7 +142,7 @@ class Limiter:
             raise plan.refusals[index](verdict.retry_after)
         if not plan.charges:
             return Admission(lease=None, claim=verdict.claim)
-        admission = _admission(plan, verdict.lease, verdict.totals, demand)
+        admission = _admission(plan, verdict.lease, verdict.totals)
         admission.claim = verdict.claim
         return admission
 
@@ -300,15 +300,17 @@ class Limiter:
             log.warning("limits state back end available again")
 
 
-def _admission(plan: Plan, lease: Lease, totals: tuple[int, ...], demand: Demand) -> Admission:
+def _admission(plan: Plan, lease: Lease, totals: tuple[int, ...]) -> Admission:
     crossed = []
     spent = []
-    micro = demand.cost.micro
+    # past the soft limit, not only crossing it here: a settle charging more than its
+    # reservation (a prompt longer than its estimate) or a soft limit lowered below the
+    # spend passes it with no admission crossing it (the alerter sends once per period)
     for budget, index in plan.budgets:
         if budget.soft is None:
             continue
         after = totals[index] if index < len(totals) else 0
-        if after - micro < budget.soft.micro <= after:
+        if budget.soft.micro <= after:
             crossed.append(budget)
             spent.append(Money(after))
     return Admission(
