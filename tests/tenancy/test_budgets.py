@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import insert, select
 
 from fairgate.core.errors import BadRequest, NotFound
 from fairgate.core.money import Money
 from fairgate.limits.budgets import Budget, Increase
 from fairgate.limits.subject import Subject
-from fairgate.store import Store
+from fairgate.store import Store, from_unix
 from fairgate.store.tables import budgets as budgets_table
 from fairgate.tenancy import Tenancy, public
 from store.backends import FakeClock
@@ -198,3 +198,35 @@ async def test_every_change_is_audited_with_its_scope(synced: Tenancy, clock: Fa
     first_set = ours[-1].detail
     assert first_set is not None and first_set["created"] is True
     assert first_set["max_micro"] == 10 and first_set["scope"] == "team:a1"
+
+
+async def test_the_book_holds_every_budget_however_many_there_are(
+    synced: Tenancy, store: Store, clock: FakeClock
+) -> None:
+    """The limiter's book is every stored budget: one left out is never enforced. A large
+    install (a day budget on each of ten thousand keys) must not push a team's budget out."""
+    now = from_unix(clock.wall())
+    filler = [
+        {
+            "id": f"F{n:025d}",
+            "scope_kind": "key",
+            "scope": f"k{n:05d}",
+            "model": "",
+            "period": "day",
+            "max_micro": 1,
+            "soft_micro": None,
+            "org_id": None,
+            "team_id": None,
+            "created_at": now,
+            "created_by": "test",
+            "updated_at": now,
+        }
+        for n in range(10_000)
+    ]
+    async with store.write() as conn:
+        await conn.execute(insert(budgets_table), filler)
+    # sorts after every key budget (by kind, then scope)
+    await synced.budgets.set(OPERATOR, scope="team:a1", period="month", max=Money(7))
+    book = await synced.budgets.book()
+    (team_budget,) = book.applicable(Subject(key="k", org="A", team="a1"), "llama-8b")
+    assert (team_budget.scope_kind, team_budget.scope, team_budget.max) == ("team", "a1", Money(7))

@@ -113,9 +113,10 @@ async def list_budgets(
     scope_kind: str | None = None,
     scope: str | None = None,
     live_at: datetime | None = None,
-    limit: int = 10_000,
+    limit: int | None = 10_000,
 ) -> list[BudgetRow]:
-    """Budgets in ``where``, by scope; with ``live_at``, only increases running then."""
+    """Budgets in ``where``, by scope; with ``live_at``, only increases running then;
+    at most ``limit`` of them (None: every one, as the limiter's book needs)."""
     query = select(*budgets.c).where(where if where is not None else true())
     if scope_kind is not None:
         query = query.where(budgets.c.scope_kind == scope_kind)

@@ -264,7 +264,8 @@ class Budgets(Service):
     async def snapshot(self) -> tuple[Budget, ...]:
         """Every budget with the increases running now, for the limiter (no actor: the gateway)."""
         async with self._store.read() as conn:
-            rows = await budgets.list_budgets(conn, live_at=self._now())
+            # every one: a budget missing from the book is never enforced
+            rows = await budgets.list_budgets(conn, live_at=self._now(), limit=None)
         # A budget stored under an alias (before names were canonicalised on the way in)
         # binds the model the alias stands for.
         return tuple(limiter_budget(r, self.canonical_model) for r in rows)
