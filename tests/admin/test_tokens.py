@@ -42,3 +42,22 @@ async def test_an_org_admin_creates_users_in_its_org_only(api: Api) -> None:
     assert other.status_code == 404
     taken = await api.client.post("/admin/users", headers=api.master, json={"name": "nu"})
     assert taken.status_code == 409
+
+
+async def test_a_token_revoked_is_audited_where_its_creation_was(api: Api) -> None:
+    """Both events are placed in the holder's organisation and name the holder and prefix,
+    so the organisation's admins read the revocation as they read the creation."""
+    token_id = api.world.token_ids["mia"]
+    gone = await api.client.delete(f"/admin/admin-tokens/{token_id}", headers=api.as_user("mia"))
+    assert gone.status_code == 204
+    seen = await api.client.get("/admin/audit", headers=api.as_user("olga"))
+    events = {
+        e["action"]: e for e in seen.json()["data"] if e["target"] == f"admin_token:{token_id}"
+    }
+    assert set(events) == {"admin_token.created", "admin_token.revoked"}
+    revoked, created = events["admin_token.revoked"], events["admin_token.created"]
+    assert revoked["actor"] == "user:mia"
+    assert revoked["detail"] == created["detail"]
+    assert revoked["detail"]["user"] == "mia"
+    other = await api.client.get("/admin/audit", headers=api.as_user("bob"))
+    assert f"admin_token:{token_id}" not in other.text

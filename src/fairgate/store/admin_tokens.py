@@ -17,7 +17,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store.tables import admin_tokens, users
 
-__all__ = ["AdminToken", "insert_token", "list_tokens", "rehash_token", "resolve", "revoke_token"]
+__all__ = [
+    "AdminToken",
+    "by_id",
+    "insert_token",
+    "list_tokens",
+    "rehash_token",
+    "resolve",
+    "revoke_token",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +78,11 @@ async def insert_token(
     )
     row = (await conn.execute(_QUERY.where(admin_tokens.c.id == token_id))).one()
     return AdminToken(**row._mapping)
+
+
+async def by_id(conn: AsyncConnection, token_id: str) -> AdminToken | None:
+    row = (await conn.execute(_QUERY.where(admin_tokens.c.id == token_id))).one_or_none()
+    return None if row is None else AdminToken(**row._mapping)
 
 
 async def list_tokens(

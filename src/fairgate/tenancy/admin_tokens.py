@@ -102,8 +102,18 @@ class AdminTokens(Service):
                 if visible[0].revoked_at is not None:
                     return
                 raise Forbidden("only its user or a proxy admin revokes a token", code="forbidden")
+            # placed and described as its creation was: the holder's organisation reads both
+            token = await admin_tokens.by_id(conn, token_id)
+            assert token is not None
+            holder = await users.by_id(conn, token.user_id)
             await self._audit(
-                conn, actor, "admin_token.revoked", now, target=f"admin_token:{token_id}"
+                conn,
+                actor,
+                "admin_token.revoked",
+                now,
+                target=f"admin_token:{token_id}",
+                org_id=None if holder is None else holder.org_id,
+                detail={"user": token.user, "prefix": token.prefix},
             )
 
     async def authenticate(self, secret: str, *, remote: str | None = None) -> Actor | None:
