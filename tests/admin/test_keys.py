@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from sqlalchemy import insert
+
 from admin.conftest import Api
 from fairgate.auth.secrets import sha256
 from fairgate.store import StoreKeyDirectory
+from fairgate.store.tables import keys as keys_table
 from fairgate.tenancy import Actor
 
 OPERATOR = Actor.operator("test")
@@ -133,3 +138,45 @@ async def test_a_budget_set_on_an_alias_answers_with_the_canonical_model(api: Ap
     )
     assert unknown.status_code == 400
     assert unknown.json()["error"]["code"] == "model_not_found"
+
+
+async def test_a_team_of_more_keys_than_a_page_is_listed_page_by_page(api: Api) -> None:
+    """A listing answers at most ``limit`` keys (1000 by default) in id order; ``after``
+    (the last id of a page) gives the next, so no key of a large team is out of sight."""
+    team = await api.tenancy.teams.get(OPERATOR, "a2")
+    now = datetime.now(UTC)
+    extra = [
+        {
+            "id": f"01ZZ{n:022d}",
+            "team_id": team.id,
+            "prefix": "fg-test",
+            "secret_sha256": sha256(f"extra-{n}"),
+            "tags": [],
+            "created_at": now,
+            "created_by": "test",
+            "changed_at": now,
+        }
+        for n in range(1000)
+    ]
+    async with api.tenancy.store.write() as conn:
+        await conn.execute(insert(keys_table), extra)
+    seen: list[str] = []
+    after: str | None = None
+    for _ in range(4):  # two pages and an empty one
+        params = {"team": "a2", **({} if after is None else {"after": after})}
+        page = await api.client.get("/admin/keys", headers=api.as_user("olga"), params=params)
+        assert page.status_code == 200
+        ids = [k["id"] for k in page.json()["data"]]
+        if not ids:
+            break
+        assert len(ids) <= 1000 and ids == sorted(ids)
+        seen += ids
+        after = ids[-1]
+    assert len(seen) == len(set(seen)) == 1001
+    assert api.world.keys["a2"] in seen
+    small = await api.client.get(
+        "/admin/keys", headers=api.master, params={"team": "a2", "limit": 2, "after": seen[0]}
+    )
+    assert [k["id"] for k in small.json()["data"]] == seen[1:3]
+    wrong = await api.client.get("/admin/keys", headers=api.master, params={"limit": 1001})
+    assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "invalid_request"

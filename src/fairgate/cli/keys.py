@@ -157,7 +157,10 @@ def list_keys(
     as_json: Json = False,
 ) -> None:
     """List keys (never their secrets)."""
-    keys = run(config, lambda t, actor: t.keys.list(actor, team=team, include_revoked=not live))
+    keys = run(
+        config,
+        lambda t, actor: t.keys.list(actor, team=team, include_revoked=not live, limit=None),
+    )
     show(keys, _COLUMNS, as_json=as_json, title="keys")
 
 

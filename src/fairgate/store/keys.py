@@ -164,13 +164,18 @@ async def list_keys(
     *,
     team: str | None = None,
     include_revoked: bool = True,
-    limit: int = 1000,
+    after: str | None = None,
+    limit: int | None = 1000,
 ) -> list[Key]:
+    """Keys in ``where`` in id order: at most ``limit`` (None: every one), those with an
+    id above ``after`` (the last of the page before)."""
     query = _QUERY.where(where if where is not None else true())
     if team is not None:
         query = query.where(teams.c.name == team)
     if not include_revoked:
         query = query.where(keys.c.revoked_at.is_(None))
+    if after is not None:
+        query = query.where(keys.c.id > after)
     query = query.order_by(keys.c.id).limit(limit)
     return [_key(row._mapping) for row in await conn.execute(query)]
 

@@ -39,10 +39,13 @@ from fairgate.tenancy.names import check_labels, check_name
 from fairgate.tenancy.scope import Scope
 from fairgate.tenancy.teams import UNSET
 
-__all__ = ["MAX_GRACE", "Keys", "NewKey"]
+__all__ = ["MAX_GRACE", "PAGE", "Keys", "NewKey"]
 
 MAX_GRACE = 30 * 86400.0
 """Longest rotation grace period (seconds): 30 days."""
+
+PAGE = 1000
+"""Most keys one listing answers; the next page starts after the last id of this one."""
 
 PERSON_KEY_PREFIX = "jwt-"
 """The ids of people's synthetic keys (``fairgate.auth.jwt.person_key_id``); no ULID has it."""
@@ -64,11 +67,24 @@ class Keys(Service):
     """
 
     async def list(
-        self, actor: Actor, *, team: str | None = None, include_revoked: bool = True
+        self,
+        actor: Actor,
+        *,
+        team: str | None = None,
+        include_revoked: bool = True,
+        after: str | None = None,
+        limit: int | None = PAGE,
     ) -> Sequence[Key]:
+        """The keys ``actor`` reads, in id order: a page of ``limit`` (None: all of them)
+        after the key id ``after``."""
         async with self._store.read() as conn:
             return await keys.list_keys(
-                conn, self._scope(actor).keys_read(), team=team, include_revoked=include_revoked
+                conn,
+                self._scope(actor).keys_read(),
+                team=team,
+                include_revoked=include_revoked,
+                after=after,
+                limit=limit,
             )
 
     async def get(self, actor: Actor, key_id: str) -> Key:

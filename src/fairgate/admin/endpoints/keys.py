@@ -4,14 +4,15 @@ created with ``"claim": true``, a one-time link instead of the secret).
 (No ``from __future__ import annotations``: FastAPI reads these annotations at run time.)
 """
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from fairgate.admin.bodies import KeyBody, KeyChange, RotateBody, seconds
 from fairgate.admin.endpoints.context import Caller, listing
 from fairgate.tenancy import Limits, Tenancy, public
 from fairgate.tenancy.claims import DEFAULT_CLAIM_LIFETIME
+from fairgate.tenancy.keys import PAGE
 
 __all__ = ["keys_router"]
 
@@ -21,11 +22,25 @@ _LIMITS = ("rpm", "tpm", "rpd", "max_in_flight")
 def keys_router(t: Tenancy) -> APIRouter:
     router = APIRouter(prefix="/admin/keys", tags=["keys"])
 
-    @router.get("", summary="Keys the caller may see (no secrets)")
+    @router.get(
+        "",
+        summary="Keys the caller may see (no secrets)",
+        description=(
+            "In id order, at most limit keys; page on with after = the last id of the page "
+            "before (an empty page: no more)."
+        ),
+    )
     async def list_keys(
-        actor: Caller, team: str | None = None, include_revoked: bool = True
+        actor: Caller,
+        team: str | None = None,
+        include_revoked: bool = True,
+        after: Annotated[str | None, Query(max_length=64)] = None,
+        limit: Annotated[int, Query(ge=1, le=PAGE)] = PAGE,
     ) -> dict[str, Any]:
-        return listing(await t.keys.list(actor, team=team, include_revoked=include_revoked))
+        found = await t.keys.list(
+            actor, team=team, include_revoked=include_revoked, after=after, limit=limit
+        )
+        return listing(found)
 
     @router.post(
         "",
