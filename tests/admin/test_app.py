@@ -68,6 +68,25 @@ async def test_an_unknown_route_is_a_404_envelope(api: Api) -> None:
     assert wrong_method.json()["error"]["code"] == "method_not_allowed"
 
 
+async def test_a_trailing_slash_is_an_unknown_route_not_a_redirect(api: Api) -> None:
+    """A redirect would be built from the Host header and the listener's own scheme (http
+    behind a TLS proxy), and a client following it may resend its bearer there: an
+    unknown spelling is the 404 envelope, whoever asks and whatever the method."""
+    for method, path in [
+        ("GET", "/admin/keys/"),
+        ("POST", "/admin/keys/"),
+        ("GET", "/admin/teams/a1/"),
+        ("GET", "/admin/whoami/"),
+    ]:
+        for headers in ({}, api.master):
+            answer = await api.client.request(
+                method, path, headers={**headers, "host": "elsewhere.example"}, json={}
+            )
+            assert answer.status_code == 404, (method, path)
+            assert "location" not in answer.headers
+            assert answer.json()["error"]["code"] == "unknown_route"
+
+
 async def test_whoami_names_the_caller_and_its_roles(api: Api) -> None:
     me = (await api.client.get("/admin/whoami", headers=api.as_user("tom"))).json()
     assert me == {"name": "user:tom", "roles": [{"role": "team_admin", "scope": "team:a1"}]}

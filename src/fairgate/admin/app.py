@@ -109,6 +109,9 @@ def build_admin_app(
         redoc_url=None,
         dependencies=[Depends(plain_text)],
         responses=ERROR_RESPONSES,
+        # no redirect from /admin/keys/ to /admin/keys: it would be built from the Host
+        # header and the listener's scheme (http behind a TLS proxy); a 404 envelope instead
+        redirect_slashes=False,
     )
     install_error_handlers(app)
     install_openapi(app)
