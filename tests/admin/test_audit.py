@@ -57,3 +57,28 @@ async def test_the_openapi_document_describes_the_audit_page(api: Api) -> None:
     assert {"seq", "hash", "actor", "action"} <= set(event["properties"])
     names = {p["name"] for p in spec["paths"]["/admin/audit"]["get"]["parameters"]}
     assert {"since", "actor", "action", "before_id", "limit"} <= names
+
+
+async def test_disabling_a_project_audits_each_key_it_revokes(api: Api) -> None:
+    """The keys a project's disabling revokes are revocations like any other: one
+    ``key.revoked`` per key, by the same actor, placed in the key's team."""
+    tom = api.as_user("tom")
+    made = [
+        (
+            await api.client.post("/admin/keys", headers=tom, json={"team": "a1", "project": "p"})
+        ).json()["id"]
+        for _ in range(2)
+    ]
+    already = made[1]
+    assert (await api.client.delete(f"/admin/keys/{already}", headers=tom)).status_code == 200
+    gone = await api.client.delete("/admin/teams/a1/projects/p", headers=tom)
+    assert gone.status_code == 200
+    seen = await api.client.get("/admin/audit", headers=api.as_user("val"))  # a1's viewer
+    revoked = [e for e in seen.json()["data"] if e["action"] == "key.revoked"]
+    by_target = {e["target"]: e for e in revoked}
+    assert set(by_target) == {f"key:{made[0]}", f"key:{already}"}
+    assert len(revoked) == 2  # the key revoked before is not revoked twice
+    cascade = by_target[f"key:{made[0]}"]
+    assert cascade["actor"] == "user:tom"
+    assert cascade["detail"] == {"project": "a1/p"}
+    assert (await api.client.get(f"/admin/keys/{made[0]}", headers=tom)).json()["revoked_at"]

@@ -79,8 +79,9 @@ async def disable(
     name: str,
     now: datetime,
     where: ColumnElement[bool] | None = None,
-) -> int | None:
-    """Disable a project and revoke its keys; the project's id, or None if none in scope changed.
+) -> tuple[int, list[str]] | None:
+    """Disable a project and revoke its keys; the project's id and the ids of the keys
+    revoked now (for their audit events), or None if no project in scope changed.
 
     The project goes into the access-change feed, so every key cache drops its keys.
     """
@@ -97,12 +98,15 @@ async def disable(
             .returning(projects.c.id)
         )
     ).scalar_one_or_none()
-    if project_id is not None:
-        await conn.execute(
-            update(keys)
-            .where(keys.c.project_id == project_id, keys.c.revoked_at.is_(None))
-            .values(revoked_at=now, changed_at=now)
-        )
-        team = (await conn.execute(select(teams.c.name).where(teams.c.id == team_id))).scalar_one()
-        await access_changes.record(conn, "project", f"{team}/{name}", now)
-    return project_id
+    if project_id is None:
+        return None
+    revoked = await conn.execute(
+        update(keys)
+        .where(keys.c.project_id == project_id, keys.c.revoked_at.is_(None))
+        .values(revoked_at=now, changed_at=now)
+        .returning(keys.c.id)
+    )
+    key_ids = sorted(revoked.scalars())
+    team = (await conn.execute(select(teams.c.name).where(teams.c.id == team_id))).scalar_one()
+    await access_changes.record(conn, "project", f"{team}/{name}", now)
+    return project_id, key_ids

@@ -1,7 +1,7 @@
 """Projects: named groups of keys inside a team, managed by the team's admins.
 
-Disabling a project revokes its keys (in the same transaction) and keeps the
-project for reports; its name stays taken.
+Disabling a project revokes its keys (in the same transaction, each with its
+``key.revoked`` event) and keeps the project for reports; its name stays taken.
 """
 
 from __future__ import annotations
@@ -75,15 +75,28 @@ class Projects(Service):
                     return visible
                 raise Forbidden(f"disabling {team}/{name} needs team_admin", code="forbidden")
             owner = await teams.by_id(conn, visible.team_id)
+            org_id = owner.org_id if owner else None
             await self._audit(
                 conn,
                 actor,
                 "project.disabled",
                 now,
                 target=f"project:{team}/{name}",
-                org_id=owner.org_id if owner else None,
+                org_id=org_id,
                 team_id=visible.team_id,
             )
+            _, revoked = changed
+            for key_id in revoked:  # each a revocation, found like one made on its own
+                await self._audit(
+                    conn,
+                    actor,
+                    "key.revoked",
+                    now,
+                    target=f"key:{key_id}",
+                    org_id=org_id,
+                    team_id=visible.team_id,
+                    detail={"project": f"{team}/{name}"},
+                )
             project = await projects.by_name(conn, team, name)
         assert project is not None
         return project
