@@ -12,9 +12,13 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 
 from admin.conftest import Api
+from fairgate.accounts import SsoBinding
+from fairgate.admin.sso.actors import SsoActors
 from fairgate.auth.secrets import sha256
+from fairgate.core.errors import Forbidden
 from fairgate.store import StoreKeyDirectory
 
 
@@ -195,3 +199,23 @@ async def test_an_expired_key_brought_back_counts_toward_its_owners_keys_again(a
     assert (
         await api.client.patch(f"/admin/keys/{one}", headers=mia, json={"expires_in": None})
     ).status_code == 200
+
+
+async def test_a_single_sign_on_member_without_a_store_user_opens_no_ownerless_keys(
+    api: Api,
+) -> None:
+    """A person whose claims make them a member of a1, with no store user of their name
+    (actor ``sso:NAME``), has nobody to own a key: one they created would escape the
+    team's keys-per-member bound and their own sight (a member reads and revokes only
+    the keys it owns). Creating one is refused; a team admin signed in the same way
+    creates team keys, as the master key does."""
+    store = api.tenancy.store
+    member = await SsoActors(store).actor("ada", [SsoBinding(role="member", team="a1")])
+    assert member is not None and member.user_id is None and member.member_teams
+    with pytest.raises(Forbidden):
+        await api.tenancy.keys.create(member, team="a1")
+    assert not await api.tenancy.keys.may_create(member, "a1")
+    admin = await SsoActors(store).actor("bea", [SsoBinding(role="team_admin", team="a1")])
+    assert admin is not None
+    made = await api.tenancy.keys.create(admin, team="a1")
+    assert made.key.owner is None and made.key.created_by == "sso:bea"

@@ -6,7 +6,8 @@
 
 Who may: a team's admins (team_admin, its org's org_admin, proxy_admin) on every
 key of the team; a member on the keys they own in their team (a key a member
-creates is theirs). The scope is in the UPDATE's WHERE clause: a key id from
+creates is theirs, so a member with no store user, signed in by single sign-on
+claims alone, creates none: Forbidden). The scope is in the UPDATE's WHERE clause: a key id from
 another tenant changes nothing and answers NotFound; a key the actor can see
 but not change answers Forbidden. Revoking a revoked key is a no-op.
 
@@ -203,6 +204,13 @@ class Keys(Service):
         administers = await teams.by_name(conn, team, scope.teams_admin()) is not None
         if not administers and owner_team.id not in actor.member_teams:
             raise Forbidden(f"creating keys in {team!r} needs member or above", code="forbidden")
+        if not administers and actor.user_id is None:
+            # a member with no store user (single sign-on by claims alone) would own
+            # nothing: the key would escape the per-member bound and the member's sight
+            raise Forbidden(
+                f"creating keys in {team!r} as a member needs a user of your name",
+                code="forbidden",
+            )
         if tags and not administers:
             raise Forbidden(_TAGS_FORBIDDEN, code="forbidden")
         if owner_team.disabled_at is not None:
