@@ -14,6 +14,8 @@ from __future__ import annotations
 import pytest
 
 from admin.conftest import Api
+from fairgate.accounts import SsoBinding
+from fairgate.admin.sso.actors import SsoActors
 from fairgate.tenancy import Actor
 
 OPERATOR = Actor.operator("test")
@@ -155,3 +157,22 @@ async def test_a_team_admin_still_adds_a_member_from_its_own_org(api: Api) -> No
     assert granted.status_code == 201, granted.text
     listed = (await api.client.get("/admin/users", headers=tom)).json()["data"]
     assert "ua" in {u["name"] for u in listed}
+
+
+async def test_an_org_admin_cannot_create_another_case_of_a_taken_name(api: Api) -> None:
+    """A disabled user refuses single sign-on to every case of its name (SCIM's userName
+    is not case-exact), so a case variant of alice (proxy_admin) created and disabled by
+    an org admin would lock alice out of single sign-on: a name is taken in every case."""
+    olga = api.as_user("olga")
+    for name in ("ALICE", "Alice", "Olga"):
+        made = await api.client.post("/admin/users", headers=olga, json={"name": name})
+        assert made.status_code == 409, name
+        assert made.json()["error"]["code"] == "user_exists"
+        gone = await api.client.delete(f"/admin/users/{name}", headers=olga)
+        assert gone.status_code == 404
+    claims = [SsoBinding(role="proxy_admin")]
+    alice = await SsoActors(api.tenancy.store).actor("alice", claims)
+    assert alice is not None and alice.root_admin
+    assert (
+        await api.client.post("/admin/users", headers=olga, json={"name": "newcomer"})
+    ).status_code == 201

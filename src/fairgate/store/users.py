@@ -23,6 +23,7 @@ __all__ = [
     "enable",
     "insert_user",
     "list_users",
+    "namesake",
     "rename",
 ]
 
@@ -72,6 +73,12 @@ async def by_name(
     query = _QUERY.where(users.c.name == name, where if where is not None else true())
     row = (await conn.execute(query)).one_or_none()
     return None if row is None else User(**row._mapping)
+
+
+async def namesake(conn: AsyncConnection, name: str) -> bool:
+    """Whether any user's name equals ``name`` without regard to case."""
+    query = select(users.c.id).where(func.lower(users.c.name) == name.lower())
+    return (await conn.execute(query.limit(1))).first() is not None
 
 
 async def disabled_namesake(conn: AsyncConnection, name: str) -> bool:

@@ -51,6 +51,10 @@ class Users(Service):
         try:
             async with self._store.write() as conn:
                 org_id = await self._home(conn, actor, org)
+                if await users.namesake(conn, name):
+                    # taken in every case: a disabled "Alice" refuses "alice" at single
+                    # sign-on, so a case variant would let its creator lock the other out
+                    raise Conflict(f"user {name!r} exists", code="user_exists")
                 user = await users.insert_user(conn, name=name, org_id=org_id, now=now)
                 await self._audit(
                     conn, actor, "user.created", now, target=f"user:{name}", org_id=org_id
