@@ -61,3 +61,22 @@ async def test_a_token_revoked_is_audited_where_its_creation_was(api: Api) -> No
     assert revoked["detail"]["user"] == "mia"
     other = await api.client.get("/admin/audit", headers=api.as_user("bob"))
     assert f"admin_token:{token_id}" not in other.text
+
+
+async def test_disabling_a_user_audits_each_admin_token_it_revokes(api: Api) -> None:
+    made = await api.client.post("/admin/admin-tokens", headers=api.as_user("ua"), json={})
+    assert made.status_code == 201
+    second = made.json()
+    first = api.world.token_ids["ua"]
+    gone = await api.client.delete("/admin/users/ua", headers=api.as_user("olga"))
+    assert gone.status_code == 200
+    seen = await api.client.get(
+        "/admin/audit", headers=api.as_user("olga"), params={"action": "admin_token.revoked"}
+    )
+    events = {e["target"]: e for e in seen.json()["data"]}
+    assert set(events) == {f"admin_token:{first}", f"admin_token:{second['id']}"}
+    assert {e["actor"] for e in events.values()} == {"user:olga"}
+    assert events[f"admin_token:{second['id']}"]["detail"] == {
+        "user": "ua",
+        "prefix": second["prefix"],
+    }

@@ -2,7 +2,8 @@
 
 A user belongs to at most one organisation (the one whose admins manage the
 account); their role bindings may reach further, granted by whoever
-administers each scope. Disabling a user revokes their admin tokens at once;
+administers each scope. Disabling a user revokes their admin tokens at once
+(each with its ``admin_token.revoked`` event);
 keys they own keep working until revoked (they belong to the team). Enabling
 brings the account back without its tokens: it needs a new one. Both need
 authority over every role the user holds (``Scope.users_write``), so an org
@@ -15,7 +16,8 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairgate.store import StoreConflict, orgs, users, web_sessions
+from fairgate.store import StoreConflict, admin_tokens, orgs, users, web_sessions
+from fairgate.store.admin_tokens import AdminToken
 from fairgate.store.users import User
 from fairgate.tenancy.actor import Actor
 from fairgate.tenancy.base import Service
@@ -88,6 +90,7 @@ class Users(Service):
             if visible is None:
                 raise no_user()
             where = scope.users_write()
+            live = [] if enabled else await _live_tokens(conn, name)
             changed = (
                 await users.enable(conn, name, where)
                 if enabled
@@ -109,6 +112,16 @@ class Users(Service):
             await self._audit(
                 conn, actor, action, now, target=f"user:{name}", org_id=visible.org_id
             )
+            for token in live:  # each a revocation, audited as one made on its own
+                await self._audit(
+                    conn,
+                    actor,
+                    "admin_token.revoked",
+                    now,
+                    target=f"admin_token:{token.id}",
+                    org_id=visible.org_id,
+                    detail={"user": token.user, "prefix": token.prefix},
+                )
             user = await users.by_name(conn, name)
         assert user is not None
         return user
@@ -127,3 +140,8 @@ class Users(Service):
         if not actor.root_admin and found.id not in actor.admin_orgs:
             raise Forbidden(f"creating users in {org!r} needs org_admin on it", code="forbidden")
         return found.id
+
+
+async def _live_tokens(conn: AsyncConnection, name: str) -> list[AdminToken]:
+    """The user's admin tokens not revoked yet: those a disable revokes."""
+    return [t for t in await admin_tokens.list_tokens(conn, user=name) if t.revoked_at is None]
