@@ -57,7 +57,11 @@ class EndpointKind:
     model: the proxy checks the model there and fails closed. ``streams`` is
     true where the engine can answer with SSE. ``method`` is the only HTTP
     method the route accepts. ``output`` says which body fields bound what the
-    engine generates (``engines.output``).
+    engine generates (``engines.output``). ``usage_per_sequence`` is true where
+    each usage object the engine reports counts one sequence only, however many
+    the request runs: llama-server's OpenAI routes run a task per prompt and per
+    choice, and its answer to several keeps the first task's ``usage`` (a stream
+    sends one per task).
     """
 
     path: str
@@ -66,12 +70,25 @@ class EndpointKind:
     usage: UsageShape
     method: Literal["GET", "POST"] = "POST"
     output: Output = NO_OUTPUT
+    usage_per_sequence: bool = False
 
 
 def _post(
-    path: str, usage: UsageShape, output: Output = NO_OUTPUT, *, streams: bool = False
+    path: str,
+    usage: UsageShape,
+    output: Output = NO_OUTPUT,
+    *,
+    streams: bool = False,
+    per_sequence: bool = False,
 ) -> EndpointKind:
-    return EndpointKind(path=path, carries_model=True, streams=streams, usage=usage, output=output)
+    return EndpointKind(
+        path=path,
+        carries_model=True,
+        streams=streams,
+        usage=usage,
+        output=output,
+        usage_per_sequence=per_sequence,
+    )
 
 
 def _table(*routes: EndpointKind) -> Mapping[str, EndpointKind]:
@@ -101,12 +118,14 @@ _LLAMA_RESPONSE = Output(
 )
 
 
-def _openai(chat: Output, completion: Output, response: Output) -> tuple[EndpointKind, ...]:
+def _openai(
+    chat: Output, completion: Output, response: Output, *, per_sequence: bool = False
+) -> tuple[EndpointKind, ...]:
     return (
-        _post("/v1/chat/completions", "chat", chat, streams=True),
-        _post("/v1/completions", "completion", completion, streams=True),
+        _post("/v1/chat/completions", "chat", chat, streams=True, per_sequence=per_sequence),
+        _post("/v1/completions", "completion", completion, streams=True, per_sequence=per_sequence),
         _post("/v1/embeddings", "embedding"),
-        _post("/v1/responses", "response", response, streams=True),
+        _post("/v1/responses", "response", response, streams=True, per_sequence=per_sequence),
         EndpointKind("/v1/models", carries_model=False, streams=False, usage="none", method="GET"),
     )
 
@@ -147,8 +166,8 @@ VLLM_ROUTES: Mapping[str, EndpointKind] = _table(
 """vLLM: the OpenAI routes plus its native inference routes."""
 
 LLAMA_SERVER_ROUTES: Mapping[str, EndpointKind] = _table(
-    *_openai(_LLAMA_CHAT, _LLAMA_COMPLETION, _LLAMA_RESPONSE),
-    _post("/chat/completions", "chat", _LLAMA_CHAT, streams=True),
+    *_openai(_LLAMA_CHAT, _LLAMA_COMPLETION, _LLAMA_RESPONSE, per_sequence=True),
+    _post("/chat/completions", "chat", _LLAMA_CHAT, streams=True, per_sequence=True),
     _post("/v1/audio/transcriptions", "none", UNCAPPED, streams=True),
     _post("/completion", "llama", _LLAMA_COMPLETION, streams=True),
     _post("/completions", "llama", _LLAMA_COMPLETION, streams=True),

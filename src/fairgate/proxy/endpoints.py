@@ -78,6 +78,11 @@ class Candidate:
         assert kind is not None
         return kind.path.encode("ascii")
 
+    def usage_per_sequence(self, endpoint: str) -> bool:
+        """Whether each usage the engine reports on ``endpoint`` counts one sequence only."""
+        kind = self.endpoint_kind(endpoint)
+        return kind is not None and kind.usage_per_sequence
+
     def upstream_path(self, endpoint: str) -> str | None:
         kind = self.endpoint_kind(endpoint)
         return kind.path if kind is not None else None

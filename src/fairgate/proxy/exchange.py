@@ -84,6 +84,10 @@ class Exchange:
     output_caps: dict[str, int | None] = field(default_factory=dict)  # per candidate model
     sequences: int = 1  # the sequences the engine runs (prompts × choices; reserve)
     stops: int = 0  # llama-server stop events relayed: one per sequence of a batch
+    # each usage the engine reports counts one of ``sequences`` only (llama-server's
+    # OpenAI routes, ``EndpointKind.usage_per_sequence``): a stream's add up, a plain
+    # answer's is short (proxy.relay)
+    per_sequence: bool = False
     chain: tuple[str, ...] = ()  # the models that may serve it, the one asked for first
     parsed: dict[str, Any] | None = None
     body: bytes = b""

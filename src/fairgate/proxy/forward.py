@@ -130,6 +130,8 @@ class Forwarder:
         body = candidate.body_for(ex)
         headers = candidate.headers_for(ex, replica)
         target = replica.prefix + candidate.upstream_target(ex.endpoint)
+        # a batch or several choices on an engine that reports each sequence's usage alone
+        ex.per_sequence = ex.sequences > 1 and candidate.usage_per_sequence(ex.endpoint)
         # what the engine is told: an engine without a priority scheduler gets none
         ex.sent_priority = ex.priority if adapter.sends_priority else None
         reclaim = self._reclaim

@@ -353,7 +353,12 @@ class Relay:
     ) -> None:
         """Relay a plain (non-stream) answer and take its usage (from the decompressed copy
         of a compressed one)."""
-        if opened.status == 200 and opened.content_type.startswith(b"application/json"):
+        if (
+            opened.status == 200
+            and opened.content_type.startswith(b"application/json")
+            # one sequence's usage stands for all of them: left unread, the reservation
+            and not ex.per_sequence
+        ):
             ex.usage = usage_in_body(opened.plain or opened.body)
         if self._responses is not None and ex.endpoint == RESPONSES_ROUTE:
             await self._responses.relayed_body(ex, opened.status, opened.plain or opened.body)
@@ -487,7 +492,12 @@ class Relay:
             event = classify(raw)
             kind = event.kind
             usage = event.usage
-            if usage is not None:
+            if usage is not None and ex.per_sequence:
+                # one report per sequence: their sum is final once every sequence sent its own
+                ex.usage = usage if ex.usage is None else ex.usage.plus(usage)
+                ex.stops += 1
+                ex.usage_so_far = ex.stops < ex.sequences
+            elif usage is not None:
                 ex.usage = ex.usage.plus(usage) if event.adds and ex.usage is not None else usage
                 ex.usage_so_far = kind == "content"
             elif event.adds:
@@ -502,6 +512,8 @@ class Relay:
             elif kind == "done" or kind == "final":
                 terminal = True
                 ex.ending = True  # the client may take it as the end: recorded first
+                if ex.per_sequence and ex.usage_so_far:
+                    ex.usage_gap = True  # the end came before every sequence's usage
             elif kind == "error":
                 ex.outcome = Outcome.TRUNCATED
                 ex.reason = "engine_error_event"
