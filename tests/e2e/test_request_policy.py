@@ -116,6 +116,14 @@ def test_a_denied_field_is_refused_in_any_spelling_and_never_reaches_the_engine(
     assert posted(env.vllm) == [] and posted(env.llama) == []
 
 
+def test_a_background_response_is_refused_and_never_reaches_the_engine(env: Env) -> None:
+    # vLLM answers it "queued" at once and generates on after the gateway settled the
+    # request: outside admission and fair share, for a result no route of the gateway returns
+    body = b'{"model":"m","input":"hi","max_output_tokens":2,"store":true,"background":true}'
+    assert_refused(post(env, body, "/v1/responses"), "field_not_allowed", "background")
+    assert posted(env.vllm) == []
+
+
 def test_the_same_requests_without_the_field_are_served(env: Env) -> None:
     assert post(env, chat("m", '"top_logprobs":20,"logprobs":true')).status == 200
     assert post(env, chat("l", '"n_probs":20,"cache_prompt":true')).status == 200

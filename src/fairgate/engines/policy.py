@@ -216,8 +216,17 @@ def _bounded(*names: str) -> Mapping[str, int]:
 
 
 VLLM_POLICY = RequestPolicy(
+    # background: a Responses API request answered "queued" at once while the engine
+    # generates on, outside the gateway's admission and fair share, for an answer only
+    # GET /v1/responses/{id} would return, a route the gateway never serves
     deny=frozenset(
-        {"chat_template", "chat_template_kwargs", "prompt_embeds", "mm_processor_kwargs"}
+        {
+            "chat_template",
+            "chat_template_kwargs",
+            "prompt_embeds",
+            "mm_processor_kwargs",
+            "background",
+        }
     ),
     caps=_frozen(dict.fromkeys(("logprobs", "top_logprobs", "prompt_logprobs"), _LOGPROBS_CAP)),
     max_bytes=_bounded(
@@ -231,7 +240,8 @@ VLLM_POLICY = RequestPolicy(
         "text",
     ),
 )
-"""vLLM: templates and raw tensors denied, logprob counts capped, grammar sources bounded.
+"""vLLM: templates, raw tensors and background responses denied, logprob counts capped,
+grammar sources bounded.
 ``n`` and ``best_of`` are capped for every kind by ``limits.max_n``."""
 
 LLAMA_SERVER_POLICY = RequestPolicy(
