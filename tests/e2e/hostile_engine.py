@@ -23,6 +23,10 @@ message's content; the key echoed is the one the gateway presented in
     two-codings-error-key  400, the key quoted, gzip, its coding in two header lines
                            (``identity`` then ``gzip``: together they mean gzip)
     bomb                   512 MiB of zeros as 0.5 MiB of gzip
+    usage-negative         a completion reporting -5 completion tokens
+    usage-huge             a completion reporting 10^30 completion tokens (a float to a
+                           JSON parser)
+    usage-float            a completion reporting 5.0 completion tokens
 """
 
 from __future__ import annotations
@@ -161,6 +165,12 @@ async def chat(request: web.Request) -> web.StreamResponse:
         return response
     if mode == "bomb":
         return _plain(200, BOMB, "gzip")
+    if mode.startswith("usage-"):
+        count = {"usage-negative": "-5", "usage-huge": "1" + "0" * 30, "usage-float": "5.0"}
+        answer = completion("plain").replace(
+            b'"completion_tokens": 5', b'"completion_tokens": ' + count[mode].encode()
+        )
+        return _plain(200, answer)
     return _plain(200, completion("plain"))
 
 

@@ -219,3 +219,27 @@ def test_compressed_answers_are_charged_their_usage_and_a_bomb_its_reservation(
     assert rows[ok.header("x-request-id")] == [200, 7, 5, 0]  # read from the compressed answer
     status, _prompt, completion, estimated = rows[bomb.header("x-request-id")]
     assert (status, completion, estimated) == (502, 3, 1)  # the reservation: never nothing
+
+
+def test_a_usage_report_with_counts_that_are_no_counts_is_charged_the_reservation(
+    tmp_path: Path,
+) -> None:
+    # a negative, a float or a number past 64 bits was read as 0 tokens: the request
+    # went free while the engine generated for it
+    modes = ("usage-negative", "usage-huge", "usage-float")
+    with ExitStack() as stack:
+        engine = stack.enter_context(hostile_engine())
+        gateway = start(tmp_path, engine, stack)
+        answers = {mode: ask(gateway, mode) for mode in modes}
+        assert gateway.stop() == 0
+    with sqlite3.connect(tmp_path / "fairgate.db") as db:
+        rows = dict(
+            (request_id, rest)
+            for request_id, *rest in db.execute(
+                "SELECT request_id, prompt_tokens, completion_tokens, estimated FROM usage_records"
+            )
+        )
+    for mode, answer in answers.items():
+        assert answer.status == 200, (mode, answer.body)
+        _prompt, completion, estimated = rows[answer.header("x-request-id")]
+        assert (completion, estimated) == (3, 1), mode  # the reservation, flagged

@@ -6,8 +6,9 @@ Engines report usage in four shapes: chat/completions (``prompt_tokens``,
 ``output_tokens``, ``input_tokens_details.cached_tokens``) and llama-server's
 native answers (``tokens_evaluated``, ``tokens_predicted``, ``timings.cache_n``;
 one result per prompt). When none arrived (a client abort, a broken stream, an
-engine that sends no usage) the request is charged its reservation instead
-(``proxy.reservation``), flagged ``estimated``: never a lower guess.
+engine that sends no usage, a report whose counts are not integers from 0 to
+2³¹ − 1) the request is charged its reservation instead (``proxy.reservation``),
+flagged ``estimated``: never a lower guess.
 """
 
 from __future__ import annotations
@@ -38,39 +39,58 @@ class Usage:
         )
 
 
+_MAX_COUNT = 2**31 - 1
+"""The largest token count read as one: past any model's context (``engines.output``)."""
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
 
+def _count(value: Any) -> int | None:
+    """A prompt or output count: absent is 0; anything but an integer from 0 to
+    ``_MAX_COUNT`` (a negative, a float, ``1e30``, a string) is None, no count at all."""
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT:
+        return value
+    return None
+
+
+def _usage(prompt: Any, output: Any, cached: Any) -> Usage | None:
+    """None when either count cannot be read: a report the gateway cannot trust is no
+    report (the reservation, never a lower guess). A cached count that cannot be read is
+    none cached, which only raises the price."""
+    prompt_tokens, output_tokens = _count(prompt), _count(output)
+    if prompt_tokens is None or output_tokens is None:
+        return None
+    return Usage(prompt_tokens, output_tokens, min(_int(cached), _MAX_COUNT))
+
+
 def usage_from(block: Any) -> Usage | None:
-    """A Usage from an engine's ``usage`` object, or None when it is not one."""
+    """A Usage from an engine's ``usage`` object, or None when it is not one (or its
+    counts cannot be read)."""
     if not isinstance(block, dict):
         return None
     if "input_tokens" in block or "output_tokens" in block:
         details = block.get("input_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else 0
-        return Usage(
-            _int(block.get("input_tokens")), _int(block.get("output_tokens")), _int(cached)
-        )
+        return _usage(block.get("input_tokens"), block.get("output_tokens"), cached)
     if "prompt_tokens" not in block:
         return None
     details = block.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else 0
-    return Usage(
-        _int(block.get("prompt_tokens")), _int(block.get("completion_tokens")), _int(cached)
-    )
+    return _usage(block.get("prompt_tokens"), block.get("completion_tokens"), cached)
 
 
 def llama_usage(result: Any) -> Usage | None:
     """A Usage from one llama-server native result (or its closing stream event), or None
-    when it carries no ``tokens_predicted``."""
+    when it carries no ``tokens_predicted`` (or its counts cannot be read)."""
     if not isinstance(result, dict) or "tokens_predicted" not in result:
         return None
     timings = result.get("timings")
     cached = timings.get("cache_n") if isinstance(timings, dict) else 0
-    return Usage(
-        _int(result.get("tokens_evaluated")), _int(result.get("tokens_predicted")), _int(cached)
-    )
+    return _usage(result.get("tokens_evaluated"), result.get("tokens_predicted"), cached)
 
 
 def _llama_answer(body: bytes) -> Usage | None:
