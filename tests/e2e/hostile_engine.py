@@ -27,6 +27,9 @@ message's content; the key echoed is the one the gateway presented in
     usage-huge             a completion reporting 10^30 completion tokens (a float to a
                            JSON parser)
     usage-float            a completion reporting 5.0 completion tokens
+    usage-twice            a stream of 10 tokens reporting usage 7 + 10, then 7 + 1
+    usage-after-done       a stream of 10 tokens reporting usage 7 + 10, ``[DONE]``, then
+                           usage 7 + 1 in the same write
 """
 
 from __future__ import annotations
@@ -123,6 +126,24 @@ async def _stream_key(request: web.Request, key: str) -> web.StreamResponse:
     return response
 
 
+async def _usage_twice(request: web.Request, after_done: bool) -> web.StreamResponse:
+    response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    delta = {"choices": [{"index": 0, "delta": {"content": "tok "}}]}
+    for _ in range(10):
+        await response.write(b"data: " + json.dumps(delta).encode() + b"\n\n")
+
+    def usage(completion: int) -> bytes:
+        report = {"prompt_tokens": 7, "completion_tokens": completion}
+        return b"data: " + json.dumps({"choices": [], "usage": report}).encode() + b"\n\n"
+
+    done = b"data: [DONE]\n\n"
+    tail = usage(10) + done + usage(1) if after_done else usage(10) + usage(1) + done
+    await response.write(tail)
+    await response.write_eof()
+    return response
+
+
 async def chat(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     mode = body["messages"][0]["content"]
@@ -165,6 +186,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
         return response
     if mode == "bomb":
         return _plain(200, BOMB, "gzip")
+    if mode in ("usage-twice", "usage-after-done"):
+        return await _usage_twice(request, mode == "usage-after-done")
     if mode.startswith("usage-"):
         count = {"usage-negative": "-5", "usage-huge": "1" + "0" * 30, "usage-float": "5.0"}
         answer = completion("plain").replace(

@@ -243,3 +243,24 @@ def test_a_usage_report_with_counts_that_are_no_counts_is_charged_the_reservatio
         assert answer.status == 200, (mode, answer.body)
         _prompt, completion, estimated = rows[answer.header("x-request-id")]
         assert (completion, estimated) == (3, 1), mode  # the reservation, flagged
+
+
+def test_a_later_smaller_usage_report_does_not_lower_the_charge(tmp_path: Path) -> None:
+    # the last report used to win: a second usage chunk, or one after [DONE] in the same
+    # write, charged 1 of the 10 tokens streamed
+    modes = ("usage-twice", "usage-after-done")
+    with ExitStack() as stack:
+        engine = stack.enter_context(hostile_engine())
+        gateway = start(tmp_path, engine, stack)
+        answers = {mode: ask(gateway, mode, stream=True) for mode in modes}
+        assert gateway.stop() == 0
+    with sqlite3.connect(tmp_path / "fairgate.db") as db:
+        rows = dict(
+            (request_id, rest)
+            for request_id, *rest in db.execute(
+                "SELECT request_id, prompt_tokens, completion_tokens, estimated FROM usage_records"
+            )
+        )
+    for mode, answer in answers.items():
+        assert answer.status == 200, (mode, answer.body)
+        assert rows[answer.header("x-request-id")] == [7, 10, 0], mode

@@ -498,7 +498,12 @@ class Relay:
                 ex.stops += 1
                 ex.usage_so_far = ex.stops < ex.sequences
             elif usage is not None:
-                ex.usage = ex.usage.plus(usage) if event.adds and ex.usage is not None else usage
+                if ex.usage is None:
+                    ex.usage = usage
+                elif event.adds:
+                    ex.usage = ex.usage.plus(usage)
+                else:  # a later report never lowers an earlier one
+                    ex.usage = ex.usage.at_least(usage)
                 ex.usage_so_far = kind == "content"
             elif event.adds:
                 ex.usage_gap = True  # the batch's sum will lack this sequence's counts

@@ -29,6 +29,22 @@ class Usage:
     cached_tokens: int = 0
     estimated: bool = False
 
+    def at_least(self, other: Usage) -> Usage:
+        """A later report ``other`` of the same request, never below this one: the larger
+        prompt and output counts of the two, the later cached count. Running counts only
+        grow, so an engine's report smaller than an earlier one (a second usage chunk,
+        one after ``[DONE]``) cannot lower what the request is charged."""
+        if other.prompt_tokens >= self.prompt_tokens and (
+            other.completion_tokens >= self.completion_tokens
+        ):
+            return other  # the common case: the later report is the larger
+        return Usage(
+            max(self.prompt_tokens, other.prompt_tokens),
+            max(self.completion_tokens, other.completion_tokens),
+            other.cached_tokens,
+            self.estimated or other.estimated,
+        )
+
     def plus(self, other: Usage) -> Usage:
         """Both usages together (flagged estimated when either is)."""
         return Usage(
