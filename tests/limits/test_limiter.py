@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import socket
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
@@ -70,7 +71,18 @@ async def test_over_rpm_is_429_with_retry_after_naming_the_limit(store: CounterS
     assert error.status == 429 and error.code == "rpm_limit_exceeded"
     assert "3 requests per minute" in error.message
     assert error.retry_after is not None and 48 <= error.retry_after <= 51
-    assert error.headers() == [(b"retry-after", str(int(error.retry_after + 0.999)).encode())]
+    assert error.headers() == [(b"retry-after", str(math.ceil(error.retry_after)).encode())]
+
+
+def test_retry_after_is_whole_seconds_never_below_the_wait() -> None:
+    def header(wait: float) -> bytes:
+        return dict(RateLimited("over", retry_after=wait).headers())[b"retry-after"]
+
+    # a client waiting what it is told must find the window open: 1.0005 s is 2, not 1
+    assert header(1.0005) == b"2"
+    assert header(3.0) == b"3"
+    assert header(0.2) == b"1"
+    assert header(0.0) == b"1"
 
 
 async def test_keys_of_one_team_share_its_totals(store: CounterStore) -> None:

@@ -20,6 +20,7 @@ server operator needs goes to the log, not to the message.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import orjson
@@ -96,7 +97,8 @@ class RateLimited(GatewayError):
     def headers(self) -> list[tuple[bytes, bytes]]:
         if self.retry_after is None:
             return []
-        seconds = max(1, int(self.retry_after + 0.999))
+        # whole seconds, never below the wait: a client that waits them is not refused
+        seconds = max(1, math.ceil(self.retry_after))
         return [(b"retry-after", str(seconds).encode())]
 
 
