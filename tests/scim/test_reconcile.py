@@ -13,7 +13,7 @@ from fairgate.accounts import Sessions, SsoBinding
 from fairgate.config.scim import Scim, ScimGroup
 from fairgate.config.secrets import SecretRef
 from fairgate.scim.reconcile import Reconciler
-from fairgate.store import Store, from_unix, role_bindings, scim, users
+from fairgate.store import Store, admin_tokens, audit_events, from_unix, role_bindings, scim, users
 from fairgate.store.tables import role_bindings as bindings_table
 from fairgate.tenancy import Actor, Tenancy
 from store.backends import FakeClock
@@ -213,12 +213,13 @@ async def test_a_case_only_rename_keeps_the_user_and_a_disable_by_hand(
 async def test_a_namesake_in_another_case_does_not_undo_a_disable_by_hand(
     store: Store, tenancy: Tenancy
 ) -> None:
-    """User names are unique only as written: a hand-made ``bob`` beside SCIM's ``Bob``.
-    An administrator disables ``Bob`` and enables ``bob``; matching the audit log without
-    case took the latest of the two, and SCIM enabled ``Bob`` again."""
+    """SCIM provisions ``Bob`` beside a hand-made ``bob`` (the admin API refuses a name
+    taken in another case, SCIM's provider decides its own). An administrator disables
+    ``Bob`` and enables ``bob``; matching the audit log without case took the latest of
+    the two, and SCIM enabled ``Bob`` again."""
+    await tenancy.users.create(OP, "bob")
     await _put(store, "u1", "User", "Bob")
     await _reconcile(store)
-    await tenancy.users.create(OP, "bob")
     await tenancy.users.disable(OP, "Bob")
     await tenancy.users.disable(OP, "bob")
     await tenancy.users.enable(OP, "bob")
@@ -230,15 +231,37 @@ async def test_a_namesake_in_another_case_does_not_undo_a_disable_by_hand(
 async def test_a_later_holder_of_an_earlier_name_does_not_decide_for_the_renamed_user(
     store: Store, tenancy: Tenancy
 ) -> None:
-    """``ada`` renamed ``Ada`` by SCIM; a new hand-made ``ada`` is disabled then enabled by
-    hand: those events are about the newcomer, not about ``Ada``, disabled by hand."""
+    """``ada`` renamed ``Ada`` by SCIM; a newcomer ``ada`` (stored as a store of an earlier
+    version let the admin API make it) is disabled then enabled by hand: those events are
+    about the newcomer, not about ``Ada``, disabled by hand."""
     await _put(store, "u1", "User", "ada")
     await _reconcile(store)
     await _put(store, "u1", "User", "Ada")
     await _reconcile(store)
     await tenancy.users.disable(OP, "Ada")
-    await tenancy.users.create(OP, "ada")
+    async with store.write() as conn:
+        await users.insert_user(conn, name="ada", org_id=None, now=from_unix(2))
     await tenancy.users.disable(OP, "ada")
     await tenancy.users.enable(OP, "ada")
     await _reconcile(store)
     assert not await _enabled(store, "Ada")
+
+
+async def test_deactivation_audits_each_admin_token_it_revokes(
+    store: Store, tenancy: Tenancy
+) -> None:
+    """SCIM's disable revokes the user's admin tokens in the store; each revocation gets its
+    own ``admin_token.revoked`` event, as the same revocation through the admin API does, so
+    a token's trail does not end at its creation."""
+    await _put(store, "u1", "User", "ann")
+    await _reconcile(store)
+    made = [await tenancy.admin_tokens.create(OP, user="ann") for _ in range(2)]
+    await _put(store, "u1", "User", "ann", active=False)
+    await _reconcile(store)
+    await _reconcile(store)  # a second pass revokes nothing more and audits nothing more
+    async with store.read() as conn:
+        events = await audit_events.list_events(conn, action="admin_token.revoked")
+        left = [t for t in await admin_tokens.list_tokens(conn, user="ann") if not t.revoked_at]
+    assert left == []
+    assert sorted(e.target for e in events) == sorted(f"admin_token:{m.token.id}" for m in made)
+    assert all(e.actor == "system:scim" and e.detail["user"] == "ann" for e in events)

@@ -32,7 +32,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairgate.config.scim import Scim
 from fairgate.observability.scim_metrics import ScimMetrics
 from fairgate.scim.membership import Group, holders
-from fairgate.store import audit_events, role_bindings, scim, teams, users, web_sessions
+from fairgate.store import (
+    admin_tokens,
+    audit_events,
+    role_bindings,
+    scim,
+    teams,
+    users,
+    web_sessions,
+)
 from fairgate.store.scim import Grant, ResourceRow
 from fairgate.store.tables import audit_events as events
 from fairgate.store.tables import role_bindings as bindings_table
@@ -143,9 +151,19 @@ class Reconciler:
                     report.enabled += 1
                     await _audit(conn, "user.enabled", now, name, {"by": "scim"})
                 continue
+            live = await admin_tokens.live_tokens(conn, name) if is_enabled else []
             if await users.disable(conn, name, now) is not None:
                 report.disabled += 1
                 await _audit(conn, "user.disabled", now, name, {"by": "scim"})
+                for token in live:  # revoked with the user: each audited as on its own
+                    await audit_events.insert_event(
+                        conn,
+                        at=now,
+                        actor=ACTOR,
+                        action="admin_token.revoked",
+                        target=f"admin_token:{token.id}",
+                        detail={"user": name, "prefix": token.prefix, "by": "scim"},
+                    )
             closed = await web_sessions.close_user(conn, user_id, name)
             report.sessions_closed += closed
         return enabled

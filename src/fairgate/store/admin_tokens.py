@@ -22,6 +22,7 @@ __all__ = [
     "by_id",
     "insert_token",
     "list_tokens",
+    "live_tokens",
     "rehash_token",
     "resolve",
     "revoke_token",
@@ -92,6 +93,14 @@ async def list_tokens(
     if user is not None:
         query = query.where(users.c.name == user)
     return [AdminToken(**row._mapping) for row in await conn.execute(query)]
+
+
+async def live_tokens(conn: AsyncConnection, user: str) -> list[AdminToken]:
+    """The user's admin tokens not revoked yet: those disabling the user revokes."""
+    query = _QUERY.where(users.c.name == user, admin_tokens.c.revoked_at.is_(None))
+    return [
+        AdminToken(**row._mapping) for row in await conn.execute(query.order_by(admin_tokens.c.id))
+    ]
 
 
 async def revoke_token(

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store import StoreConflict, admin_tokens, orgs, users, web_sessions
-from fairgate.store.admin_tokens import AdminToken
 from fairgate.store.users import User
 from fairgate.tenancy.actor import Actor
 from fairgate.tenancy.base import Service
@@ -90,7 +89,7 @@ class Users(Service):
             if visible is None:
                 raise no_user()
             where = scope.users_write()
-            live = [] if enabled else await _live_tokens(conn, name)
+            live = [] if enabled else await admin_tokens.live_tokens(conn, name)
             changed = (
                 await users.enable(conn, name, where)
                 if enabled
@@ -140,8 +139,3 @@ class Users(Service):
         if not actor.root_admin and found.id not in actor.admin_orgs:
             raise Forbidden(f"creating users in {org!r} needs org_admin on it", code="forbidden")
         return found.id
-
-
-async def _live_tokens(conn: AsyncConnection, name: str) -> list[AdminToken]:
-    """The user's admin tokens not revoked yet: those a disable revokes."""
-    return [t for t in await admin_tokens.list_tokens(conn, user=name) if t.revoked_at is None]
