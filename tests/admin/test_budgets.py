@@ -79,6 +79,10 @@ async def test_bad_bodies_are_400_with_the_reason(api: Api) -> None:
         ({"scope": "a1", "period": "day", "max": "1"}, "scope"),
         ({"scope": "team:a1", "period": "day", "max": "1", "colour": "red"}, "colour"),
         ({"scope": "team:a1", "period": "day", "max": True}, "max"),
+        # finer than the micro GPU-hour the counters hold: refused, not rounded to a cap of 0
+        ({"scope": "team:a1", "period": "day", "max": 0.0000001}, "max"),
+        ({"scope": "team:a1", "period": "day", "max": "1.0000004"}, "max"),
+        ({"scope": "team:a1", "period": "day", "max": "1", "soft": "Infinity"}, "soft"),
     ]
     for body, word in cases:
         response = await api.client.put("/admin/budgets", headers=api.master, json=body)

@@ -31,9 +31,11 @@ def _gpu_hours(option: str, text: str) -> Money:
     from fairgate.core.money import Money
 
     try:
-        return Money.from_units(text)
+        return Money.exact(text)
     except (InvalidOperation, ValueError):
-        raise fail(f"{option}: {text!r} is not a number of GPU-hours") from None
+        raise fail(
+            f"{option}: {text!r} is not a number of GPU-hours with at most six decimals"
+        ) from None
 
 
 @app.command("set")

@@ -28,6 +28,16 @@ class Money:
         value = (Decimal(str(units)) * MICRO).quantize(Decimal(1), rounding=ROUND_HALF_UP)
         return cls(int(value))
 
+    @classmethod
+    def exact(cls, units: float | str | Decimal) -> Money:
+        """An amount typed by a person (a budget, an increase), kept exactly: ValueError
+        when it is finer than one micro-unit or not finite, where ``from_units`` would
+        round (a cap of 0.0000001 became 0) or fail later."""
+        value = Decimal(str(units)) * MICRO
+        if not value.is_finite() or value != value.to_integral_value():
+            raise ValueError("not a whole number of micro-units")
+        return cls(int(value))
+
     def units(self) -> Decimal:
         return Decimal(self.micro) / MICRO
 

@@ -47,11 +47,14 @@ class IncreaseBody(_Body):
 
 
 def gpu_hours(field: str, value: str | int | float) -> Money:
-    """A GPU-hour amount as Money; BadRequest naming the field when it is not a number."""
+    """A GPU-hour amount as Money; BadRequest naming the field when it is not a number, or
+    one finer than a micro GPU-hour (six decimals: what the counters hold)."""
     try:
-        return Money.from_units(value)
+        return Money.exact(value)
     except (InvalidOperation, ValueError):
-        raise BadRequest(f"{field}: not a number of GPU-hours", code="invalid_amount") from None
+        raise BadRequest(
+            f"{field}: not a number of GPU-hours with at most six decimals", code="invalid_amount"
+        ) from None
 
 
 def budgets_router(t: Tenancy) -> APIRouter:
