@@ -116,10 +116,16 @@ def test_a_denied_field_is_refused_in_any_spelling_and_never_reaches_the_engine(
     assert posted(env.vllm) == [] and posted(env.llama) == []
 
 
-def test_a_background_response_is_refused_and_never_reaches_the_engine(env: Env) -> None:
+@pytest.mark.parametrize("model_name", ["m", "o"])  # vLLM, and a vLLM declared openai
+def test_a_background_response_is_refused_and_never_reaches_the_engine(
+    env: Env, model_name: str
+) -> None:
     # vLLM answers it "queued" at once and generates on after the gateway settled the
     # request: outside admission and fair share, for a result no route of the gateway returns
-    body = b'{"model":"m","input":"hi","max_output_tokens":2,"store":true,"background":true}'
+    body = (
+        b'{"model":"' + model_name.encode() + b'","input":"hi","max_output_tokens":2,'
+        b'"store":true,"background":true}'
+    )
     assert_refused(post(env, body, "/v1/responses"), "field_not_allowed", "background")
     assert posted(env.vllm) == []
 

@@ -255,10 +255,13 @@ LLAMA_SERVER_POLICY = RequestPolicy(
 bounded. ``n_predict`` is the output cap of every generating route (``engines.output``)."""
 
 OPENAI_POLICY = RequestPolicy(
+    # background: as on vLLM (a vLLM or OpenAI's own API may be declared this kind)
+    deny=frozenset({"background"}),
     caps=_frozen({"top_logprobs": _LOGPROBS_CAP}),
     max_bytes=_bounded("tools", "response_format", "text"),
 )
-"""A generic OpenAI-compatible server: nothing denied, the structured fields bounded."""
+"""A generic OpenAI-compatible server: background responses denied, the structured
+fields bounded."""
 
 _BY_KIND: Mapping[str, RequestPolicy] = MappingProxyType(
     {"vllm": VLLM_POLICY, "llama-server": LLAMA_SERVER_POLICY, "openai": OPENAI_POLICY}
