@@ -30,6 +30,7 @@ from fairgate.accounting import (
 from fairgate.accounting.budget_keeper import BudgetKeeper
 from fairgate.accounting.journal import Journal
 from fairgate.accounting.retention import Pruner
+from fairgate.accounting.snapshots import SPARE as SNAPSHOT_SPARE
 from fairgate.accounting.snapshots import CounterSnapshots
 from fairgate.accounts import build_accounts
 from fairgate.admin import build_admin_app
@@ -217,8 +218,14 @@ class Gateway:
         self.fleet, self.placed_routes = self._fleet(config, adapters)
         self._fleet_server: grpc.aio.Server | None = None
         # Counters held in this process are saved to the store to survive a restart.
+        journal = config.accounting.journal_path
         self.snapshots = (
-            CounterSnapshots(self.store, self.state, clock)
+            CounterSnapshots(
+                self.store,
+                self.state,
+                clock,
+                spare=journal / SNAPSHOT_SPARE if journal is not None else None,
+            )
             if isinstance(self.state, MemoryCounterStore)
             else None
         )
