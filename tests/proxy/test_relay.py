@@ -287,11 +287,16 @@ async def test_the_requests_own_deadline_running_out_is_not_the_replicas_fault(
     assert failed.value.ran  # sent: the engine may be generating, charged
 
 
-async def test_an_engine_slower_than_the_headers_deadline_is_at_fault(serve: Serve) -> None:
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_engine_slower_than_the_headers_deadline_is_at_fault_for_a_stream(
+    serve: Serve, stream: bool
+) -> None:
+    # A plain answer's headers come with the whole answer, as long as the client
+    # asked for: only a stream's late headers say the engine is stuck.
     silent = await serve(b"", hold=True)
     short = replace(DEADLINES, headers=0.2)
     with pytest.raises(AttemptFailed) as failed:
-        await attempt(silent, exchange(stream=False), short)
+        await attempt(silent, exchange(stream=stream), short)
     assert failed.value.reason == "headers_timeout"
     assert failed.value.retryable
-    assert failed.value.replica_at_fault
+    assert failed.value.replica_at_fault is stream

@@ -96,8 +96,9 @@ class AttemptFailed(Exception):
     have generated for the request (it was sent, and no answer says otherwise):
     such an attempt is charged its reservation (``proxy.reservation``).
     ``replica_at_fault`` is false when the failure says nothing about the replica's
-    health (the request's own total deadline ran out, its answer is over the size
-    bound): the replica's breaker forgets the attempt instead of counting a failure.
+    health (the request's own total deadline ran out, a plain answer's headers are
+    late, its answer is over the size bound): the replica's breaker forgets the
+    attempt instead of counting a failure.
     """
 
     def __init__(
@@ -195,11 +196,14 @@ class Relay:
                 if not dog.expired():
                     raise
                 mine = not _past(ex, d.total)  # the engine's slowness, not the request's
+                # An engine sends a plain answer's headers only with the whole answer, as
+                # long as the client asked for: only a stream's late headers say the
+                # engine is stuck, else one tenant's long answers would open its breaker.
                 raise AttemptFailed(
                     "headers_timeout" if mine else "total_timeout",
                     GatewayTimeout("the model did not answer in time"),
                     retryable=mine,
-                    replica_at_fault=mine,
+                    replica_at_fault=mine and ex.stream,
                 ) from None
             except UpstreamConnectTimeout:
                 raise AttemptFailed(
