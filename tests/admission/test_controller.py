@@ -197,6 +197,42 @@ async def test_a_full_queue_refuses_with_503(
     await cancel_all(waiting)
 
 
+async def test_a_key_that_fills_the_queue_gives_way_to_another_key(
+    clock: ManualClock, load: PoolLoad, observer: RecordingObserver
+) -> None:
+    # One key opening as many requests as the queue holds once locked every other key
+    # of its band out with 503: now its newest waiter gives its place to a key with
+    # fewer, down to an even split, and that key is served in its turn.
+    controller = make(clock, load, queue_size=4, observer=observer)
+    load.in_flight = 10
+    flood = [queue(controller, "gold", "flood") for _ in range(4)]
+    await settle()
+    other = [queue(controller, "gold", "other")]
+    await settle()
+    assert controller.depth("gold") == 4 and not other[0].done()
+    with pytest.raises(ServiceUnavailable) as pushed_out:
+        await flood[3]  # the newest of the flood
+    assert (pushed_out.value.status, pushed_out.value.code) == (503, "queue_full")
+    other.append(queue(controller, "gold", "other"))  # 2 and 2: an even split
+    await settle()
+    with pytest.raises(ServiceUnavailable):
+        await flood[2]
+    assert not flood[1].done() and not other[1].done()
+    with pytest.raises(ServiceUnavailable):
+        await asyncio.wait_for(controller.admit(band="gold", tenant="other"), timeout=10.0)
+    with pytest.raises(ServiceUnavailable):
+        await asyncio.wait_for(controller.admit(band="gold", tenant="flood"), timeout=10.0)
+    assert observer.rejections == {("gold", Rejection.QUEUE_FULL): 4}
+    waiting = flood[:2] + other
+    assert await serve_one_at_a_time(controller, load, waiting, 4) == [
+        "flood",
+        "other",
+        "flood",
+        "other",
+    ]
+    await cancel_all(waiting)
+
+
 async def test_a_request_waiting_past_its_ttl_gets_504(
     controller: AdmissionController,
     clock: ManualClock,

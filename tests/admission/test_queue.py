@@ -61,3 +61,17 @@ def test_a_tenant_that_comes_back_joins_the_end_of_the_line() -> None:
     with pytest.raises(IndexError):
         line.pop()
     assert line.remove(9, "Z") is None
+
+
+def test_the_most_crowded_tenant_is_known_over_all_levels_and_gives_its_newest() -> None:
+    q: BandQueue[str] = BandQueue()
+    assert q.crowded() is None and q.evict_newest("a") is None
+    for key, (tenant, level) in enumerate([("a", 1), ("b", 0), ("a", 0), ("a", 2), ("b", 1)]):
+        q.push(key, tenant, level, f"{tenant}{key}")
+    assert q.crowded() == ("a", 3) and (q.waiting("a"), q.waiting("b"), q.waiting("c")) == (3, 2, 0)
+    assert q.evict_newest("a") == "a3"  # the last to arrive, whatever its level
+    assert q.crowded() in (("a", 2), ("b", 2))
+    assert q.pop() == "b1" and q.remove(4) == "b4"
+    assert q.crowded() == ("a", 2) and q.waiting("b") == 0
+    assert [q.pop(), q.pop(), q.pop()] == ["a2", "a0", None]
+    assert q.crowded() is None and len(q) == 0

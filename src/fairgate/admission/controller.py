@@ -295,12 +295,9 @@ class AdmissionController:
 
     def _enqueue(self, band: Band, tenant: str, priority: int, cost: int) -> _Waiter:
         queue = self._queues[band.name]
-        if len(queue) >= self.queue_size:
+        if len(queue) >= self.queue_size and not self._make_room(queue, tenant):
             self._observer.rejected(self.pool, band.name, Rejection.QUEUE_FULL)
-            raise ServiceUnavailable(
-                "Too many requests are waiting for this model's capacity; try again later.",
-                code=Rejection.QUEUE_FULL.value,
-            )
+            raise _queue_full()
         now = self._clock.monotonic()
         loop = asyncio.get_running_loop()
         waiter = _Waiter(
@@ -317,6 +314,24 @@ class AdmissionController:
         self._arrivals[waiter.key] = waiter
         self._observer.queue_depth(self.pool, band.name, len(queue))
         return waiter
+
+    def _make_room(self, queue: BandQueue[_Waiter], tenant: str) -> bool:
+        """Room in the full ``queue`` for one more waiter of ``tenant``, taken from the
+        newest waiter of the tenant with the most, when that one would still have at
+        least as many as ``tenant`` (else a key filling the queue would lock every
+        other key out of it); False when ``tenant`` has as good a share already."""
+        crowded = queue.crowded()
+        if crowded is None or crowded[1] < queue.waiting(tenant) + 2:
+            return False
+        waiter = queue.evict_newest(crowded[0])
+        assert waiter is not None
+        self._take_out(waiter)
+        if waiter.future.done():  # its caller was cancelled and has not resumed yet
+            self._observer.rejected(self.pool, waiter.band.name, Rejection.CANCELLED)
+        else:
+            self._observer.rejected(self.pool, waiter.band.name, Rejection.QUEUE_FULL)
+            waiter.future.set_result(_queue_full())
+        return True
 
     def _grant(self, band: Band, tenant: str, priority: int, cost: int, waited: float) -> Lease:
         self._pending += cost
@@ -391,3 +406,10 @@ class AdmissionController:
             self._dispatch()
         except Exception:  # a release never fails; run() will try again
             _log.exception("admission after a release failed in pool %s", self.pool)
+
+
+def _queue_full() -> ServiceUnavailable:
+    return ServiceUnavailable(
+        "Too many requests are waiting for this model's capacity; try again later.",
+        code=Rejection.QUEUE_FULL.value,
+    )

@@ -12,6 +12,11 @@ connections buys a key nothing. Every operation is O(1), except that a level
 seen for the first time costs O(log levels) (levels are the distinct priority
 numbers, at most about a hundred): never O(tenants) or O(waiters).
 
+The queue also knows how many waiters each tenant has over all levels and
+which tenant has the most (``crowded``), so a full queue can push out that
+tenant's newest waiter (``evict_newest``) rather than refuse a tenant with
+fewer: a key that fills the queue does not lock the others out of it.
+
 Worked example (one level): arrivals A1 A2 A3 B1 C1 A4 B2 leave in the order
 A1 B1 C1 A2 B2 A3 A4.
 """
@@ -76,6 +81,48 @@ class BandQueue(Generic[T]):
         self._levels: dict[int, TenantRoundRobin[T]] = {}
         self._heap: list[int] = []  # each key of _levels exactly once
         self._where: dict[int, tuple[int, str]] = {}
+        self._mine: dict[str, dict[int, None]] = {}  # each tenant's keys, oldest first
+        self._crowds: dict[int, dict[str, None]] = {}  # waiter count → tenants with it
+        self._most = 0  # the largest waiter count of any tenant
+
+    def waiting(self, tenant: str) -> int:
+        """How many waiters ``tenant`` has, over all levels."""
+        keys = self._mine.get(tenant)
+        return 0 if keys is None else len(keys)
+
+    def crowded(self) -> tuple[str, int] | None:
+        """``(tenant, waiters)`` of a tenant with the most waiters; ``None`` when empty."""
+        if not self._most:
+            return None
+        return next(iter(self._crowds[self._most])), self._most
+
+    def evict_newest(self, tenant: str) -> T | None:
+        """Take out the waiter of ``tenant`` that arrived last; ``None`` if it has none."""
+        keys = self._mine.get(tenant)
+        return None if not keys else self.remove(next(reversed(keys)))
+
+    def _counted(self, tenant: str, key: int, *, joins: bool) -> None:
+        keys = self._mine.get(tenant)
+        if keys is None:
+            keys = self._mine[tenant] = {}
+        before = len(keys)
+        if joins:
+            keys[key] = None
+        else:
+            del keys[key]
+        after = len(keys)
+        if before:
+            crowd = self._crowds[before]
+            del crowd[tenant]
+            if not crowd:
+                del self._crowds[before]
+                if self._most == before and after < before:
+                    self._most = after
+        if after:
+            self._crowds.setdefault(after, {})[tenant] = None
+            self._most = max(self._most, after)
+        else:
+            del self._mine[tenant]
 
     def push(self, key: int, tenant: str, level: int, item: T) -> None:
         """Queue ``item`` under the unique ``key``; ``ValueError`` if the key is queued already."""
@@ -87,6 +134,7 @@ class BandQueue(Generic[T]):
             heapq.heappush(self._heap, level)
         line.push(key, tenant, item)
         self._where[key] = (level, tenant)
+        self._counted(tenant, key, joins=True)
 
     def pop(self) -> T | None:
         """The next item to serve, or ``None`` when the queue is empty."""
@@ -95,7 +143,8 @@ class BandQueue(Generic[T]):
             line = self._levels[level]
             if line:
                 key, item = line.pop()
-                del self._where[key]
+                _, tenant = self._where.pop(key)
+                self._counted(tenant, key, joins=False)
                 return item
             heapq.heappop(self._heap)
             del self._levels[level]
@@ -107,6 +156,7 @@ class BandQueue(Generic[T]):
         if place is None:
             return None
         level, tenant = place
+        self._counted(tenant, key, joins=False)
         return self._levels[level].remove(key, tenant)
 
     def __contains__(self, key: object) -> bool:
