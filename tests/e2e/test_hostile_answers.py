@@ -44,6 +44,17 @@ class Env:
     gateway: GatewayProcess
 
 
+def records(directory: Path) -> dict[str, list[int]]:
+    """Each usage record of the gateway's SQLite store: request id → status, prompt
+    tokens, completion tokens, estimated."""
+    with sqlite3.connect(directory / "fairgate.db") as db:
+        query = (
+            "SELECT request_id, status, prompt_tokens, completion_tokens, estimated"
+            " FROM usage_records"
+        )
+        return {request_id: rest for request_id, *rest in db.execute(query)}
+
+
 def start(directory: Path, engine: ServerProcess, stack: ExitStack) -> GatewayProcess:
     key_file = directory / "engine.key"
     key_file.write_text(INTERNAL_KEY + "\n")
@@ -208,14 +219,7 @@ def test_compressed_answers_are_charged_their_usage_and_a_bomb_its_reservation(
         # 512 MiB decompressed would show; the copy stops at max_response_bytes (1 MiB)
         assert after - before < 64 << 20, (before, after)
         assert gateway.stop() == 0  # the recorder drains before the store closes
-    with sqlite3.connect(tmp_path / "fairgate.db") as db:
-        rows = dict(
-            (request_id, rest)
-            for request_id, *rest in db.execute(
-                "SELECT request_id, status, prompt_tokens, completion_tokens, estimated"
-                " FROM usage_records"
-            )
-        )
+    rows = records(tmp_path)
     assert rows[ok.header("x-request-id")] == [200, 7, 5, 0]  # read from the compressed answer
     status, _prompt, completion, estimated = rows[bomb.header("x-request-id")]
     assert (status, completion, estimated) == (502, 3, 1)  # the reservation: never nothing
@@ -232,16 +236,10 @@ def test_a_usage_report_with_counts_that_are_no_counts_is_charged_the_reservatio
         gateway = start(tmp_path, engine, stack)
         answers = {mode: ask(gateway, mode) for mode in modes}
         assert gateway.stop() == 0
-    with sqlite3.connect(tmp_path / "fairgate.db") as db:
-        rows = dict(
-            (request_id, rest)
-            for request_id, *rest in db.execute(
-                "SELECT request_id, prompt_tokens, completion_tokens, estimated FROM usage_records"
-            )
-        )
+    rows = records(tmp_path)
     for mode, answer in answers.items():
         assert answer.status == 200, (mode, answer.body)
-        _prompt, completion, estimated = rows[answer.header("x-request-id")]
+        _status, _prompt, completion, estimated = rows[answer.header("x-request-id")]
         assert (completion, estimated) == (3, 1), mode  # the reservation, flagged
 
 
@@ -254,13 +252,7 @@ def test_a_later_smaller_usage_report_does_not_lower_the_charge(tmp_path: Path) 
         gateway = start(tmp_path, engine, stack)
         answers = {mode: ask(gateway, mode, stream=True) for mode in modes}
         assert gateway.stop() == 0
-    with sqlite3.connect(tmp_path / "fairgate.db") as db:
-        rows = dict(
-            (request_id, rest)
-            for request_id, *rest in db.execute(
-                "SELECT request_id, prompt_tokens, completion_tokens, estimated FROM usage_records"
-            )
-        )
+    rows = records(tmp_path)
     for mode, answer in answers.items():
         assert answer.status == 200, (mode, answer.body)
-        assert rows[answer.header("x-request-id")] == [7, 10, 0], mode
+        assert rows[answer.header("x-request-id")] == [200, 7, 10, 0], mode
