@@ -172,11 +172,13 @@ class Forwarder:
                         extra,
                         strip_usage=adapter.rewrites_body and not ex.client_wants_usage,
                     )
-                else:
-                    await self._relay.send_whole(ex, opened, send, extra)
+                    return
             finally:
                 if watched is not None and reclaim is not None:
                     reclaim.leave(replica, watched)
+        # A plain answer is whole in memory: the engine is done with it, so the replica
+        # stops counting it before a client that reads slowly (or never) is written to.
+        await self._relay.send_whole(ex, opened, send, extra)
 
     async def _answer_failure(
         self,
