@@ -119,6 +119,20 @@ def test_a_shared_prefix_follows_the_replica_that_served_it() -> None:
     assert len({registry.pick("m", session=f"s-{n}") for n in range(30)}) > 1  # no prefix
 
 
+def test_a_replica_that_left_routing_comes_back_holding_no_prefix() -> None:
+    # A placed replica's name is its model, node and port: the engine started again
+    # there after a crash or a drain has an empty cache, whatever it served before.
+    decisions: list[Decision] = []
+    registry = _registry([_replica(n) for n in "abcd"], on_decision=decisions.append)
+    prompt = prefix_hashes("You are a careful assistant. " * 40)
+    first = registry.pick("m", session="s-0", prefix=prompt)
+    assert first is not None
+    registry.remove("m", first.name)
+    registry.add(_replica(first.name))
+    registry.pick("m", session="s-1", prefix=prompt)
+    assert decisions[-1].scores["prefix-affinity"][first.name] == 0.0
+
+
 def test_excluded_unhealthy_and_open_are_skipped() -> None:
     a, b, c = _replica("a"), _replica("b"), _replica("c")
     a.in_flight, b.in_flight, c.in_flight = 0, 1, 2

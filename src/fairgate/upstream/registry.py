@@ -160,11 +160,15 @@ class ReplicaRegistry:
 
     def remove(self, model: str, name: str) -> Replica | None:
         """Stop routing new requests to a replica (requests in flight there finish); the
-        replica removed, or None when it was not routed."""
+        replica removed, or None when it was not routed. The prefix index forgets what it
+        served: a replica that joins again under the name (a placed replica's is its
+        model, node and port) is an engine started again, with an empty cache."""
         routing = self._routing.get(model)
         replica = None if routing is None else routing.by_name.pop(name, None)
         if routing is None or replica is None:
             return None
+        if routing.prefix is not None:
+            routing.prefix.forget(name)
         routing.replicas = tuple(r for r in routing.replicas if r is not replica)
         self._all = tuple(r for r in self._all if r is not replica)
         self._changed(model)
