@@ -38,6 +38,34 @@ def test_closed_until_the_threshold_of_consecutive_failures() -> None:
     assert not breaker.allow()
 
 
+def test_a_caller_counts_once_in_a_run_and_cannot_open_it_alone() -> None:
+    breaker = Breaker(failures=3, clock=Clock())
+    for _ in range(10):
+        breaker.failure("key-a")
+    assert breaker.state == "closed" and breaker.consecutive_failures == 1
+    breaker.failure("key-b")
+    breaker.failure("key-a")  # neither counts nor ends the run
+    breaker.failure()  # a failure naming no caller (a connection error) always counts
+    assert breaker.state == "open"
+
+
+def test_a_success_or_an_opening_starts_the_callers_again() -> None:
+    clock = Clock()
+    breaker = Breaker(failures=2, backoff_initial=1.0, clock=clock)
+    breaker.failure("key-a")
+    breaker.success()
+    breaker.failure("key-a")  # a new run: counted again
+    assert breaker.consecutive_failures == 1
+    breaker.failure("key-b")
+    assert breaker.state == "open"
+    clock.now += 1.0
+    assert breaker.allow()  # the half-open probe
+    breaker.success()
+    breaker.failure("key-a")
+    breaker.failure("key-b")
+    assert breaker.state == "open"
+
+
 def test_open_refuses_until_the_backoff_has_elapsed() -> None:
     clock = Clock()
     breaker = _opened(clock)

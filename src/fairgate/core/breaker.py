@@ -12,7 +12,13 @@ plain cool-down after every failure.
 The proxy reports each request it sent: ``success()`` for an answer from the
 engine, ``failure()`` for a connection error, a timeout or a 5xx, and
 ``abandon()`` when the outcome is unknown (the client left first), which
-frees the half-open probe slot without judging the replica. A probe that is
+frees the half-open probe slot without judging the replica. A failure that may
+be the request's own doing (the engine *answered* a 500: a prompt or parameter
+that trips an engine bug fails on every replica alike) names its ``caller``
+(the key), and while closed a caller counts once in a run of failures: its
+further failures neither count nor end the run. So one caller's poison requests
+never open a replica's breaker for everyone else, while a replica that fails
+the requests of ``failures`` different callers in a row still opens. A probe that is
 never reported is given up after ``probe_timeout`` seconds, so a lost report
 cannot keep a replica out of service. Health checks and metric scrapes never
 touch the breaker: a replica whose ``/metrics`` fails may be serving fine.
@@ -81,6 +87,7 @@ class Breaker:
         self._backoff = backoff_initial
         self._opened_at = 0.0
         self._probe_since: float | None = None
+        self._callers: set[str] = set()  # callers whose failure the current run counts
 
     @property
     def state(self) -> BreakerState:
@@ -124,14 +131,22 @@ class Breaker:
         self._consecutive = 0
         self._backoff = self._initial
         self._probe_since = None
+        self._callers.clear()
 
-    def failure(self) -> None:
-        """The engine failed a request: count it, open or re-open as the diagram says."""
+    def failure(self, caller: str | None = None) -> None:
+        """The engine failed a request: count it, open or re-open as the diagram says.
+
+        ``caller`` (a key id) for a failure that may be the request's own doing: while
+        closed, a caller whose failure the run already counts changes nothing."""
         if self._state == "half_open":
             self._open(min(self._backoff * 2, self._max))
             return
         if self._state == "open":
             return  # a late report from before the breaker opened changes nothing
+        if caller is not None:
+            if caller in self._callers:
+                return
+            self._callers.add(caller)
         self._consecutive += 1
         if self._consecutive >= self._threshold:
             self._open(self._initial)
@@ -145,6 +160,7 @@ class Breaker:
         self._backoff = backoff
         self._opened_at = self._clock()
         self._probe_since = None
+        self._callers.clear()
 
     def _probe_free(self, now: float) -> bool:
         return self._probe_since is None or now - self._probe_since >= self._probe_timeout

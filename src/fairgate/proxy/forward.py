@@ -159,7 +159,9 @@ class Forwarder:
                 if watched is not None and reclaim is not None:
                     reclaim.opened(replica, watched, opened.streaming)
                 if opened.status >= 500:
-                    replica.breaker.failure()
+                    # the engine answered: maybe this caller's request trips it, so the
+                    # caller counts once per run (core.breaker) and cannot open it alone
+                    replica.breaker.failure(_caller(ex))
                 else:
                     replica.breaker.success()
                 ex.model, ex.replica = candidate.name, replica.name
@@ -214,6 +216,11 @@ class Forwarder:
         )
         ex.first_byte_at = time.monotonic()
         await send({"type": "http.response.body", "body": body})
+
+
+def _caller(ex: Exchange) -> str | None:
+    principal = ex.principal
+    return None if principal is None else principal.key_id
 
 
 def share_headers(ex: Exchange, ticket: Ticket | None) -> list[tuple[bytes, bytes]]:
