@@ -8,9 +8,12 @@ import os
 import random
 import signal
 import sys
+from pathlib import Path
 
 import aiohttp
+import psutil
 import pytest
+from aiohttp import web
 from tests.redis_server import free_port
 
 from fairgate.launch import Profile, command
@@ -137,3 +140,73 @@ def test_backoff_grows_with_jitter_under_the_cap() -> None:
         delays = [sup.backoff(failures) for _ in range(50)]
         assert all(ceiling / 2 <= d <= ceiling for d in delays)
         assert len(set(delays)) > 1
+
+
+_WAIT_THEN_EXEC = """
+import os, sys, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+async def test_another_process_answering_on_the_port_is_not_the_engine_ready(
+    tmp_path: Path,
+) -> None:
+    """While the engine loads (it has not bound its port yet), any process on the node
+    can bind that port and answer /health. That is not the replica being ready: the
+    gateway would send it the tenants' prompts and the engine's key."""
+    port = free_port()
+    hits = 0
+    asked_three_times = asyncio.Event()
+
+    async def health(request: web.Request) -> web.Response:
+        nonlocal hits
+        hits += 1
+        if hits >= 3:
+            asked_three_times.set()
+        return web.Response(text="ok")
+
+    decoy = web.Application()
+    decoy.router.add_get("/health", health)
+    runner = web.AppRunner(decoy)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+
+    go = tmp_path / "go"
+    sim = command(
+        Profile(engine="sim", model="sim", served_name="m", port=port, args=("--speed", "0"))
+    )
+    loading = Command(argv=(sys.executable, "-c", _WAIT_THEN_EXEC, str(go), *sim.argv))
+    states = States()
+    sup = Supervisor(
+        loading, f"http://127.0.0.1:{port}/health", on_state=states, health_interval=0.05
+    )
+    sup.start()
+    try:
+        ready = asyncio.create_task(states.until("ready"))
+        async with asyncio.timeout(60):
+            await asyncio.wait(
+                {ready, asyncio.create_task(asked_three_times.wait())},
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        assert "ready" not in states.names(), "the decoy's /health made the replica ready"
+        assert states.names() == ["starting", "loading"]
+
+        # The decoy goes, the engine finishes loading and binds its port: ready.
+        await runner.cleanup()
+        go.touch()
+        await ready
+        assert await healthy(port)
+        pid = sup.pid
+        assert pid is not None
+        listening = {
+            c.laddr.port
+            for c in psutil.Process(pid).net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN
+        }
+        assert port in listening
+    finally:
+        await runner.cleanup()
+        await sup.stop(drain=0)

@@ -366,7 +366,7 @@ class Agent:
             if process is not None:
                 sup = self._supervisor(record.replica_id, spec, cmd)
                 self.replicas[record.replica_id] = (spec, sup)
-                sup.adopt(process, restarts=record.restarts, healthy=await sup.healthy())
+                sup.adopt(process, restarts=record.restarts, healthy=await sup.healthy(process))
                 log.info(
                     "replica %s: adopted the running engine (pid %d, port %d)",
                     record.replica_id,

@@ -2,7 +2,12 @@
 
 States: `starting` (spawned) → `loading` (the process lives, `/health` not yet 200) →
 `ready` → `draining` (stop asked: the agent stops admitting, in-flight requests get
-until the drain deadline) → `stopped`. A process that exits unasked is `failed` and is
+until the drain deadline) → `stopped`. `ready` needs both: `/health` answers 200 and the
+port it asks is listened on by the engine's own process or one of its children. Any
+process on the node can bind a port the engine has not bound yet (a model loads for
+minutes first) or has left; without the second check such a process answering `/health`
+would be reported ready, and the gateway would send it the tenants' prompts and the
+engine's key. A process that exits unasked is `failed` and is
 restarted after an exponential backoff with jitter (`backoff_base` doubling up to
 `backoff_cap`); after `max_restarts` failures within `crash_window` it enters
 `crash_loop` and stays there, with the exit code and the output's last lines, until an
@@ -20,12 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import signal
 import subprocess
 import tempfile
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,7 +44,9 @@ import psutil
 
 from fairgate.launch.command import Command
 
-__all__ = ["Report", "State", "Supervisor", "read_tail"]
+log = logging.getLogger(__name__)
+
+__all__ = ["Report", "State", "Supervisor", "listens", "read_tail"]
 
 State = Literal["starting", "loading", "ready", "draining", "stopped", "failed", "crash_loop"]
 
@@ -85,6 +94,7 @@ class Supervisor:
     ) -> None:
         self._command = command
         self._health_url = health_url
+        self._port = urllib.parse.urlsplit(health_url).port or 80
         self._on_state = on_state
         if log_path is None:
             log_path = Path(tempfile.mkdtemp(prefix="fairgate-engine-")) / "engine.log"
@@ -149,8 +159,13 @@ class Supervisor:
         self.report = Report("ready" if healthy else "loading", restarts, adopted=True)
         self.start()
 
-    async def healthy(self) -> bool:
-        """Whether /health answers 200 now."""
+    async def healthy(self, process: psutil.Process) -> bool:
+        """Whether /health answers 200 now, from `process` (or a child of it) listening
+        on the health port."""
+        return await self._answers() and listens(process, self._port)
+
+    async def _answers(self) -> bool:
+        """Whether /health answers 200 now, whoever answers."""
         timeout = aiohttp.ClientTimeout(total=2)
         try:
             async with (
@@ -248,15 +263,23 @@ class Supervisor:
         return None
 
     async def _wait_healthy(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=2)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            while True:
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    async with session.get(self._health_url) as answer:
-                        if answer.status == 200:
-                            await self._set("ready")
-                            return
-                await asyncio.sleep(self._health_interval)
+        warned = False
+        while True:
+            process = self._process
+            if process is not None and await self._answers():
+                if listens(process, self._port):
+                    await self._set("ready")
+                    return
+                if not warned:
+                    warned = True
+                    log.warning(
+                        "%s answers, but no process of the engine (pid %d) listens on "
+                        "port %d: not ready while another process holds it",
+                        self._health_url,
+                        process.pid,
+                        self._port,
+                    )
+            await asyncio.sleep(self._health_interval)
 
     async def stop(
         self,
@@ -303,6 +326,24 @@ class Supervisor:
         self._failures.clear()
         self.restarts = 0
         self.start()
+
+
+def listens(process: psutil.Process, port: int) -> bool:
+    """Whether `process` or one of its descendants has a TCP socket listening on `port`
+    (vLLM's API server may be a child of the process launched)."""
+    try:
+        family = [process, *process.children(recursive=True)]
+    except psutil.Error:
+        return False
+    for member in family:
+        try:
+            sockets = member.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        for sock in sockets:
+            if sock.status == psutil.CONN_LISTEN and sock.laddr and sock.laddr.port == port:
+                return True
+    return False
 
 
 def _alive(process: psutil.Process) -> bool:
