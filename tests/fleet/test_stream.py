@@ -5,6 +5,7 @@ certificate for another node, from another CA, or none at all, is refused."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 from collections.abc import AsyncIterator
@@ -22,8 +23,23 @@ from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 
 @pytest.fixture
 async def plane(tmp_path: Path) -> AsyncIterator[tuple[ControlPlaneService, int, Pki]]:
+    async with serving(tmp_path, heartbeat_interval=5) as started:
+        yield started
+
+
+@pytest.fixture
+async def quick_plane(tmp_path: Path) -> AsyncIterator[tuple[ControlPlaneService, int, Pki]]:
+    """Heartbeats every 0.1 s: a stream silent for 0.2 s is taken for dead."""
+    async with serving(tmp_path, heartbeat_interval=0.1) as started:
+        yield started
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    tmp_path: Path, *, heartbeat_interval: float
+) -> AsyncIterator[tuple[ControlPlaneService, int, Pki]]:
     pki = Pki.make(tmp_path)
-    service = ControlPlaneService(heartbeat_interval=5)
+    service = ControlPlaneService(heartbeat_interval=heartbeat_interval)
     server = grpc.aio.server()
     fleet_pb2_grpc.add_ControlPlaneServicer_to_server(service, server)
     port = server.add_secure_port(
@@ -165,3 +181,84 @@ async def test_no_stream_without_a_certificate_of_the_ca(plane, who: str) -> Non
             await stream.read()
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     assert service.nodes == {} and service.refusals == 0
+
+
+class Stream:
+    """One agent's stream, driven by hand: what it sends is queued."""
+
+    def __init__(self, ch: grpc.aio.Channel, first: fleet_pb2.AgentMessage) -> None:
+        self.queue: asyncio.Queue[fleet_pb2.AgentMessage | None] = asyncio.Queue()
+        self.queue.put_nowait(first)
+        self.call = fleet_pb2_grpc.ControlPlaneStub(ch).Connect(self._up())
+
+    async def _up(self) -> AsyncIterator[fleet_pb2.AgentMessage]:
+        while (m := await self.queue.get()) is not None:
+            yield m
+
+
+def register_from(node: str, site: str) -> fleet_pb2.AgentMessage:
+    message = register(node)
+    message.register.labels["site"] = site
+    return message
+
+
+async def test_a_second_agent_as_a_connected_node_is_refused_and_the_first_keeps_it(  # type: ignore[no-untyped-def]
+    plane, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same certificate on two machines (copied, or a second agent started by
+    mistake): the agent already connected keeps the node, its labels, inventory and
+    desired state; the second is refused and the log names the node."""
+    service, port, pki = plane
+    cert = pki.ca.issue("agent", dns_names=("gpu01",))
+    caplog.set_level(logging.WARNING, logger="fairgate.fleet.control")
+    async with channel(port, pki.ca, cert) as first_ch, channel(port, pki.ca, cert) as second_ch:
+        first = Stream(first_ch, register_from("gpu01", "paris"))
+        assert (await first.call.read()).desired.version == 0
+        second = Stream(second_ch, register_from("gpu01", "lyon"))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await second.call.read()
+        assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        assert service.nodes["gpu01"].labels == {"site": "paris"}
+        assert "node gpu01 already has an agent connected" in caplog.text
+
+        # The first stream still follows the node's desired state and reports for it.
+        spec = fleet_pb2.ReplicaSpec(replica_id="r1", engine="sim", model="sim", port=9001)
+        service.set_desired("gpu01", [spec])
+        assert [r.replica_id for r in (await first.call.read()).desired.replicas] == ["r1"]
+        first.queue.put_nowait(fleet_pb2.AgentMessage(applied=fleet_pb2.Applied(version=1)))
+        first.queue.put_nowait(None)
+        assert await first.call.read() == grpc.aio.EOF
+    assert service.nodes["gpu01"].applied_version == 1
+
+
+async def test_a_silent_stream_is_ended_by_the_nodes_next_registration(quick_plane) -> None:  # type: ignore[no-untyped-def]
+    """A stream that stopped sending (its connection half-open after a crash or a cut)
+    does not hold the node: the agent registering again takes it and the old stream
+    ends."""
+    service, port, pki = quick_plane
+    cert = pki.ca.issue("agent", dns_names=("gpu01",))
+    async with channel(port, pki.ca, cert) as old_ch, channel(port, pki.ca, cert) as new_ch:
+        old = Stream(old_ch, register_from("gpu01", "paris"))
+        assert (await old.call.read()).desired.version == 0
+        for _ in range(100):  # refused while the old stream was heard recently
+            new = Stream(new_ch, register_from("gpu01", "lyon"))
+            try:
+                accepted = await new.call.read()
+                break
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.ALREADY_EXISTS
+                await asyncio.sleep(0.1)
+        else:
+            pytest.fail("the node's new stream was never accepted")
+        assert accepted.desired.version == 0
+        assert service.nodes["gpu01"].labels == {"site": "lyon"}
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            async with asyncio.timeout(10):
+                await old.call.read()
+        assert ended.value.code() == grpc.StatusCode.ABORTED
+        new.queue.put_nowait(fleet_pb2.AgentMessage(applied=fleet_pb2.Applied(version=3)))
+        async with asyncio.timeout(10):
+            while service.nodes["gpu01"].applied_version != 3:
+                await asyncio.sleep(0.01)
+        assert service.nodes["gpu01"].connected
+        new.queue.put_nowait(None)

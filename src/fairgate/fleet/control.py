@@ -12,6 +12,12 @@ The stream only carries messages: a `Hooks` (the fleet controller,
 `fairgate.fleet.controller`) is told of each registration before the first desired
 state goes down, so it can decide that state, and of every message and disconnect.
 
+One agent per node: a registration for a node whose stream is open and was heard within
+two heartbeat intervals is refused with ALREADY_EXISTS (a copied certificate or a second
+agent started by mistake; the one connected keeps the node); a stream silent longer (its
+connection half-open after a crash or a cut) is ended with ABORTED by the new one, and
+nothing a superseded stream says is recorded.
+
 A control plane on standby (another holds the store's lease: ``accepting`` answers
 False) refuses every stream with UNAVAILABLE before reading it, and `evict` ends the
 open ones the same way when it steps down, so the agents dial the control plane that
@@ -38,6 +44,8 @@ __all__ = ["ControlPlaneService", "Hooks", "NodeSeen", "peer_host", "server_cred
 log = logging.getLogger(__name__)
 
 _STANDBY = "this control plane is on standby: another holds the lease"
+_NONE_YET = fleet_pb2.DesiredState()
+"""A node's desired state before any was set (sent as version 0)."""
 
 
 @dataclass(slots=True)
@@ -96,6 +104,9 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
         self._accepting = accepting
         self.refusals = 0
         self._heartbeat_interval = heartbeat_interval
+        self._alive_within = 2 * heartbeat_interval
+        """A node's open stream heard within this is alive: another registration of the
+        node is refused meanwhile; one silent longer (a half-open connection) is ended by it."""
         self._desired: dict[str, fleet_pb2.DesiredState] = {}
         self._changed: dict[str, asyncio.Event] = {}
 
@@ -163,7 +174,32 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
         )
         previous = self.nodes.get(claimed)
         if previous is not None and previous.connected:
-            log.warning("node %s connected again while its last stream was open", claimed)
+            silent = node.last_seen - previous.last_seen
+            if silent < self._alive_within:
+                # Two agents as one node (a copied certificate, a second agent started by
+                # mistake): the one already connected keeps the node; taking turns would
+                # mix two machines' engines, inventories and addresses in one node.
+                self.refusals += 1
+                log.warning(
+                    "agent stream refused from %s: node %s already has an agent connected "
+                    "from %s, heard %.1f s ago",
+                    context.peer(),
+                    claimed,
+                    previous.address,
+                    silent,
+                )
+                await context.abort(
+                    grpc.StatusCode.ALREADY_EXISTS, "another agent is connected as this node"
+                )
+                return
+            log.warning(
+                "node %s registered again from %s; its last stream, from %s, was silent "
+                "%.1f s and is ended",
+                claimed,
+                node.address,
+                previous.address,
+                silent,
+            )
         self.nodes[claimed] = node
         log.info(
             "node %s registered (%d GPUs, %d replicas running)",
@@ -174,22 +210,41 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
         if self.hooks is not None:
             await self.hooks.registered(node)
         changed = self._changed.setdefault(claimed, asyncio.Event())
+        if previous is not None and previous.connected:
+            previous.connected = False
+            changed.set()  # the superseded stream wakes and ends
         reader = asyncio.create_task(self._read(node, request_iterator))
+        sent: object = None
         try:
-            yield fleet_pb2.ControlMessage(desired=self.desired(claimed))
-            while not reader.done():
-                changed.clear()
-                waiter = asyncio.create_task(changed.wait())
-                done, _ = await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
-                if waiter in done and not self._accepting():
+            while True:
+                if self.nodes.get(claimed) is not node:
+                    await context.abort(
+                        grpc.StatusCode.ABORTED, "another stream registered as this node"
+                    )
+                    return
+                if sent is not None and not self._accepting():
                     log.warning(
                         "node %s: its stream ended, this control plane is on standby", claimed
                     )
                     await context.abort(grpc.StatusCode.UNAVAILABLE, _STANDBY)
                     return
-                if waiter in done:
+                current = self._desired.get(claimed, _NONE_YET)
+                if current is not sent:
+                    # Compared after each send, not only on a wake: a change made while
+                    # the last one was being written is sent too, never cleared away.
+                    sent = current
                     yield fleet_pb2.ControlMessage(desired=self.desired(claimed))
-                else:
+                    continue
+                if reader.done():
+                    return
+                changed.clear()
+                if self._desired.get(claimed, _NONE_YET) is not sent or (
+                    self.nodes.get(claimed) is not node or not self._accepting()
+                ):
+                    continue
+                waiter = asyncio.create_task(changed.wait())
+                done, _ = await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if waiter not in done:
                     waiter.cancel()
         finally:
             reader.cancel()
@@ -199,6 +254,8 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
 
     async def _read(self, node: NodeSeen, messages: AsyncIterator[fleet_pb2.AgentMessage]) -> None:
         async for message in messages:
+            if self.nodes.get(node.name) is not node:
+                return  # superseded by a later stream of the node: nothing it says counts
             node.last_seen = time.monotonic()
             kind = message.WhichOneof("body")
             if kind == "heartbeat" and message.heartbeat.inventory_json:
