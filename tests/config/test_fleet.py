@@ -124,3 +124,18 @@ def test_the_lease_is_long_enough_to_renew(problems: Problems, tmp_path: Path) -
     assert found.endswith(
         "control_plane: lease_ttl (1s) must be at least 3s: the holder renews it every third of it"
     )
+
+
+def test_a_model_or_served_name_an_engine_would_read_as_an_option_is_refused(
+    problems: Problems,
+) -> None:
+    """vLLM's model is a positional argument: `--api-key=x` there would set the engine's
+    key (and `--uds=…` move it off its port) past the reserved-option check on `args`."""
+    [found] = problems(DEPLOYED.replace("meta-llama/Llama-3.1-8B-Instruct", '"--api-key=x"'))
+    assert found.endswith(
+        "models[0].deploy: model '--api-key=x' begins with '-': "
+        "the engine would read it as an option"
+    )
+    named = DEPLOYED.replace("  - name: chat\n", '  - name: chat\n    upstream_model: "-h"\n')
+    [found] = problems(named)
+    assert "models[0]: upstream_model '-h' begins with '-'" in found

@@ -148,6 +148,23 @@ def test_llama_server_args_are_not_read_as_prefixes() -> None:
     assert command(profile).argv[-4:] == ("-mg", "1", "--alias_x", "y")
 
 
+@pytest.mark.parametrize("engine", ["vllm", "llama-server", "sim"])
+def test_a_model_or_served_name_beginning_with_a_dash_is_refused(engine: str) -> None:
+    """The agent launches what the control plane sends: a model `--api-key=x` would be
+    read by vLLM as its key option, past the reserved-option check on `args`."""
+    inv = smi_inventory("pcie-a6000-pairs")
+    dashed = Profile(engine=engine, model="--api-key=x", served_name="m", port=1, gpus=(0,))  # type: ignore[arg-type]
+    assert (
+        "model: '--api-key=x' begins with '-' and the engine would read it as an option"
+        in check(dashed, inv, which=lambda _: "/bin/true", port_free=lambda *_: True)
+    )
+    with pytest.raises(ProfileError):
+        command(dashed)
+    named = Profile(engine=engine, model="m", served_name="-h", port=1, gpus=(0,))  # type: ignore[arg-type]
+    with pytest.raises(ProfileError, match="served_name: '-h' begins with '-'"):
+        command(named)
+
+
 def test_check_names_every_problem_at_once(tmp_path: Path) -> None:
     inv = smi_inventory("pcie-a6000-pairs")
     with socket.socket() as taken:

@@ -212,6 +212,11 @@ class Model(Section):
             raise ValueError("give either upstreams or deploy, not both")
         if self.deploy is None and not self.upstreams:
             raise ValueError("give upstreams (at least one) or deploy")
+        if self.deploy is not None and self.upstream_model.startswith("-"):
+            raise ValueError(
+                f"upstream_model {self.upstream_model!r} begins with '-': the deployed "
+                "engine would read its served name as an option"
+            )
         return self
 
     @field_validator("routing", mode="before")

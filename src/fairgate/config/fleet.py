@@ -130,6 +130,10 @@ class Deploy(Section):
 
     @model_validator(mode="after")
     def _fits(self) -> Deploy:
+        if self.model.startswith("-"):
+            raise ValueError(
+                f"model {self.model!r} begins with '-': the engine would read it as an option"
+            )
         if self.gpus_per_replica == 0 and self.engine != "sim":
             raise ValueError(f"gpus_per_replica: 0 is only for engine sim, not {self.engine}")
         if self.gpus_per_replica and self.gpus_per_replica % self.tensor_parallel_size:

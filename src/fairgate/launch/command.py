@@ -13,7 +13,8 @@ the indices are NVML's, which count in PCI bus order, while CUDA by default coun
 fastest GPU first. Where the agent's own GPUs are named otherwise (inside a Slurm
 allocation), `devices` gives the names to hand over instead. Extra arguments may not set an
 option the agent sets: a profile cannot move an engine off loopback, change its port
-or priority scheduling, or put a key in the argument list.
+or priority scheduling, or put a key in the argument list; nor can its model or served
+name, which begin with a dash (`--api-key=…` as a model name).
 """
 
 from __future__ import annotations
@@ -61,6 +62,14 @@ class Command:
 
 
 def check_args(profile: Profile) -> None:
+    for name, value in (("model", profile.model), ("served_name", profile.served_name)):
+        if value.startswith("-"):
+            # vLLM's model is a positional argument, and vLLM's and the simulator's
+            # parsers read a leading dash as an option: `--api-key=x` as vLLM's model
+            # would set its key. No model or served name begins with one.
+            raise ProfileError(
+                f"{name}: {value!r} begins with '-' and the engine would read it as an option"
+            )
     reserved = RESERVED[profile.engine]
     for arg in profile.args:
         name = arg.split("=", 1)[0]
