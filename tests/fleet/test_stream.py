@@ -262,3 +262,27 @@ async def test_a_silent_stream_is_ended_by_the_nodes_next_registration(quick_pla
                 await asyncio.sleep(0.01)
         assert service.nodes["gpu01"].connected
         new.queue.put_nowait(None)
+
+
+async def test_statuses_of_replicas_never_placed_on_the_node_are_not_kept(plane) -> None:  # type: ignore[no-untyped-def]
+    """A hostile agent reporting made-up replica ids (thousands, each new) does not grow
+    what the control plane keeps of the node: only its own replicas' statuses are."""
+    service, port, pki = plane
+    cert = pki.ca.issue("agent", dns_names=("gpu01",))
+    async with channel(port, pki.ca, cert) as ch:
+        agent = Stream(ch, register("gpu01"))
+        assert (await agent.call.read()).desired.version == 0
+        spec = fleet_pb2.ReplicaSpec(replica_id="r1", engine="sim", model="sim", port=9001)
+        service.set_desired("gpu01", [spec])
+        assert (await agent.call.read()).desired.version == 1
+        for i in range(2000):
+            status = fleet_pb2.ReplicaStatus(replica_id=f"made-up-{i}", state="ready")
+            agent.queue.put_nowait(fleet_pb2.AgentMessage(status=status))
+        ready = fleet_pb2.ReplicaStatus(replica_id="r1", state="ready")
+        agent.queue.put_nowait(fleet_pb2.AgentMessage(status=ready))
+        agent.queue.put_nowait(fleet_pb2.AgentMessage(applied=fleet_pb2.Applied(version=1)))
+        agent.queue.put_nowait(None)
+        assert await agent.call.read() == grpc.aio.EOF
+    node = service.nodes["gpu01"]
+    assert node.applied_version == 1  # every message was read
+    assert list(node.statuses) == ["r1"]

@@ -252,6 +252,16 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
             if self.hooks is not None and self.nodes.get(claimed) is node:
                 self.hooks.disconnected(node)
 
+    def _names(self, node: NodeSeen, replica_id: str) -> bool:
+        """Whether `replica_id` is one of the node's: kept already, in its desired state
+        or in its registration. What else an agent reports is not kept, so a stream of
+        made-up ids cannot grow the control plane's memory."""
+        return (
+            replica_id in node.statuses
+            or any(r.replica_id == replica_id for r in self.desired(node.name).replicas)
+            or any(r.replica_id == replica_id for r in node.running)
+        )
+
     async def _read(self, node: NodeSeen, messages: AsyncIterator[fleet_pb2.AgentMessage]) -> None:
         async for message in messages:
             if self.nodes.get(node.name) is not node:
@@ -263,7 +273,7 @@ class ControlPlaneService(fleet_pb2_grpc.ControlPlaneServicer):
                     node.inventory = Inventory.from_json(message.heartbeat.inventory_json)
                 except ValueError as exc:
                     log.warning("node %s: refreshed inventory refused: %s", node.name, exc)
-            elif kind == "status":
+            elif kind == "status" and self._names(node, message.status.replica_id):
                 node.statuses[message.status.replica_id] = message.status
             elif kind == "applied":
                 node.applied_version = message.applied.version
