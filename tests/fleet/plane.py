@@ -13,7 +13,7 @@ import pytest
 from tests.redis_server import free_port
 from tests.tls_certs import Pki
 
-from fairgate.fleet.control import ControlPlaneService, server_credentials
+from fairgate.fleet.control import SERVER_OPTIONS, ControlPlaneService, server_credentials
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 
 __all__ = ["Plane", "Recording", "plane", "serving", "until"]
@@ -53,7 +53,7 @@ class Plane:
         self.server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
-        self.server = grpc.aio.server()
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
         fleet_pb2_grpc.add_ControlPlaneServicer_to_server(self.service, self.server)
         self.server.add_secure_port(
             f"127.0.0.1:{self.port}",

@@ -6,6 +6,7 @@ stops at once while its stream is blocked reading."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -381,3 +382,78 @@ async def test_a_key_sent_inline_is_written_to_a_private_file_and_removed_with_t
     finally:
         await agent.stop(stop_engines=True)
         await running
+
+
+class FreezingProxy:
+    """A TCP relay to the control plane that can stop relaying without closing anything:
+    what the agent sees when the control plane's host hangs or the network between them
+    is cut (no reset, no FIN; the agent's writes are still accepted by its own kernel)."""
+
+    def __init__(self, target_port: int) -> None:
+        self._target = target_port
+        self._relaying = asyncio.Event()
+        self._relaying.set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def freeze(self) -> None:
+        self._relaying.clear()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for writer in self._writers:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target)
+        self._writers += [writer, up_writer]
+        for pump in (self._pump(reader, up_writer), self._pump(up_reader, writer)):
+            task = asyncio.create_task(pump)
+            self._tasks.add(task)
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            await self._relaying.wait()  # frozen: read no more, close nothing
+            writer.write(data)
+            await writer.drain()
+
+
+async def test_a_control_plane_that_stops_answering_without_a_reset_is_left_for_the_next(
+    plane: Plane,
+) -> None:
+    """The control plane's host hangs or the network is cut: no reset reaches the agent.
+    Its keepalive pings go unanswered, so it dials the next address (the standby that
+    holds the lease by then) instead of writing heartbeats into the void."""
+    proxy = FreezingProxy(plane.port)
+    await proxy.start()
+    agent = agent_for(
+        plane,
+        "cpu01",
+        plane.pki.ca.issue("cpu01", dns_names=("cpu01",)),
+        target=[f"127.0.0.1:{proxy.port}", f"127.0.0.1:{plane.port}"],
+    )  # the default keepalive: a ping after 10 s, unanswered for 10 s more
+    running = asyncio.create_task(agent.run())
+    try:
+        await until(lambda: "cpu01" in plane.service.nodes and agent.connects == 1)
+        through_proxy = plane.service.nodes["cpu01"]
+        proxy.freeze()
+        await until(lambda: plane.service.nodes["cpu01"] is not through_proxy, timeout=90)
+        assert agent.connects == 2 and plane.service.nodes["cpu01"].connected
+    finally:
+        await agent.stop()
+        await running
+        await proxy.close()

@@ -17,7 +17,7 @@ from cryptography import x509
 from tests.inventory.test_inventory import smi_inventory
 from tests.tls_certs import Authority, Issued, Pki
 
-from fairgate.fleet.control import ControlPlaneService, server_credentials
+from fairgate.fleet.control import SERVER_OPTIONS, ControlPlaneService, server_credentials
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 
 
@@ -40,7 +40,7 @@ async def serving(
 ) -> AsyncIterator[tuple[ControlPlaneService, int, Pki]]:
     pki = Pki.make(tmp_path)
     service = ControlPlaneService(heartbeat_interval=heartbeat_interval)
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     fleet_pb2_grpc.add_ControlPlaneServicer_to_server(service, server)
     port = server.add_secure_port(
         "127.0.0.1:0",

@@ -85,7 +85,7 @@ class Agent:
         node_name: str,
         inventory: Callable[[], Inventory],
         labels: dict[str, str] | None = None,
-        channel_options: list[tuple[str, str]] | None = None,
+        channel_options: Sequence[tuple[str, str | int]] = (),
         backoff_base: float = 1.0,
         backoff_cap: float = 30.0,
         rng: random.Random | None = None,
@@ -95,6 +95,7 @@ class Agent:
         inventory_interval: float = 30.0,
         drain_seconds: float = 30.0,
         device_ids: Callable[[Inventory, tuple[int, ...]], tuple[str, ...] | None] | None = None,
+        keepalive: float = 10.0,
     ) -> None:
         self._targets = [target] if isinstance(target, str) else list(target)
         if not self._targets:
@@ -102,7 +103,17 @@ class Agent:
         self._next = 0
         self._target = self._targets[0]
         self._credentials = credentials
-        self._options = channel_options or []
+        # HTTP/2 pings every `keepalive` s, each answered within as long, or the stream
+        # fails and the next address is dialled: a control plane whose host froze or
+        # whose network was cut sends no reset, and the heartbeats written meanwhile
+        # only fill TCP buffers (the kernel gives up after some 15 minutes).
+        ms = int(keepalive * 1000)
+        self._options = [
+            ("grpc.keepalive_time_ms", ms),
+            ("grpc.keepalive_timeout_ms", ms),
+            ("grpc.http2.ping_timeout_ms", ms),
+            *channel_options,
+        ]
         self.node_name = node_name
         self._inventory = inventory
         self._labels = labels or {}

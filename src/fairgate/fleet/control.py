@@ -39,7 +39,14 @@ from fairgate.fleet.identity import names_of, refusal
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
 from fairgate.inventory.model import Inventory
 
-__all__ = ["ControlPlaneService", "Hooks", "NodeSeen", "peer_host", "server_credentials"]
+__all__ = [
+    "SERVER_OPTIONS",
+    "ControlPlaneService",
+    "Hooks",
+    "NodeSeen",
+    "peer_host",
+    "server_credentials",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +87,15 @@ def peer_host(peer: str) -> str:
     if kind == "ipv4":
         return rest.rpartition(":")[0]
     return rest
+
+
+SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
+    ("grpc.http2.max_ping_strikes", 0),
+]
+"""The agents' gRPC server: it accepts the agents' keepalive pings (every 10 s, more
+often than gRPC's default policy allows, which would end their streams with
+too_many_pings)."""
 
 
 def server_credentials(

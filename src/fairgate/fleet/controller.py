@@ -54,7 +54,7 @@ import grpc
 from fairgate.config.catalog import Model
 from fairgate.config.fleet import ControlPlane
 from fairgate.core.errors import StoreUnavailable
-from fairgate.fleet.control import ControlPlaneService, NodeSeen
+from fairgate.fleet.control import SERVER_OPTIONS, ControlPlaneService, NodeSeen
 from fairgate.fleet.follow import ROUTED_STATE, StoreRoutes, replica_url
 from fairgate.fleet.states import node_state
 from fairgate.fleet.v1 import fleet_pb2, fleet_pb2_grpc
@@ -261,7 +261,7 @@ class FleetController:
 
     async def serve(self, credentials: grpc.ServerCredentials) -> grpc.aio.Server:
         """Start the agents' gRPC server on this loop; `self.port` is the bound port."""
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         fleet_pb2_grpc.add_ControlPlaneServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
         listen = self.settings.listen
         self.port = server.add_secure_port(f"{listen.host}:{listen.port}", credentials)
