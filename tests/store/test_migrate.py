@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -16,7 +16,15 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import JSON, Boolean, Integer, String, column, insert, make_url, table, text
 from sqlalchemy.engine import Connection
 
-from fairgate.store import Store, audit_events, current_revision, head_revision, tables, upgrade
+from fairgate.store import (
+    Store,
+    audit_events,
+    current_revision,
+    head_revision,
+    tables,
+    upgrade,
+    usage_records,
+)
 from fairgate.store.audit_chain import ChainHead, first_break
 from fairgate.store.tables import metadata
 from fairgate.store.timestamp import UtcDateTime
@@ -163,3 +171,31 @@ async def test_upgrading_chains_the_events_written_before_in_id_order(
     assert [(r.id, r.seq) for r in rows[:3]] == [(3, 1), (7, 2), (9, 3)]
     assert [(r.seq, r.action) for r in rows[3:]] == [(4, "key.revoked")]
     assert isinstance(first_break(rows), ChainHead)
+
+
+async def test_records_written_before_0020_read_as_charged_whole_to_their_model(
+    empty_store: Store,
+) -> None:
+    """0020 adds the parts of a cost charged to other models in a table of its own: a
+    record stored before it reads as it did, all of its cost under its own model, and a
+    record with parts can be stored beside it."""
+    at = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    old = {
+        "request_id": "old", "at": at, "key_id": "k", "org": "A", "team": "t",
+        "model": "cheap", "route": "chat", "status": 200, "outcome": "ok",
+        "prompt_tokens": 1, "completion_tokens": 2, "cached_tokens": 0, "cost_micro": 1_030,
+        "estimated": True, "total_ms": 5, "attempts": 2,
+    }  # fmt: skip
+    async with empty_store.write() as conn:
+        await conn.run_sync(_upgrade_to, "0019")
+        await conn.execute(insert(tables.usage_records).values(**old))
+    await upgrade(empty_store)
+    new = {**old, "request_id": "new", "other_costs": [("dear", None, 1_000)]}
+    async with empty_store.write() as conn:
+        assert await usage_records.insert_records(conn, [new]) == 1
+    async with empty_store.read() as conn:
+        rows = await usage_records.spend(
+            conn, start=at, end=at + timedelta(hours=1), group_by=("model",)
+        )
+    by_model = {r.groups: (r.requests, r.cost_micro) for r in rows}
+    assert by_model == {("cheap",): (2, 1_030 + 30), ("dear",): (0, 1_000)}

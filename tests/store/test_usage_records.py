@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 
 from fairgate.store import Store, usage_records
-from fairgate.store.tables import usage_record_tags
+from fairgate.store.tables import usage_record_costs, usage_record_tags
 
 T0 = datetime(2025, 10, 1, tzinfo=UTC)
 
@@ -115,3 +115,86 @@ async def test_totals_are_exact_integers_beyond_32_bits(store: Store) -> None:
         (total,) = await usage_records.spend(conn, start=T0, end=T0 + timedelta(days=1))
     assert total.cost_micro == 4 * big and type(total.cost_micro) is int
     assert total.prompt_tokens == 4 * big
+
+
+async def test_a_part_charged_to_another_model_counts_under_that_model(store: Store) -> None:
+    """``dear`` timed out before ``cheap`` answered: the record (model ``cheap``) holds the
+    whole charge, 1,000 of it dear's reservation. By model, dear shows its 1,000 and cheap
+    the rest; the request, its tokens and its flag stay with cheap; every other sum
+    counts the record once, as before."""
+    rows = [
+        row(
+            "r1",
+            model="cheap",
+            pool="small",
+            cost_micro=1_030,
+            tags=("a",),
+            other_costs=[("dear", "big", 1_000)],
+            estimated=True,
+        ),
+        row("r2", model="dear", pool="big", cost_micro=500, tags=("a",)),
+        row("r3", model="cheap", pool="small", cost_micro=40, team="a2"),
+    ]
+    async with store.write() as conn:
+        assert await usage_records.insert_records(conn, rows) == 3
+    end = T0 + timedelta(days=1)
+
+    async def sums(**ask: Any) -> dict[tuple[str | None, ...], tuple[int, ...]]:
+        async with store.read() as conn:
+            got = await usage_records.spend(conn, start=T0, end=end, **ask)
+        return {r.groups: (r.requests, r.cost_micro, r.prompt_tokens, r.estimated) for r in got}
+
+    assert await sums(group_by=("model",)) == {
+        ("cheap",): (2, 70, 20, 1),
+        ("dear",): (1, 1_500, 10, 0),
+    }
+    assert await sums(group_by=("pool",)) == {
+        ("small",): (2, 70, 20, 1),
+        ("big",): (1, 1_500, 10, 0),
+    }
+    # what a per-model budget of a team is seeded from
+    assert await sums(filters={"model": "dear", "team": "a1"}) == {(): (1, 1_500, 10, 0)}
+    assert await sums(filters={"model": "cheap", "team": "a1"}) == {(): (1, 30, 10, 1)}
+    assert await sums(group_by=("team", "model"), filters={"tag": "a"}) == {
+        ("a1", "cheap"): (1, 30, 10, 1),
+        ("a1", "dear"): (1, 1_500, 10, 0),
+    }
+    assert await sums(group_by=("model", "tag")) == {
+        ("cheap", "a"): (1, 30, 10, 1),
+        ("cheap", None): (1, 40, 10, 0),
+        ("dear", "a"): (1, 1_500, 10, 0),
+    }
+    # the totals: each record once, its whole charge, no request more
+    assert await sums() == {(): (3, 1_570, 30, 1)}
+    assert await sums(group_by=("team",)) == {("a1",): (2, 1_530, 20, 1), ("a2",): (1, 40, 10, 0)}
+
+
+async def test_a_record_written_again_keeps_one_copy_of_its_parts(store: Store) -> None:
+    first = row("r1", model="cheap", cost_micro=1_030, other_costs=[("dear", None, 1_000)])
+    async with store.write() as conn:
+        assert await usage_records.insert_records(conn, [first]) == 1
+    again = row("r1", model="cheap", cost_micro=9, other_costs=[("dear", None, 5), ("x", None, 1)])
+    async with store.write() as conn:
+        assert await usage_records.insert_records(conn, [again, row("r2")]) == 1
+    async with store.read() as conn:
+        parts = [tuple(r) for r in await conn.execute(select(usage_record_costs))]
+        by_model = await usage_records.spend(
+            conn, start=T0, end=T0 + timedelta(days=1), group_by=("model",)
+        )
+    assert parts == [("r1", "dear", None, 1_000)]
+    got = {r.groups: (r.requests, r.cost_micro) for r in by_model}
+    assert got == {("cheap",): (1, 30), ("dear",): (0, 1_000), ("m",): (1, 3)}
+
+
+async def test_pruning_a_record_takes_its_parts_with_it(store: Store) -> None:
+    rows = [
+        row("old", at=T0, other_costs=[("dear", None, 2)]),
+        row("new", at=T0 + timedelta(days=2), other_costs=[("dear", None, 1)]),
+    ]
+    async with store.write() as conn:
+        await usage_records.insert_records(conn, rows)
+    async with store.write() as conn:
+        assert await usage_records.delete_before(conn, T0 + timedelta(days=1), 10) == 1
+    async with store.read() as conn:
+        parts = [tuple(r) for r in await conn.execute(select(usage_record_costs))]
+    assert parts == [("new", "dear", None, 1)]

@@ -6,6 +6,7 @@
     users ─< admin_tokens
     audit_events (append only, hash-chained; org_id/team_id say who may read an event)
     usage_records ─< usage_record_tags (append only; one row per request, names copied)
+    usage_records ─< usage_record_costs (the parts of a record's cost charged to other models)
     budgets ─< budget_increases (one budget per scope, model and period)
     alert_marks (one row per budget counter and period whose soft-limit alert is claimed)
     counter_snapshots (the memory back end's rate counters as last saved; replaced whole)
@@ -80,6 +81,7 @@ __all__ = [
     "scim_users",
     "sso_logins",
     "teams",
+    "usage_record_costs",
     "usage_record_tags",
     "usage_records",
     "users",
@@ -263,6 +265,18 @@ usage_record_tags = Table(
     metadata,
     Column("request_id", String(64), ForeignKey("usage_records.request_id"), primary_key=True),
     Column("tag", String(256), primary_key=True),
+)
+
+# The part of a record's cost_micro charged to a model other than the record's own (an
+# attempt that model's engine took and never answered, before the record's model served):
+# the record's model keeps cost_micro less these parts (fairgate.store.usage_records).
+usage_record_costs = Table(
+    "usage_record_costs",
+    metadata,
+    Column("request_id", String(64), ForeignKey("usage_records.request_id"), primary_key=True),
+    Column("model", String(256), primary_key=True),
+    Column("pool", String(NAME_LENGTH), nullable=True),
+    Column("cost_micro", BigInteger, nullable=False),  # micro GPU-hours, within the record's
 )
 
 budgets = Table(

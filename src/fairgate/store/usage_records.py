@@ -10,6 +10,15 @@ Reports group in the database: ``spend(conn, where, start=…, end=…,
 group_by=("org", "team"))`` returns one :class:`SpendRow` per group. Grouping by
 ``tag`` joins the tags, so a record counts once under each of its tags (and
 once under ``None`` when it has none).
+
+A record's ``cost_micro`` is all the request was charged; the parts of it charged
+to other models (an attempt on a model whose engine never answered, before the
+record's model served) are rows of ``usage_record_costs``, written with the record.
+Grouped or filtered by ``model`` or ``pool``, each such part counts under its own
+model and pool, and the record's model keeps the rest: the sums read *lines*, the
+record itself (with its request, tokens and estimated flag) and, for each part, one
+line adding it to its model and one taking it from the record's. Any other report
+reads the records alone, as the parts sum within them.
 """
 
 from __future__ import annotations
@@ -24,22 +33,26 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     FromClause,
+    Subquery,
     case,
     cast,
     delete,
     func,
+    literal,
     select,
     true,
+    union_all,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairgate.store.tables import usage_record_tags, usage_records
+from fairgate.store.tables import usage_record_costs, usage_record_tags, usage_records
 
 __all__ = [
     "COLUMNS",
     "DIMENSIONS",
+    "Cost",
     "Row",
     "SpendRow",
     "delete_before",
@@ -50,6 +63,7 @@ __all__ = [
 
 _R = usage_records.c
 _T = usage_record_tags.c
+_C = usage_record_costs.c
 
 DIMENSIONS: Mapping[str, ColumnElement[Any]] = {
     "org": _R.org,
@@ -93,24 +107,34 @@ datetime), each already fit to its column."""
 
 _ID, _AT = COLUMNS.index("request_id"), COLUMNS.index("at")
 
+Cost = tuple[str, str | None, int]
+"""A part of a record's cost charged to another model: (model, pool, cost_micro)."""
+
 
 async def insert_records(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> int:
-    """Insert ``rows`` (column names, plus ``tags``: a sequence of strings); return how many
-    were new. A row whose ``request_id`` is already stored is left out, tags included."""
+    """Insert ``rows`` (column names, plus ``tags``: a sequence of strings, and ``other_costs``:
+    a sequence of :data:`Cost`); return how many were new. A row whose ``request_id`` is
+    already stored is left out, tags and costs included."""
     values = [tuple([row.get(c) for c in COLUMNS]) for row in rows]
-    return await insert_rows(conn, values, [row.get("tags", ()) for row in rows])
+    tags = [row.get("tags", ()) for row in rows]
+    return await insert_rows(conn, values, tags, [row.get("other_costs", ()) for row in rows])
 
 
 async def insert_rows(
-    conn: AsyncConnection, rows: Sequence[Row], tags: Sequence[Sequence[str]]
+    conn: AsyncConnection,
+    rows: Sequence[Row],
+    tags: Sequence[Sequence[str]],
+    costs: Sequence[Sequence[Cost]] = (),
 ) -> int:
-    """Insert ``rows`` (:data:`Row`), ``tags[i]`` the tags of ``rows[i]``; return how many were
-    new. A row whose ``request_id`` is already stored is left out, tags included."""
+    """Insert ``rows`` (:data:`Row`), ``tags[i]`` the tags of ``rows[i]`` and ``costs[i]`` the
+    parts of its cost charged to other models (``costs`` empty: none has any); return how
+    many were new. A row whose ``request_id`` is already stored is left out, tags and costs
+    included."""
     if not rows:
         return 0
     dialect = conn.dialect.name
     if dialect == "sqlite":
-        return await _insert_sqlite(conn, rows, tags)
+        return await _insert_sqlite(conn, rows, tags, costs)
     records = [dict(zip(COLUMNS, row, strict=True)) for row in rows]
     statement = (
         _insert(dialect, usage_records)
@@ -119,7 +143,28 @@ async def insert_rows(
     )
     added = set((await conn.execute(statement, records)).scalars())
     await _insert_tags(conn, dialect, rows, tags, added)
+    await _insert_costs(conn, rows, costs, added)
     return len(added)
+
+
+async def _insert_costs(
+    conn: AsyncConnection, rows: Sequence[Row], costs: Sequence[Sequence[Cost]], added: set[str]
+) -> None:
+    """The parts of the records just ``added`` charged to other models (rare: a general
+    statement, on both dialects)."""
+    parts = [
+        {"request_id": row[_ID], "model": model, "pool": pool, "cost_micro": micro}
+        for row, owed in zip(rows, costs, strict=True)
+        if owed and row[_ID] in added
+        for model, pool, micro in owed
+    ]
+    if parts:
+        await conn.execute(
+            _insert(conn.dialect.name, usage_record_costs).on_conflict_do_nothing(
+                index_elements=["request_id", "model"]
+            ),
+            parts,
+        )
 
 
 _ROW = f"({', '.join('?' * len(COLUMNS))})"
@@ -157,7 +202,10 @@ def _sqlite_time(value: Any) -> Any:
 
 
 async def _insert_sqlite(
-    conn: AsyncConnection, rows: Sequence[Row], tags: Sequence[Sequence[str]]
+    conn: AsyncConnection,
+    rows: Sequence[Row],
+    tags: Sequence[Sequence[str]],
+    costs: Sequence[Sequence[Cost]],
 ) -> int:
     # One multi-row INSERT per 500 records, its parameters flattened, run on the driver;
     # the tags of the records it added likewise. Measured on the gateway: SQLAlchemy's
@@ -167,8 +215,9 @@ async def _insert_sqlite(
     # parameters are their values laid end to end, the timestamp turned into SQLite's
     # text. Without tags SQLite's count of inserted rows is the count of new records;
     # with tags RETURNING names the records added, so a duplicate's tags are skipped as
-    # on the general path.
-    tagged = any(tags)
+    # on the general path; so do the parts of a cost charged to other models.
+    owing = any(costs)
+    tagged = owing or any(tags)
     width = len(COLUMNS)
     added = 0
     new: set[str] = set()
@@ -184,6 +233,8 @@ async def _insert_sqlite(
             added += max(0, result.rowcount)
     if not tagged:
         return added
+    if owing:
+        await _insert_costs(conn, rows, costs, new)
     pairs = [
         (row[_ID], tag)
         for row, names in zip(rows, tags, strict=True)
@@ -219,6 +270,10 @@ async def _insert_tags(
         )
 
 
+_PER_MODEL = frozenset({"model", "pool"})
+"""The dimensions a part of a cost charged to another model is counted under."""
+
+
 def _source(group_by: Iterable[str]) -> FromClause:
     if "tag" in group_by:
         return usage_records.outerjoin(usage_record_tags, _T.request_id == _R.request_id)
@@ -230,6 +285,45 @@ def _filter(name: str, value: str) -> ColumnElement[bool]:
         tagged = select(_T.request_id).where(_T.tag == value)
         return _R.request_id.in_(tagged)
     return DIMENSIONS[name] == value
+
+
+def _zero() -> ColumnElement[Any]:
+    return cast(literal(0), BigInteger)
+
+
+def _lines(conditions: Sequence[ColumnElement[bool]]) -> Subquery:
+    """The records that meet ``conditions`` as lines of (model, pool, cost) (the module
+    text): each record whole, and for each part of its cost charged to another model,
+    one line adding it to that model and one taking it from the record's."""
+    names = (_R.request_id, _R.org, _R.team, _R.project, _R.key_id)
+    owed = usage_record_costs.join(usage_records, _C.request_id == _R.request_id)
+    records = select(
+        *names,
+        _R.model,
+        _R.pool,
+        cast(literal(1), BigInteger).label("requests"),
+        cast(_R.prompt_tokens, BigInteger).label("prompt_tokens"),
+        cast(_R.completion_tokens, BigInteger).label("completion_tokens"),
+        cast(_R.cached_tokens, BigInteger).label("cached_tokens"),
+        cast(_R.cost_micro, BigInteger).label("cost_micro"),
+        cast(case((_R.estimated, 1), else_=0), BigInteger).label("estimated"),
+    ).where(*conditions)
+    none = [_zero() for _ in range(4)]  # no request, no tokens: they stay with the record
+    moved_to = (
+        select(*names, _C.model, _C.pool, *none, _C.cost_micro, _zero())
+        .select_from(owed)
+        .where(*conditions)
+    )
+    moved_from = (
+        select(*names, _R.model, _R.pool, *none, -_C.cost_micro, _zero())
+        .select_from(owed)
+        .where(*conditions)
+    )
+    return union_all(records, moved_to, moved_from).subquery("lines")
+
+
+def _line_column(lines: Subquery, name: str) -> ColumnElement[Any]:
+    return _T.tag if name == "tag" else lines.c[DIMENSIONS[name].name]
 
 
 def _sum(column: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -250,8 +344,13 @@ async def spend(
 
     ``group_by`` and the keys of ``filters`` are names of :data:`DIMENSIONS`
     (KeyError otherwise). With no ``group_by``, one row of grand totals (zeros
-    when nothing matched). Rows come in no particular order.
+    when nothing matched). Rows come in no particular order. By ``model`` or
+    ``pool``, the parts of a cost charged to other models count under theirs (the
+    module text).
     """
+    wanted = filters or {}
+    if _PER_MODEL.intersection(group_by) or _PER_MODEL.intersection(wanted):
+        return await _spend_by_model(conn, where, start, end, group_by, wanted)
     groups = [DIMENSIONS[name].label(f"g{i}") for i, name in enumerate(group_by)]
     query = (
         select(
@@ -266,11 +365,47 @@ async def spend(
         .select_from(_source(group_by))
         .where(where if where is not None else true(), _R.at >= start, _R.at < end)
     )
-    for name, value in (filters or {}).items():
+    for name, value in wanted.items():
         query = query.where(_filter(name, value))
     if groups:
         query = query.group_by(*groups)
-    width = len(groups)
+    return await _rows(conn, query, len(groups))
+
+
+async def _spend_by_model(
+    conn: AsyncConnection,
+    where: ColumnElement[bool] | None,
+    start: datetime,
+    end: datetime,
+    group_by: Sequence[str],
+    filters: Mapping[str, str],
+) -> list[SpendRow]:
+    """``spend`` over the lines (``_lines``): grouped or filtered by model or pool."""
+    conditions = [where if where is not None else true(), _R.at >= start, _R.at < end]
+    conditions += [_filter(n, v) for n, v in filters.items() if n not in _PER_MODEL]
+    lines = _lines(conditions)
+    groups = [_line_column(lines, name).label(f"g{i}") for i, name in enumerate(group_by)]
+    source: FromClause = lines
+    if "tag" in group_by:
+        source = lines.outerjoin(usage_record_tags, _T.request_id == lines.c.request_id)
+    query = select(
+        *groups,
+        _sum(lines.c.requests).label("requests"),
+        _sum(lines.c.prompt_tokens).label("prompt_tokens"),
+        _sum(lines.c.completion_tokens).label("completion_tokens"),
+        _sum(lines.c.cached_tokens).label("cached_tokens"),
+        _sum(lines.c.cost_micro).label("cost_micro"),
+        _sum(lines.c.estimated).label("estimated"),
+    ).select_from(source)
+    for name, value in filters.items():
+        if name in _PER_MODEL:
+            query = query.where(_line_column(lines, name) == value)
+    if groups:
+        query = query.group_by(*groups)
+    return await _rows(conn, query, len(groups))
+
+
+async def _rows(conn: AsyncConnection, query: Any, width: int) -> list[SpendRow]:
     return [
         SpendRow(
             groups=tuple(row[:width]),
@@ -287,8 +422,8 @@ async def spend(
 
 async def delete_before(conn: AsyncConnection, before: datetime, limit: int) -> int:
     """Delete up to ``limit`` of the oldest records that ended before ``before`` (and their
-    tags); returns how many went. Small batches keep each transaction, and the locks it
-    holds, short."""
+    tags and costs charged to other models); returns how many went. Small batches keep each
+    transaction, and the locks it holds, short."""
     oldest = (
         select(usage_records.c.request_id)
         .where(usage_records.c.at < before)
@@ -300,5 +435,6 @@ async def delete_before(conn: AsyncConnection, before: datetime, limit: int) -> 
         return 0
     tags = usage_record_tags.c.request_id
     await conn.execute(delete(usage_record_tags).where(tags.in_(ids)))
+    await conn.execute(delete(usage_record_costs).where(_C.request_id.in_(ids)))
     await conn.execute(delete(usage_records).where(usage_records.c.request_id.in_(ids)))
     return len(ids)
