@@ -51,13 +51,18 @@ def record(**fields: object) -> UsageRecord:
 def random_records(
     n: int, keys: dict[str, tuple[str, str, str | None]], *, seed: int = 7, days: int = 3
 ) -> Iterator[UsageRecord]:
-    """``n`` records over ``days`` days from DAY0 for ``keys`` (key id → org, team, project)."""
+    """``n`` records over ``days`` days from DAY0 for ``keys`` (key id → org, team, project);
+    about one in six was charged in part to other models (``other_costs``)."""
     rng = random.Random(seed)
     key_ids = sorted(keys)
+    models = ["llama-70b", "llama-8b", "qwen-32b"]
     for _ in range(n):
         key_id = rng.choice(key_ids)
         org, team, project = keys[key_id]
         prompt = rng.randrange(0, 5000)
+        model = rng.choice(models)
+        cost = rng.randrange(0, 3_000_000)
+        others = [m for m in models if m != model and rng.random() < 0.1]
         yield record(
             at=DAY0 + timedelta(seconds=rng.randrange(0, days * 86400)),
             key_id=key_id,
@@ -65,13 +70,17 @@ def random_records(
             team=team,
             project=project,
             tags=tuple(rng.sample(["batch", "eval", "x|y"], rng.randrange(0, 3))),
-            model=rng.choice(["llama-70b", "llama-8b", "qwen-32b"]),
+            model=model,
             pool=rng.choice(["gpu", "gpu2", None]),
             prompt_tokens=prompt,
             cached_tokens=rng.randrange(0, prompt + 1),
             completion_tokens=rng.randrange(0, 2000),
-            cost_micro=rng.randrange(0, 3_000_000),
+            cost_micro=cost,
             estimated=rng.random() < 0.2,
+            # each part within the cost, so that the record's model keeps what is left
+            other_costs=tuple(
+                (m, rng.choice(["gpu", "gpu3", None]), cost // 3 + 1) for m in others if cost
+            ),
         )
 
 

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import select
 
 from accounting.samples import entry, hold_write_lock, record, stored_count
-from fairgate.accounting import Recorder, StoreUsageWriter
+from fairgate.accounting import Recorder, StoreUsageWriter, spend
 from fairgate.accounting.journal import (
     Journal,
     decode,
@@ -31,6 +31,7 @@ from fairgate.accounting.journal import (
 )
 from fairgate.store import Store
 from fairgate.store.tables import usage_records
+from fairgate.tenancy import Actor
 
 DEADLINE = 30.0
 
@@ -232,6 +233,50 @@ def test_a_write_ahead_entry_is_the_record_of_an_interrupted_request() -> None:
     made = entry_record(orjson.loads(line)["intent"])
     # what the entry does not carry: the outcome, the status, the flag, the first byte
     assert made == replace(rec, outcome="interrupted", status=0, estimated=True, ttft_ms=None)
+
+
+FELL_BACK = (("dear", "big", 1_000),)  # a dear attempt that timed out before "m" served
+
+
+def test_a_journal_line_keeps_the_parts_of_the_cost_charged_to_other_models() -> None:
+    rec = record(model="m", cost_micro=1_030, other_costs=FELL_BACK)
+    line = encode(rec)
+    assert decode(line) == rec
+    # a line of an earlier version, which did not split the cost: all of it the model's
+    older = orjson.loads(line)
+    del older["other_costs"]
+    assert decode(orjson.dumps(older)) == replace(rec, other_costs=())
+
+
+def test_a_write_ahead_entry_keeps_the_parts_charged_to_other_models() -> None:
+    rec = record(model="m", cost_micro=1_030, attempts=2, other_costs=FELL_BACK)
+    made = entry_record(orjson.loads(encode_intent(entry(rec)))["intent"])
+    assert made.other_costs == FELL_BACK
+    # an entry of an earlier version ends before other_costs: charged to its model whole
+    older = entry_record(orjson.loads(encode_intent(entry(rec)[:-1]))["intent"])
+    assert (older.model, older.cost_micro, older.other_costs) == ("m", 1_030, ())
+
+
+async def test_entries_old_and_new_of_a_killed_process_are_both_charged(
+    store: Store, tmp_path: Path
+) -> None:
+    """A dead process's segments hold an entry without the split (an earlier version's) and
+    one with it: the next start writes a record for each, the part under its model."""
+    directory = tmp_path / "journal"
+    dead = Journal(directory, max_bytes=2**30)
+    dead.open()
+    dead.intend(entry(record(request_id="old", model="m", cost_micro=1_030))[:-1])
+    dead.intend(entry(record(request_id="new", model="m", cost_micro=1_030, other_costs=FELL_BACK)))
+    dead.close()
+    recorder = Recorder(StoreUsageWriter(store), journal=Journal(directory, max_bytes=2**30))
+    await recorder.open()
+    try:
+        report = await spend(store, Actor.operator("t"), "2025-10-01", "2025-10-02", ("model",))
+    finally:
+        assert await recorder.drain(timeout=DEADLINE) is True
+    by_model = {row.groups: (row.requests, row.cost_micro) for row in report.rows}
+    assert by_model == {("m",): (2, 1_030 + 30), ("dear",): (0, 1_000)}
+    assert report.total.cost_micro == 2 * 1_030
 
 
 async def test_a_drain_while_the_store_stalls_keeps_the_records_for_the_next_start(

@@ -6,6 +6,7 @@ import csv
 import io
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
@@ -60,10 +61,12 @@ async def store_records(store: Store, records: Sequence[UsageRecord]) -> None:
 
 
 def sums(records: Iterable[UsageRecord]) -> tuple[int, ...]:
+    """The report's sums of ``records``; a line without a request id (``lines``) counts
+    no request."""
     total = [0] * len(SUMS)
     for r in records:
         values = (
-            1,
+            1 if r.request_id else 0,
             r.prompt_tokens,
             r.completion_tokens,
             r.cached_tokens,
@@ -84,9 +87,33 @@ def values(r: UsageRecord, dim: str) -> list[str | None]:
 Groups = tuple[str | None, ...]
 
 
+def lines(r: UsageRecord) -> list[UsageRecord]:
+    """What a record counts as by model or pool: itself, less the parts of its cost charged
+    to other models, and each part under its own model and pool (no request id: no request;
+    no tokens, not estimated)."""
+    moved = sum(micro for _, _, micro in r.other_costs)
+    parts = [
+        replace(
+            r,
+            request_id="",
+            model=model,
+            pool=pool,
+            prompt_tokens=0,
+            completion_tokens=0,
+            cached_tokens=0,
+            cost_micro=micro,
+            estimated=False,
+        )
+        for model, pool, micro in r.other_costs
+    ]
+    return [replace(r, cost_micro=r.cost_micro - moved), *parts]
+
+
 def expected_groups(
     records: Sequence[UsageRecord], dims: Sequence[str]
 ) -> dict[Groups, tuple[int, ...]]:
+    if {"model", "pool"}.intersection(dims):
+        records = [line for r in records for line in lines(r)]
     groups: dict[Groups, list[UsageRecord]] = defaultdict(list)
     for r in records:
         keys: list[tuple[str | None, ...]] = [()]

@@ -11,7 +11,7 @@ from accounting.samples import DAY0, record
 from fairgate.accounting import StoreUsageWriter
 from fairgate.core.errors import StoreUnavailable
 from fairgate.store import Store
-from fairgate.store.tables import usage_record_tags, usage_records
+from fairgate.store.tables import usage_record_costs, usage_record_tags, usage_records
 
 
 async def test_a_record_is_stored_field_by_field_with_its_tags(store: Store) -> None:
@@ -51,6 +51,30 @@ async def test_over_long_names_are_cut_so_the_batch_is_not_refused(store: Store)
         total_ms = max(t for (t,) in await conn.execute(select(usage_records.c.total_ms)))
     assert models == ["llama-70b", "m" * 256]
     assert total_ms == 2**31 - 1
+
+
+async def test_the_parts_charged_to_other_models_are_stored_beside_their_record(
+    store: Store,
+) -> None:
+    """Only the records with parts have rows of them; a name is cut and cleaned as the
+    record's own, so one odd model name cannot make the store refuse the batch."""
+    long = "d" * 300
+    fell_back = record(
+        model="cheap",
+        cost_micro=1_500,
+        other_costs=(("dear", "big", 1_000), (long + "a", None, 200), (long + "b", None, 100)),
+    )
+    odd = record(model="cheap", cost_micro=9, other_costs=(("de\x00ar", "b\x00ig", 5),))
+    assert await StoreUsageWriter(store).write([record(), fell_back, odd]) == 3
+    async with store.read() as conn:
+        parts = sorted(tuple(r) for r in await conn.execute(select(usage_record_costs)))
+    assert parts == sorted(
+        [
+            (fell_back.request_id, "d" * 256, None, 300),  # one name once cut: one part
+            (fell_back.request_id, "dear", "big", 1_000),
+            (odd.request_id, "dear", "big", 5),
+        ]
+    )
 
 
 async def test_a_batch_the_store_refuses_stores_nothing_of_it(store: Store) -> None:

@@ -38,7 +38,10 @@ an *entry* (an intent): the values of the record the request would have if it en
 there and then (``ENTRY_FIELDS``, a compact JSON array: building and encoding the
 whole record on every attempt cost four times as much), charged its reservation; the
 record it stands for (``entry_record``) has outcome ``interrupted`` and is flagged
-estimated. The request's own record supersedes it (:meth:`retire`, as that record is
+estimated. An entry made after attempts on other models went unanswered ends with
+their part of the cost (``other_costs``, as the record's); one without it (the common
+case, and every entry of an earlier version) stands for a record charged to its model
+whole. The request's own record supersedes it (:meth:`retire`, as that record is
 appended); an entry is never written to the store by its own process. When a process
 dies, the requests it still had in flight have no record; their entries stand for
 them. :func:`unmatched` reads the segments adopted from dead processes and returns
@@ -109,8 +112,10 @@ ENTRY_FIELDS = (
     "total_ms",
     "attempts",
     "client_addr",
+    "other_costs",  # left out when empty, and by versions that did not split the cost
 )
 _ATTEMPTS = ENTRY_FIELDS.index("attempts")
+_LENGTHS = (len(ENTRY_FIELDS) - 1, len(ENTRY_FIELDS))  # an entry without other_costs, or with
 
 
 def encode(record: UsageRecord) -> bytes:
@@ -128,10 +133,27 @@ def entry_record(entry: Sequence[Any]) -> UsageRecord:
     """The record a write-ahead entry stands for: outcome ``interrupted``, status 0, its
     tokens (the reservation) flagged estimated. Raises ``ValueError``/``TypeError`` on a
     malformed entry."""
-    values = dict(zip(ENTRY_FIELDS, entry, strict=True))
+    if len(entry) not in _LENGTHS:
+        raise ValueError(f"a write-ahead entry of {len(entry)} values")
+    values = dict(zip(ENTRY_FIELDS, entry, strict=False))
     values["at"] = datetime.fromtimestamp(values["at"], UTC)
     values["tags"] = tuple(values["tags"] or ())
+    values["other_costs"] = _other_costs(values.get("other_costs"))
     return UsageRecord(**values, status=0, outcome=INTERRUPTED, estimated=True)
+
+
+def _other_costs(parts: Any) -> tuple[tuple[str, str | None, int], ...]:
+    """A record's ``other_costs`` as JSON gave them back (lists), or none when absent (a
+    line of a version that did not split the cost). Raises ``ValueError``/``TypeError``
+    on a malformed one."""
+    if not parts:
+        return ()
+    return tuple(
+        [
+            (str(model), None if pool is None else str(pool), int(micro))
+            for model, pool, micro in parts
+        ]
+    )
 
 
 def decode(line: bytes) -> UsageRecord:
@@ -144,6 +166,7 @@ def _record_of(data: dict[str, Any]) -> UsageRecord:
     values = {k: v for k, v in data.items() if k in _FIELDS}
     values["at"] = datetime.fromisoformat(values["at"])
     values["tags"] = tuple(values.get("tags") or ())
+    values["other_costs"] = _other_costs(values.get("other_costs"))
     return UsageRecord(**values)
 
 
@@ -165,7 +188,7 @@ def _lines(paths: Sequence[Path], intents: bool) -> Iterator[Any]:
 
 def _entry_key(entry: Any) -> tuple[str, int] | None:
     """(request id, attempts) of a parsed entry; None when it is not one."""
-    if isinstance(entry, list) and len(entry) == len(ENTRY_FIELDS):
+    if isinstance(entry, list) and len(entry) in _LENGTHS:
         request_id, attempts = entry[0], entry[_ATTEMPTS]
         if isinstance(request_id, str) and isinstance(attempts, int):
             return request_id, attempts

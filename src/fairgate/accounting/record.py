@@ -32,6 +32,14 @@ class UsageRecord:
     upstream attempts, retries and fallbacks included. ``client_addr`` is the
     client's address as resolved through trusted proxies
     (``fairgate.core.client_addr``; empty when unknown).
+
+    ``other_costs`` is the part of ``cost_micro`` charged to models other than
+    ``model``: one ``(model, pool, cost_micro)`` per other model whose engine took an
+    attempt and never answered (a timeout, a broken connection) before ``model``
+    served, its reservations at its own prices, as its per-model budgets were
+    charged. ``model`` keeps the rest; empty (the common case) when ``model`` was
+    charged the whole. Tokens, the request and its ``estimated`` flag stay with
+    ``model``.
     """
 
     request_id: str
@@ -56,6 +64,7 @@ class UsageRecord:
     total_ms: int = 0
     attempts: int = 0
     client_addr: str = ""
+    other_costs: tuple[tuple[str, str | None, int], ...] = ()
 
     @property
     def cost(self) -> Money:

@@ -8,7 +8,9 @@ excluded, so October is ``2025-10-01`` to ``2025-11-01``. Groups are any of
 ``org, team, project, key, model, pool, tag``. A record has several tags: grouped
 by ``tag``, it counts once under each of its tags (once under an empty tag when
 it has none), so the rows' sums can exceed ``total``, which counts each record
-once.
+once. By ``model`` or ``pool``, the parts of a record's cost charged to other models
+(``UsageRecord.other_costs``) count under theirs, the rest and the request under the
+record's own (``fairgate.store.usage_records``): the rows still add up to ``total``.
 
 What an actor sees follows the tenancy rules for keys
 (``fairgate.tenancy.scope.Scope.keys_read``): proxy admins and viewers see every

@@ -57,8 +57,9 @@ class StoreUsageWriter:
     async def write(self, batch: Sequence[UsageRecord]) -> int:
         rows = [_row(record) for record in batch]
         tags = [_tags(record.tags) for record in batch]
+        costs = [_costs(r.other_costs) if r.other_costs else () for r in batch]
         async with self._store.write() as conn:
-            return await usage_records.insert_rows(conn, rows, tags)
+            return await usage_records.insert_rows(conn, rows, tags, costs)
 
 
 # Each column's length, by name: the row below is written out field by field (a record
@@ -113,6 +114,17 @@ def _row(r: UsageRecord) -> usage_records.Row:
 
 def _tags(tags: tuple[str, ...]) -> tuple[str, ...]:
     return tuple([t[:_TAG_LENGTH] if "\x00" not in t else _clean(t, _TAG_LENGTH) for t in tags])
+
+
+def _costs(parts: Sequence[usage_records.Cost]) -> list[usage_records.Cost]:
+    """A record's ``other_costs`` as stored: names cut and cleaned as the record's own, a
+    model named twice (cut to one name) counted once with both parts, none below zero."""
+    merged: dict[str, tuple[str | None, int]] = {}
+    for model, pool, micro in parts:
+        name = _clean(model, _MODEL)
+        before = merged.get(name, (None, 0))[1]
+        merged[name] = (_text("pool", pool), before + max(0, micro))
+    return [(model, pool, micro) for model, (pool, micro) in merged.items()]
 
 
 def _cleaned_row(r: UsageRecord) -> usage_records.Row:
