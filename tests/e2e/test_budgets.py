@@ -248,6 +248,53 @@ def test_an_expensive_attempt_that_timed_out_is_charged_at_its_own_prices(
     assert row == ("small", 2, 200, 1, 100 * 1000 + 100)
 
 
+def test_the_dear_attempt_stays_the_dear_models_in_the_records(
+    tmp_path: Path, start_sim: StartSim
+) -> None:
+    """As above, ``big`` timed out and ``small`` answered; then the gateway restarts on the
+    memory back end with no snapshot of its counters, so each budget is seeded from the
+    usage records. big's own budget is seeded with big's charge and small's with small's
+    alone, and the spend report by model shows the same split. Before, the record said
+    only ``small``: big's budget came back empty and small's held big's charge too."""
+    slow = start_sim("--model", "big", "--tokens-per-second", "10", "--ttft", "0")
+    fast = start_sim("--model", "small", "--speed", "0")
+    dear = {"input_per_mtok": 0.0, "output_per_mtok": 1000.0}
+    config = configure(
+        tmp_path,
+        [model("big", slow, cost=dear, fallbacks=["small"]), model("small", fast, cost=PRICES)],
+        budgets=[("team:t", 10**9), ("team:t", 10**9, "big"), ("team:t", 10**9, "small")],
+        limits_section={"headers_timeout": "1s"},
+        state={"backend": "memory"},
+        master_key_file=master_key(tmp_path),
+    )
+    charged = {None: 100 * 1000 + 100, "big": 100 * 1000, "small": 100}
+
+    def spent(gateway: GatewayProcess) -> dict[str | None, int]:
+        me = httpx.get(gateway.url + "/me", headers=AUTH, timeout=10).json()
+        return {budget["model"]: budget["spent_micro"] for budget in me["budgets"]}
+
+    with GatewayProcess(config) as gateway:
+        answer = httpx.post(
+            gateway.url + "/v1/chat/completions",
+            headers={**AUTH, "content-type": "application/json"},
+            content=chat_body(stream=False, max_tokens=100, model="big"),
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["model"] == "small"
+        total = written(gateway, 1)
+        report = spend(gateway, "model").json()
+        assert spent(gateway) == charged  # as charged at the time
+    by_model = {row["model"]: (row["requests"], row["cost_micro"]) for row in report["data"]}
+    # the request once, under the model that answered; big's charge under big
+    assert by_model == {"big": (0, 100 * 1000), "small": (1, 100)}
+    assert (total["requests"], total["cost_micro"]) == (1, charged[None])
+    with sqlite3.connect(tmp_path / "fairgate.db") as db:
+        db.execute("DELETE FROM counter_snapshots")  # a restart with no snapshot to restore
+    with GatewayProcess(config) as gateway:
+        assert spent(gateway) == charged  # seeded from the records
+
+
 def test_retries_after_unanswered_attempts_keep_a_budget_within_one_reservation(
     tmp_path: Path, start_sim: StartSim, state: dict[str, Any]
 ) -> None:

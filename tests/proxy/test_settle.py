@@ -15,6 +15,7 @@ import pytest
 from tests.proxy.stages import Stages
 
 from fairgate.accounting import Prices, UsageRecord
+from fairgate.accounting.journal import ENTRY_FIELDS, entry_record
 from fairgate.core.clock import SystemClock
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
@@ -154,6 +155,8 @@ async def test_an_unanswered_attempt_is_priced_at_the_model_it_tried_and_on_its_
     assert record.cost == ex.cost == lost + served == await books.spent()
     assert await books.spent(DEAR) == lost
     assert (record.model, record.prompt_tokens, record.completion_tokens) == ("m", 2_000, 70)
+    # the record keeps the split its budgets were charged: the dear part under dear
+    assert record.other_costs == (("dear", None, lost.micro),)
 
 
 async def test_attempts_on_two_models_none_answered_are_each_priced_at_their_own(
@@ -169,6 +172,40 @@ async def test_attempts_on_two_models_none_answered_are_each_priced_at_their_own
     assert ex.cost == PRICES["m"].cost_of(one) + PRICES["dear"].cost_of(one)
     assert await books.spent() == ex.cost == books.records[0].cost
     assert await books.spent(DEAR) == PRICES["dear"].cost_of(one)
+    assert books.records[0].model == "m"
+    assert books.records[0].other_costs == (("dear", None, PRICES["dear"].cost_of(one).micro),)
+
+
+def test_a_write_ahead_entry_after_an_unanswered_attempt_keeps_the_split() -> None:
+    """The process may die during the fallback's attempt: the entry it journals before
+    it charges the dear attempt to dear, as the record would."""
+    entries: list[tuple[object, ...]] = []
+
+    def intend(entry: tuple[object, ...], previous: int | None) -> int:
+        entries.append(entry)
+        return len(entries)
+
+    records = RecordBuilder(lambda r: True, {"m": "small", "dear": "big"}, intend=intend)
+    settler = Settler(GatewayMetrics(), prices=PRICES, intend=records.intend)
+    ex = exchange(body=4_000, max_tokens=50)
+    settler.intend(ex, "dear", "r0")
+    ex.unanswered = ("dear",)
+    settler.intend(ex, "m", "r1")
+    one = Reservation(1_000, 50).usage()
+    first, second = (entry_record(e) for e in entries)
+    assert (first.model, first.cost_micro, first.other_costs) == (
+        "dear",
+        PRICES["dear"].cost_of(one).micro,
+        (),
+    )
+    dear = PRICES["dear"].cost_of(one).micro
+    assert (second.model, second.pool, second.cost_micro, second.other_costs) == (
+        "m",
+        "small",
+        PRICES["m"].cost_of(one).micro + dear,
+        (("dear", "big", dear),),
+    )
+    assert len(entries[0]) == len(ENTRY_FIELDS) - 1  # none to split: read by earlier versions
 
 
 async def test_a_request_that_reached_no_engine_gives_its_estimate_back(store: Any) -> None:

@@ -85,6 +85,7 @@ class RecordBuilder:
                 total_ms=round((finished - ex.started) * 1000),
                 attempts=ex.attempts,
                 client_addr=ex.client,
+                other_costs=() if ex.costs is None else self._others(ex.model, ex.costs),
             )
         )
         intent = ex.intent
@@ -92,14 +93,33 @@ class RecordBuilder:
             ex.intent = None
             self._retire(intent)
 
-    def intend(self, ex: Exchange, model: str, replica: str, usage: Usage, cost: Money) -> None:
+    def _others(
+        self, model: str, costs: Mapping[str, Money]
+    ) -> tuple[tuple[str, str | None, int], ...]:
+        """The parts of ``costs`` (per model) charged to models other than ``model``, as a
+        record's ``other_costs``; nothing for a part that cost nothing."""
+        return tuple(
+            [(m, self._pools.get(m), c.micro) for m, c in costs.items() if m != model and c.micro]
+        )
+
+    def intend(
+        self,
+        ex: Exchange,
+        model: str,
+        replica: str,
+        usage: Usage,
+        cost: Money,
+        costs: Mapping[str, Money] | None = None,
+    ) -> None:
         """Journal what ``ex`` owes if the process dies before it ends: ``usage`` (its
-        reservation) at ``cost``, served by ``model`` on ``replica``. The entry is the
-        values of ``accounting.journal.ENTRY_FIELDS``, in their order."""
+        reservation) at ``cost``, served by ``model`` on ``replica``, ``costs`` its split
+        per model when earlier attempts on other models went unanswered. The entry is the
+        values of ``accounting.journal.ENTRY_FIELDS``, in their order (the last,
+        ``other_costs``, only when there are any: an entry without it reads as before)."""
         principal = ex.principal
         if principal is None or self._intend is None:
             return
-        entry = (
+        entry: tuple[object, ...] = (
             ex.request_id,
             time.time(),
             principal.key_id,
@@ -118,4 +138,6 @@ class RecordBuilder:
             ex.attempts,
             ex.client,
         )
+        if costs is not None and (others := self._others(model, costs)):
+            entry += (others,)
         ex.intent = self._intend(entry, ex.intent)

@@ -73,7 +73,8 @@ class Settler:
         prices: Mapping[str, Prices] | None = None,
         leave: Sequence[Callable[[Ticket, Exchange], Awaitable[None]]] = (),
         record: Callable[[Exchange], None] | None = None,
-        intend: Callable[[Exchange, str, str, Usage, Money], None] | None = None,
+        intend: Callable[[Exchange, str, str, Usage, Money, Mapping[str, Money] | None], None]
+        | None = None,
     ) -> None:
         self._m = metrics
         self._prices: Mapping[str, Prices] = {} if prices is None else prices
@@ -112,7 +113,7 @@ class Settler:
     def intend(self, ex: Exchange, model: str, replica: str) -> None:
         """An attempt of ``ex`` on ``model`` at ``replica`` is about to reach the engine:
         journal what the request would be charged if the process died now (the module
-        text). Never raises."""
+        text), split per model when earlier attempts went unanswered. Never raises."""
         reservation = ex.reservation
         if self._intend is None or reservation is None:
             return
@@ -120,13 +121,15 @@ class Settler:
         try:
             if ex.unanswered:  # each earlier attempt at the prices of the model it tried
                 one = reservation.usage()
-                cost = self._cost(model, one)
+                costs = {model: self._cost(model, one)}
                 for tried in ex.unanswered:
-                    cost += self._cost(tried, one)
+                    cost = self._cost(tried, one)
+                    costs[tried] = costs[tried] + cost if tried in costs else cost
+                self._intend(ex, model, replica, usage, sum(costs.values(), _FREE), costs)
             else:
                 prices = self._prices.get(model)
                 cost = prices.cost_of(usage) if prices is not None else _FREE
-            self._intend(ex, model, replica, usage, cost)
+                self._intend(ex, model, replica, usage, cost, None)
         except Exception:  # never let accounting break the request; the record still comes
             log.exception("could not journal the write-ahead entry of %s", ex.request_id)
 
