@@ -148,6 +148,11 @@ async def test_the_metrics_token_opens_metrics_anywhere_and_a_wrong_one_is_a_fai
         assert (await scraper.get("/metrics", headers=good)).status_code == 200
         # and the failures were the scraper's network's, not its neighbour's
         assert (await neighbour.get("/metrics", headers=bad)).status_code == 401
+    # each 401 wrote its auth.failed event, without the token; the 429s wrote none
+    events = await door.tenancy.audit.list(Actor.operator("test"), action="auth.failed")
+    assert sorted(e.remote or "" for e in events) == ["192.0.2.10"] + ["192.0.2.9"] * 3
+    for event in events:
+        assert "not-the-token" not in str(event) and METRICS_TOKEN not in str(event)
     async with door.client("127.0.0.1") as local:
         assert (await local.get("/metrics")).status_code == 200  # loopback needs no token
         # and an allowed network is served whatever bearer it sends (an admin tool's)

@@ -160,6 +160,7 @@ def build_admin_app(
         rules=rules or RouteRules({}),
         guard=guard,
         metrics_token_sha256=metrics_token_sha256,
+        audit=tenancy.audit,
     )
     if metrics_token_changes is not None:
         metrics_token_changes.on_change(lambda token: door.set_metrics_token_sha256(sha256(token)))

@@ -14,7 +14,9 @@ and before any byte of its body is read:
    token>`` (when a ``metrics_token_file`` is set) is served; the token is
    compared as SHA-256 digests in constant time, before any failure limit, so
    a spray never locks the scraper out. Another bearer there is a failed
-   authentication in the admin listener's limiter: 401, or 429 past its limits.
+   authentication in the admin listener's limiter, as a wrong admin credential is:
+   401 and one ``auth.failed`` audit event (its reason, the address; never the
+   bearer) while the network is within its limits, 429 and no event past them.
 4. Everything else gets the one 403 every class gives; the log says which
    class refused whom.
 """
@@ -30,6 +32,7 @@ from fairgate.auth.secrets import bearer_credential, constant_time_equal, sha256
 from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.errors import GatewayError, RateLimited, Unauthorized
 from fairgate.core.route_classes import RouteRules, admin_class, refusal
+from fairgate.tenancy.audit import Audit
 
 __all__ = ["AdminDoor"]
 
@@ -40,7 +43,8 @@ class AdminDoor:
     """ASGI middleware applying the admin listener's network rules (see the module's docstring).
 
     ``metrics_token_sha256`` None: no metrics token, ``/metrics`` follows its
-    class's networks only. ``guard`` is the admin listener's own.
+    class's networks only. ``guard`` is the admin listener's own; ``audit``, when
+    given, records each wrong metrics token counted within the limits.
     """
 
     def __init__(
@@ -51,12 +55,14 @@ class AdminDoor:
         rules: RouteRules,
         guard: AuthGuard,
         metrics_token_sha256: bytes | None = None,
+        audit: Audit | None = None,
     ) -> None:
         self.app = app
         self._clients = clients
         self._rules = rules
         self._guard = guard
         self._token = metrics_token_sha256
+        self._audit = audit
 
     def set_metrics_token_sha256(self, digest: bytes) -> None:
         """Accept another metrics token from now on (one rotated in a vault)."""
@@ -81,19 +87,25 @@ class AdminDoor:
                 if constant_time_equal(sha256(presented), self._token):
                     await self.app(scope, receive, send)
                 else:
-                    await _answer(send, self._wrong_token(address))
+                    await _answer(send, await self._wrong_token(address))
                 return
         log.info("refused %s from %s: not in routes.%s.allow", scope["path"], address, route_class)
         await _answer(send, refusal())
 
-    def _wrong_token(self, address: str) -> GatewayError:
+    async def _wrong_token(self, address: str) -> GatewayError:
+        """A failure like a wrong admin credential (``admin.authn``): counted, and audited
+        only within the limits, so a spray cannot fill the audit log."""
         log.info("refused /metrics from %s: not the metrics token", address)
-        wait = self._guard.invalid(address, looked_up=False)
+        wait = await self._guard.failed(address, looked_up=False)
         if wait is not None:
             return RateLimited(
                 "too many failed authentications; retry later",
                 code="auth_rate_limited",
                 retry_after=wait,
+            )
+        if self._audit is not None:
+            await self._audit.failed_authentication(
+                remote=address, reason="metrics: not the metrics token"
             )
         return Unauthorized("invalid metrics credential", code="invalid_metrics_credential")
 
