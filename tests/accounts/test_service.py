@@ -388,3 +388,39 @@ async def test_a_sign_in_racing_a_suspension_leaves_no_session_for_the_re_approv
     await accounts.approve(OPERATOR, "ada@example.org", team="lab-nlp")
     async with store.read() as conn:  # no row was written
         assert (await conn.execute(select(web_sessions.c.id_sha256))).all() == []
+
+
+async def test_re_approval_into_another_team_leaves_no_role_in_the_old_one(
+    parts: AccountsParts, tenancy: Tenancy
+) -> None:
+    # the member binding on lab-nlp stayed: the person moved to lab-cv by an admin kept
+    # making keys in the team they were moved out of
+    await parts.accounts.sign_up(EMAIL, PASSWORD)
+    await parts.accounts.approve(OPERATOR, EMAIL, team="lab-nlp")
+    await tenancy.roles.grant(OPERATOR, user=EMAIL, role="viewer", team="lab-nlp")
+    await parts.accounts.suspend(OPERATOR, EMAIL)
+    account = await parts.accounts.approve(OPERATOR, EMAIL, team="lab-cv")
+    assert account.team == "lab-cv"
+    bindings = await tenancy.roles.list(OPERATOR, user=EMAIL)
+    assert [(b.role, b.scope) for b in bindings] == [("member", "lab-cv")]
+    actor = await parts.accounts.actor(account)
+    with pytest.raises(NotFound):
+        await tenancy.keys.create(actor, team="lab-nlp")
+    assert (await tenancy.keys.create(actor, team="lab-cv")).key.owner == EMAIL
+    revoked = await tenancy.audit.list(OPERATOR, action="role.revoked")
+    assert {e.detail["role"] for e in revoked if e.detail} == {"member", "viewer"}
+
+
+async def test_re_approval_into_the_same_team_with_another_role_holds_only_that_role(
+    parts: AccountsParts, tenancy: Tenancy
+) -> None:
+    await parts.accounts.sign_up(EMAIL, PASSWORD)
+    await parts.accounts.approve(OPERATOR, EMAIL, team="lab-nlp", role="team_admin")
+    await parts.accounts.suspend(OPERATOR, EMAIL)
+    await parts.accounts.approve(OPERATOR, EMAIL, team="lab-nlp", role="member")
+    bindings = await tenancy.roles.list(OPERATOR, user=EMAIL)
+    assert [(b.role, b.scope) for b in bindings] == [("member", "lab-nlp")]
+    # and the same role in the same team is kept, not revoked and granted again
+    await parts.accounts.suspend(OPERATOR, EMAIL)
+    await parts.accounts.approve(OPERATOR, EMAIL, team="lab-nlp", role="member")
+    assert [b.role for b in await tenancy.roles.list(OPERATOR, user=EMAIL)] == ["member"]

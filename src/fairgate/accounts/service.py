@@ -141,6 +141,10 @@ class Accounts:
 
         The user named after the address is created in the team's organisation and
         granted the role through the tenancy services (the actor's rights apply).
+        A suspended account re-approved leaves its former team: every role its user
+        holds on the team it was approved into before, other than ``role`` on
+        ``team``, is revoked first (before the user is enabled again), so an account
+        moved to another team, or given another role, keeps no access it had there.
         NotFound for an unknown address or team, Conflict for an active account or a
         user of that name that is not the account's, Forbidden beyond the actor's rights.
         """
@@ -168,6 +172,7 @@ class Accounts:
                     conn, row.id, state=row.state, now=self._now(), user_id=user_id
                 )
         else:
+            await self._leave_team(actor, row, keep=(role, found.id))
             await self._tenancy.users.enable(actor, row.email)
         with contextlib.suppress(Conflict):  # re-approved into a team it is bound to already
             await self._tenancy.roles.grant(actor, user=row.email, role=role, team=team)
@@ -238,6 +243,22 @@ class Accounts:
         if row is None:
             raise NotFound(f"no account for {address}", code="account_not_found")
         return row
+
+    async def _leave_team(self, actor: Actor, row: AccountRow, *, keep: tuple[str, int]) -> None:
+        """Revoke the roles the account's user holds on its former team (``row.team_id``),
+        all but ``keep`` (role, team id): a re-approval moves the account, it does not
+        add a team to the one it had. Each revocation is the admin API's (its rights,
+        its ``role.revoked`` audit event)."""
+        if row.team_id is None:
+            return
+        for binding in await self._tenancy.roles.list(actor, user=row.email):
+            if binding.scope_kind != "team" or binding.scope_id != row.team_id:
+                continue
+            if (binding.role, binding.scope_id) == keep:
+                continue
+            await self._tenancy.roles.revoke(
+                actor, user=row.email, role=binding.role, team=binding.scope
+            )
 
     async def _may_remove(self, actor: Actor, row: AccountRow) -> None:
         if row.user_id is not None:

@@ -77,7 +77,8 @@ def approve(
     as_json: Json = False,
 ) -> None:
     """Approve a pending (or suspended) account into a team; the person can then sign in
-    and create keys there. An unknown address or team is refused."""
+    and create keys there. A suspended account loses the roles it held on its former
+    team. An unknown address or team is refused."""
     account = _run(config, lambda a, actor: a.approve(actor, email, team=team, role=role))
     show([account], _COLUMNS, as_json=as_json, title="account approved")
 
