@@ -189,3 +189,33 @@ async def test_an_account_session_from_the_web_pages_opens_nothing_here(board: B
     opened = await accounts.sign_in(email, password, network="127.0.0.1")
     answer = await _get(board, "/admin/dashboard", opened.cookie_value)
     assert answer.status_code == 303 and answer.headers["location"] == "/admin/signin"
+
+
+async def _account_session(board: Board) -> str:
+    """A web front door session's cookie value (the front door's cookie has this name too)."""
+    accounts = board.gateway.accounts
+    if not await accounts.list():
+        await accounts.sign_up("ada@example.org", "a long passphrase here")
+        await accounts.approve(OPERATOR, "ada@example.org", team="t")
+    opened = await accounts.sign_in("ada@example.org", "a long passphrase here", network="1.2.3.4")
+    assert await board.gateway.sessions.resolve(opened.cookie_value) is not None
+    return opened.cookie_value
+
+
+async def test_a_dashboard_sign_in_or_out_ends_the_front_door_session_its_cookie_named(
+    board: Board,
+) -> None:
+    # one cookie name for both kinds: the dashboard's sign-in replaced the browser's front
+    # door cookie, and its sign-out deleted it, but the account's session stayed open in
+    # the store until its timeout (a copy of the cookie still opened /account)
+    sessions = board.gateway.sessions
+    web = await _account_session(board)
+    signed = await _sign_in(board, MASTER, **_as(web))
+    assert signed.status_code == 303
+    assert await sessions.resolve(web) is None
+    assert await sessions.resolve(_cookie(signed)) is not None
+
+    web = await _account_session(board)
+    out = await board.admin.post("/admin/signout", content="csrf=x", headers={**FORM, **_as(web)})
+    assert out.status_code == 303 and f"{COOKIE}=" in out.headers["set-cookie"]
+    assert await sessions.resolve(web) is None

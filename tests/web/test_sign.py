@@ -265,3 +265,16 @@ async def test_sign_up_form_carries_no_session(start_web: StartWeb) -> None:
     )
     assert page.status_code == 200
     assert COOKIE not in web.client.cookies
+
+
+async def test_sign_out_ends_a_dashboard_session_its_cookie_names(start_web: StartWeb) -> None:
+    # the dashboard's admin sessions share the cookie's name: the front door's sign-out
+    # deleted such a cookie in the browser but left its session open in the store
+    web = await start_web()
+    admin = await web.gateway.sessions.open_admin("operator:tests", None)
+    assert await web.gateway.sessions.resolve(admin.cookie_value) is not None
+    async with client_of(web.gateway) as browser:
+        browser.cookies.set(COOKIE, admin.cookie_value, domain="gateway.test")
+        out = await browser.post("/signout", data={"csrf": "x"}, headers=SAME_ORIGIN)
+    assert out.status_code == 303
+    assert await web.gateway.sessions.resolve(admin.cookie_value) is None

@@ -10,7 +10,8 @@ limits; 503 with ``Retry-After`` when the verification pool is full. A
 successful sign-in closes any session the browser had, opens a new one (a new
 id: a planted cookie is worthless) and redirects to ``/account`` (303).
 Sign-out closes the session in the store at once; the old cookie opens nothing
-after it.
+after it. The dashboard's admin sessions share the cookie's name: a sign-out here
+with a cookie that names one closes it too, since the browser drops the cookie.
 
 The signed-out forms carry a browser-bound token (``fairgate.web.csrf``);
 sign-out carries the session's. Every POST is refused when the browser marks
@@ -145,6 +146,10 @@ class SignPages:
         if visitor is not None:
             self._visitors.check_form(request, visitor, form)
             await self._sessions.close(visitor.cookie_value)
+        elif (cookie := request.cookies.get(COOKIE)) is not None:
+            # the cookie names another kind of session (the dashboard's shares its name):
+            # the browser drops it now, so the store ends it now too
+            await self._sessions.close(cookie)
         answer = RedirectResponse("/", status_code=303)
         clear_session_cookie(answer)
         return answer

@@ -15,7 +15,10 @@ Success opens an admin session (``Sessions.open_admin``: a fresh id, stored
 as its hash) in the ``__Host-fairgate-session`` cookie: Secure, HttpOnly,
 SameSite=Strict, Path=/, expiring with the session's lifetime. Sign-out needs
 the session's CSRF token (in the page's sign-out form) and ends the session in
-the store at once, so the old cookie is dead; a single sign-on session's sign-out
+the store at once, so the old cookie is dead. The web front door's account sessions
+share the cookie's name: a sign-in here closes the session the browser's cookie named
+before, whatever its kind, and a sign-out closes an account's session the cookie
+names too, since the browser drops it either way; a single sign-on session's sign-out
 answers a page linking to the provider's end-session URL (``end_session``), since
 the gateway's session ending does not end the provider's. Both forms are refused from
 another site (``fairgate.admin.dashboard.origin``).
@@ -84,6 +87,9 @@ def signin_router(pages: Pages, access: Access, end_session: EndSession | None =
             if actor.user_id is None:  # the master key: the session dies with this key
                 name = access.master_key_session_name() or name
             opened = await sessions.open_admin(name, actor.user_id)
+            old = request.cookies.get(COOKIE)
+            if old is not None:  # of any kind: the new cookie replaces it in the browser
+                await sessions.close(old)
         except Unauthorized:
             return form(401, "That key was not accepted.")
         except GatewayError as exc:
@@ -121,6 +127,8 @@ def signin_router(pages: Pages, access: Access, end_session: EndSession | None =
                     log.info("dashboard: sign-out refused: no valid form token")
                     return error_page(pages, Forbidden("sign out from this page", code="csrf"))
                 assert cookie is not None
+                await sessions.close(cookie)
+            elif cookie is not None:  # a web account's session (one cookie name): dropped too
                 await sessions.close(cookie)
         except StoreUnavailable as exc:
             log.error("dashboard: sign-out: the store is unavailable: %s", exc)

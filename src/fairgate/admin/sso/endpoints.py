@@ -113,6 +113,9 @@ def sso_router(client: SsoClient, actors: SsoActors, access: Access, pages: Page
                 id_token_hint=signed_in.id_token,
                 lifetime=config.session_ttl,
             )
+            old = request.cookies.get(COOKIE)
+            if old is not None:  # of any kind (one cookie name): replaced in the browser
+                await sessions.close(old)
         except LoginFailed as exc:
             log.info("sso: callback from %s refused: %s", remote, exc.reason)
             return _refused(pages, Unauthorized("the sign-in was not completed", code="sso_failed"))
