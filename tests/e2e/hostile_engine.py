@@ -30,6 +30,9 @@ message's content; the key echoed is the one the gateway presented in
     usage-twice            a stream of 10 tokens reporting usage 7 + 10, then 7 + 1
     usage-after-done       a stream of 10 tokens reporting usage 7 + 10, ``[DONE]``, then
                            usage 7 + 1 in the same write
+    events-after-done      a stream of 3 tokens reporting usage 7 + 3, ``[DONE]``, then in
+                           the same write and in a later one: a token ``leaked``, an error
+                           event, a usage of 7 + 1 and a second ``[DONE]``
 """
 
 from __future__ import annotations
@@ -144,6 +147,32 @@ async def _usage_twice(request: web.Request, after_done: bool) -> web.StreamResp
     return response
 
 
+async def _events_after_done(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+
+    def event(body: object) -> bytes:
+        return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+    def token(text: str) -> bytes:
+        return event({"choices": [{"index": 0, "delta": {"content": text}}]})
+
+    usage = {"prompt_tokens": 7, "completion_tokens": 3}
+    for _ in range(3):
+        await response.write(token("tok "))
+    done = b"data: [DONE]\n\n"
+    after = (
+        token("leaked")
+        + event({"error": {"message": "late", "type": "server_error"}})
+        + event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1}})
+        + done
+    )
+    await response.write(event({"choices": [], "usage": usage}) + done + after)
+    await response.write(after)
+    await response.write_eof()
+    return response
+
+
 async def chat(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     mode = body["messages"][0]["content"]
@@ -186,6 +215,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
         return response
     if mode == "bomb":
         return _plain(200, BOMB, "gzip")
+    if mode == "events-after-done":
+        return await _events_after_done(request)
     if mode in ("usage-twice", "usage-after-done"):
         return await _usage_twice(request, mode == "usage-after-done")
     if mode.startswith("usage-"):

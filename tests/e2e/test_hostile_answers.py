@@ -256,3 +256,21 @@ def test_a_later_smaller_usage_report_does_not_lower_the_charge(tmp_path: Path) 
     for mode, answer in answers.items():
         assert answer.status == 200, (mode, answer.body)
         assert rows[answer.header("x-request-id")] == [200, 7, 10, 0], mode
+
+
+def test_nothing_an_engine_sends_after_done_reaches_the_client(tmp_path: Path) -> None:
+    # a token, an error event, a usage and a second [DONE] after the first [DONE], in its
+    # write and in a later one, were all relayed: the client's stream went on past its end
+    with ExitStack() as stack:
+        engine = stack.enter_context(hostile_engine())
+        gateway = start(tmp_path, engine, stack)
+        answer = ask(gateway, "events-after-done", stream=True)
+        assert gateway.stop() == 0
+    assert answer.status == 200, answer.body
+    assert answer.body.endswith(b"data: [DONE]\n\n")
+    assert answer.body.count(b"[DONE]") == 1
+    assert b"leaked" not in answer.body
+    assert b"error" not in answer.body
+    assert answer.body.count(b"tok ") == 3
+    # charged the engine's report before [DONE], not estimated
+    assert records(tmp_path)[answer.header("x-request-id")] == [200, 7, 3, 0]

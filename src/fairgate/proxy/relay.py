@@ -5,7 +5,9 @@ for a stream — its first event, or — for a plain answer — its whole body.
 Until then nothing has reached the client, so a failure is an ``AttemptFailed``
 the pipeline may retry on another replica or a fallback model. Once the relay
 starts writing, the answer is committed: a later failure ends the stream with
-an error event and no ``[DONE]``, and is recorded as truncated.
+an error event and no ``[DONE]``, and is recorded as truncated. A stream's
+``[DONE]`` ends the client's stream: whatever the engine sends after it is
+neither relayed nor read for usage or errors (``Relay._drain``).
 
 Nothing relayed holds the replica's internal key (``proxy.encoding``): a plain
 answer is checked whole (decompressed, within ``max_response_bytes``, when it is
@@ -59,6 +61,9 @@ __all__ = ["AttemptFailed", "Deadlines", "Opened", "Relay", "SlowReader", "Targe
 log = logging.getLogger("fairgate.proxy")
 
 _RETRY_STATUSES = frozenset({502, 503, 504})
+_DRAIN_BYTES = 64 * 1024
+"""What an engine may send after a stream's ``[DONE]`` (dropped) before its connection is
+closed rather than kept: a chunked answer's end is 5 bytes."""
 _SSE = b"text/event-stream"
 
 
@@ -401,7 +406,7 @@ class Relay:
         key = opened.key
         watch = self._responses if ex.endpoint == RESPONSES_ROUTE else None
         splitter = SseSplitter()
-        terminal = completed = False
+        terminal = completed = done = ended_client = False
         headers = [
             (b"content-type", opened.content_type),
             (b"cache-control", b"no-cache"),
@@ -426,7 +431,7 @@ class Relay:
                         ex.content_events += events
                         body = scrub(chunk, key)
                     else:
-                        body, ended, watch = await self._events(
+                        body, ended, done, watch = await self._events(
                             ex, splitter, chunk, key, watch, dog, strip_usage=strip_usage
                         )
                         terminal = terminal or ended
@@ -441,6 +446,8 @@ class Relay:
                             if dog.expired():
                                 raise SlowReader() from None
                             raise
+                    if done:  # the client's stream ends here: nothing after it is relayed
+                        break
                     start = time.monotonic()
                     at = start + idle
                     dog.move(at if at < end else end)
@@ -460,6 +467,12 @@ class Relay:
                 if not terminal and ex.outcome == Outcome.OK:
                     ex.outcome, ex.reason = Outcome.TRUNCATED, "engine_closed_stream"
                 completed = True
+                if done:
+                    # the client's stream ends at ``[DONE]``: what the engine sends after
+                    # it is only read, to keep its connection, never relayed
+                    ended_client = True
+                    await self._end(ex, send, dog)
+                    completed = await self._drain(ex, response, dog)
             except _StreamBroken as broken:
                 ex.outcome, ex.reason = broken.outcome, broken.reason
             finally:
@@ -469,9 +482,33 @@ class Relay:
                     response.release()
                 else:
                     response.close()  # cancels the engine's work: it sees the connection go
-            await self._end(ex, send, dog)
+            if not ended_client:
+                await self._end(ex, send, dog)
         finally:
             dog.stop()
+
+    async def _drain(self, ex: Exchange, response: UpstreamResponse, dog: Watchdog) -> bool:
+        """Whether the engine's answer ended within ``_DRAIN_BYTES`` after ``[DONE]`` and
+        before the idle (and total) deadline: then its connection can go back to the pool.
+        What arrives is dropped unread: it neither reaches the client nor changes the
+        charge (``docs/limits.md``). False closes the connection instead."""
+        left = _DRAIN_BYTES
+        end = ex.started + self.deadlines.total
+        while left >= 0:
+            at = time.monotonic() + self.deadlines.idle
+            dog.move(at if at < end else end)
+            try:
+                chunk = await response.read_chunk()
+            except asyncio.CancelledError:
+                if not dog.expired():
+                    raise
+                return False
+            except (UpstreamError, OSError, ValueError):
+                return False
+            if not chunk:
+                return True
+            left -= len(chunk)
+        return False
 
     async def _events(
         self,
@@ -483,11 +520,13 @@ class Relay:
         dog: Watchdog,
         *,
         strip_usage: bool,
-    ) -> tuple[bytes, bool, ResponseScope | None]:
+    ) -> tuple[bytes, bool, bool, ResponseScope | None]:
         """A chunk split into events and each taken for what it is: (what to relay, whether
-        the stream's end was among them, the Responses API watch until it has its id)."""
+        the stream's end was among them, whether ``[DONE]`` was, the Responses API watch
+        until it has its id). Nothing after ``[DONE]`` is taken: not relayed, not read for
+        usage or errors."""
         out: list[bytes] = []
-        terminal = False
+        terminal = done = False
         try:
             pieces = splitter.feed(chunk)
         except ValueError:  # one event past the size bound: not an SSE stream we relay
@@ -534,7 +573,10 @@ class Relay:
                 watch = None
             # an event is whole here, so a key split across reads is caught
             out.append(scrub(raw, key))
-        return (out[0] if len(out) == 1 else b"".join(out)), terminal, watch
+            if kind == "done":
+                done = True
+                break
+        return (out[0] if len(out) == 1 else b"".join(out)), terminal, done, watch
 
     async def _end(self, ex: Exchange, send: Send, dog: Watchdog) -> None:
         """The stream's last message: an error event when it broke off (none after the
