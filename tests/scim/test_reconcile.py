@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete
+from sqlalchemy import delete, insert
 
 from fairgate.accounts import Sessions, SsoBinding
 from fairgate.config.scim import Scim, ScimGroup
@@ -15,6 +15,7 @@ from fairgate.config.secrets import SecretRef
 from fairgate.scim.reconcile import Reconciler
 from fairgate.store import Store, admin_tokens, audit_events, from_unix, role_bindings, scim, users
 from fairgate.store.tables import role_bindings as bindings_table
+from fairgate.store.tables import users as users_table
 from fairgate.tenancy import Actor, Tenancy
 from store.backends import FakeClock
 
@@ -45,6 +46,13 @@ async def _put(store: Store, rid: str, kind: str, name: str, **body: Any) -> Non
                 version=old.version,
                 now=now,
             )
+
+
+async def _variant(store: Store, name: str) -> None:
+    """A user whose name another holds in another case, as a store made before migration
+    0021 could hold one: without a ``name_key``."""
+    async with store.write() as conn:
+        await conn.execute(insert(users_table).values(name=name, created_at=from_unix(2)))
 
 
 async def _reconcile(store: Store) -> None:
@@ -213,11 +221,12 @@ async def test_a_case_only_rename_keeps_the_user_and_a_disable_by_hand(
 async def test_a_namesake_in_another_case_does_not_undo_a_disable_by_hand(
     store: Store, tenancy: Tenancy
 ) -> None:
-    """SCIM provisions ``Bob`` beside a hand-made ``bob`` (the admin API refuses a name
-    taken in another case, SCIM's provider decides its own). An administrator disables
-    ``Bob`` and enables ``bob``; matching the audit log without case took the latest of
-    the two, and SCIM enabled ``Bob`` again."""
+    """SCIM adopts ``Bob`` beside a hand-made ``bob`` (case variants a store made before
+    migration 0021 may hold). An administrator disables ``Bob`` and enables ``bob``;
+    matching the audit log without case took the latest of the two, and SCIM enabled
+    ``Bob`` again."""
     await tenancy.users.create(OP, "bob")
+    await _variant(store, "Bob")
     await _put(store, "u1", "User", "Bob")
     await _reconcile(store)
     await tenancy.users.disable(OP, "Bob")
@@ -239,8 +248,7 @@ async def test_a_later_holder_of_an_earlier_name_does_not_decide_for_the_renamed
     await _put(store, "u1", "User", "Ada")
     await _reconcile(store)
     await tenancy.users.disable(OP, "Ada")
-    async with store.write() as conn:
-        await users.insert_user(conn, name="ada", org_id=None, now=from_unix(2))
+    await _variant(store, "ada")
     await tenancy.users.disable(OP, "ada")
     await tenancy.users.enable(OP, "ada")
     await _reconcile(store)
@@ -265,3 +273,18 @@ async def test_deactivation_audits_each_admin_token_it_revokes(
     assert left == []
     assert sorted(e.target for e in events) == sorted(f"admin_token:{m.token.id}" for m in made)
     assert all(e.actor == "system:scim" and e.detail["user"] == "ann" for e in events)
+
+
+async def test_scim_provisions_no_case_variant_of_a_user_made_by_hand(
+    store: Store, tenancy: Tenancy
+) -> None:
+    """SCIM created ``Bob`` beside a hand-made ``bob``: two users of one name in any case,
+    which the admin API refuses. It is now left unprovisioned (and the store would refuse
+    it), the hand-made user untouched and not adopted."""
+    await tenancy.users.create(OP, "bob")
+    await _put(store, "u1", "User", "Bob")
+    await _reconcile(store)
+    async with store.read() as conn:
+        assert await users.by_name(conn, "Bob") is None
+        assert [u.name for u in await users.list_users(conn)] == ["bob"]
+        assert await scim.managed_users(conn) == {}

@@ -18,12 +18,14 @@ from sqlalchemy.engine import Connection
 
 from fairgate.store import (
     Store,
+    StoreConflict,
     audit_events,
     current_revision,
     head_revision,
     tables,
     upgrade,
     usage_records,
+    users,
 )
 from fairgate.store.audit_chain import ChainHead, first_break
 from fairgate.store.tables import metadata
@@ -199,3 +201,41 @@ async def test_records_written_before_0020_read_as_charged_whole_to_their_model(
         )
     by_model = {r.groups: (r.requests, r.cost_micro) for r in rows}
     assert by_model == {("cheap",): (2, 1_030 + 30), ("dear",): (0, 1_000)}
+
+
+_USERS_0020 = table(
+    "users",
+    column("name", String),
+    column("created_at", UtcDateTime),
+)
+
+
+async def test_upgrading_keys_names_in_any_case_and_keeps_the_variants_a_store_held(
+    empty_store: Store,
+) -> None:
+    """0021: a store holding ``alice`` and ``Alice`` (the check before an insert let a race
+    or SCIM make both) upgrades; the oldest of the two holds the lower-cased name, the
+    other none, and no new user of that name in any case can be written, even past the
+    check (two creations at once)."""
+    async with empty_store.write() as conn:
+        await conn.run_sync(_upgrade_to, "0020")
+        now = datetime.now(UTC)
+        for name in ("alice", "Alice", "bob"):
+            await conn.execute(insert(_USERS_0020).values(name=name, created_at=now))
+    await upgrade(empty_store)
+    async with empty_store.read() as conn:
+        rows = await conn.execute(text("SELECT name, name_key FROM users ORDER BY id"))
+        assert [tuple(row) for row in rows] == [
+            ("alice", "alice"),
+            ("Alice", None),
+            ("bob", "bob"),
+        ]
+    for name in ("ALICE", "Bob"):
+        with pytest.raises(StoreConflict, match="name_key"):
+            async with empty_store.write() as conn:
+                await users.insert_user(conn, name=name, org_id=None, now=now)
+    async with empty_store.write() as conn:
+        await users.insert_user(conn, name="Carol", org_id=None, now=now)
+    with pytest.raises(StoreConflict, match="name_key"):
+        async with empty_store.write() as conn:
+            await users.insert_user(conn, name="carol", org_id=None, now=now)

@@ -64,6 +64,7 @@ class Report:
     granted: int = 0
     removed: int = 0
     unknown_teams: set[str] = field(default_factory=set)
+    name_taken: set[str] = field(default_factory=set)  # userNames a user holds in another case
 
 
 class Reconciler:
@@ -132,6 +133,16 @@ class Reconciler:
             if user is None:
                 if not person.active:
                     continue  # an inactive newcomer needs no gateway user yet
+                if await users.namesake(conn, person.name):
+                    # a user made by hand holds the name in another case: names are
+                    # unique in any case (the store refuses the insert), and adopting
+                    # that user would hand SCIM someone it did not provision
+                    log.warning(
+                        "scim: %s not provisioned: a user of that name in another case exists",
+                        person.name,
+                    )
+                    report.name_taken.add(person.name)
+                    continue
                 user = await users.insert_user(conn, name=person.name, org_id=None, now=now)
                 report.created += 1
                 await _audit(conn, "user.created", now, person.name, {"by": "scim"})

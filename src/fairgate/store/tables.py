@@ -160,6 +160,9 @@ users = Table(
     Column("org_id", Integer, ForeignKey("orgs.id"), nullable=True, index=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("disabled_at", UtcDateTime, nullable=True),
+    # the name lower-cased: a name is unique in any case (migration 0021; NULL for a
+    # case variant made before it, kept as it was)
+    Column("name_key", String(NAME_LENGTH), nullable=True, unique=True),
 )
 
 keys = Table(

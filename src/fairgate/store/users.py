@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, func, insert, select, true, update
+from sqlalchemy import ColumnElement, case, func, insert, literal, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairgate.store.tables import admin_tokens, orgs, users
@@ -55,7 +55,9 @@ async def insert_user(
 ) -> User:
     user_id = (
         await conn.execute(
-            insert(users).values(name=name, org_id=org_id, created_at=now).returning(users.c.id)
+            insert(users)
+            .values(name=name, name_key=name.lower(), org_id=org_id, created_at=now)
+            .returning(users.c.id)
         )
     ).scalar_one()
     row = (await conn.execute(_QUERY.where(users.c.id == user_id))).one()
@@ -96,8 +98,10 @@ async def by_id(conn: AsyncConnection, user_id: int) -> User | None:
 
 
 async def rename(conn: AsyncConnection, user_id: int, name: str) -> None:
-    """Give a user another name, keeping its id (and so its bindings, keys and tokens)."""
-    await conn.execute(update(users).where(users.c.id == user_id).values(name=name))
+    """Give a user another name, keeping its id (and so its bindings, keys and tokens).
+    Its ``name_key`` follows, unless it has none (a case variant older than the key)."""
+    key = case((users.c.name_key.is_(None), None), else_=literal(name.lower()))
+    await conn.execute(update(users).where(users.c.id == user_id).values(name=name, name_key=key))
 
 
 async def disable(
