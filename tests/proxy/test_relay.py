@@ -254,6 +254,21 @@ async def test_a_whole_stream_is_charged_its_reported_usage(serve: Serve) -> Non
     assert ex.usage == Usage(7, 2)
 
 
+async def test_an_engine_that_holds_its_stream_open_after_done_cannot_hold_the_client(
+    serve: Serve,
+) -> None:
+    # the relay read on after [DONE] until the idle deadline, then wrote an error event
+    # after the client's [DONE] and recorded the stream as timed out
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}\n\n'
+    done = b"data: [DONE]\n\n"
+    engine = await serve(chunked_stream(content("a"), usage, done, content("late")), hold=True)
+    client, ex = await attempt(engine, exchange(stream=True), replace(DEADLINES, idle=0.5))
+    assert client.body == content("a") + usage + done
+    assert ex.outcome == Outcome.OK
+    charge(ex)
+    assert ex.usage == Usage(7, 2)
+
+
 async def test_an_engines_503_is_retried_elsewhere_and_its_answer_kept(serve: Serve) -> None:
     body = b'{"error":{"message":"overloaded"}}'
     with pytest.raises(AttemptFailed) as failed:
