@@ -2,7 +2,7 @@
 the machine does not move.
 
     python benchmarks/instructions.py [--state memory|redis] [--requests 300 1300]
-                                      [--src DIR ...]
+                                      [--stream N] [--src DIR ...]
 
 Why: on a shared machine the CPU time of the same code moves by a third from one run
 to the next (``cpu_profile.py`` measured 1,058–1,470 µs a request for one tree, minutes
@@ -21,6 +21,9 @@ and the ratio to the first tree. Under callgrind a request takes ~50 times its t
 so the time-driven work in the background (health checks, the change feed, the
 recorder's flushes) weighs a little more per request than in a real run; the same for
 every tree. Takes ~5 minutes per run of 1,300 requests on a 2-core machine.
+``--stream N`` measures streams of N content events instead of plain requests (sent
+without a gap between events: the relay's work, not its waiting); a stream costs far
+more than a plain request, so fewer (``--requests 100 400``) are enough.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def count(src: Path, state: str, requests: int, workdir: Path) -> tuple[int, int]:
+def count(src: Path, state: str, requests: int, workdir: Path, stream: int = 0) -> tuple[int, int]:
     """(instructions, requests served) of one ``cpu_profile.py`` run under callgrind."""
     out = workdir / f"callgrind.{os.getpid()}.{requests}.out"
     env = {**os.environ, "PYTHONPATH": str(src)}
@@ -52,6 +55,8 @@ def count(src: Path, state: str, requests: int, workdir: Path) -> tuple[int, int
         "--state",
         state,
     ]
+    if stream:
+        command += ["--stream", str(stream), "--gap", "0"]
     run = subprocess.run(command, cwd=HERE, env=env, capture_output=True, text=True, check=False)
     served = re.search(r"^(\d+) requests", run.stdout, re.MULTILINE)
     if run.returncode != 0 or served is None:
@@ -70,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         "--requests", type=int, nargs=2, default=(300, 1300), metavar=("SMALL", "LARGE")
     )
     parser.add_argument(
+        "--stream", type=int, default=0, metavar="N", help="streams of N events, not plain requests"
+    )
+    parser.add_argument(
         "--src", type=Path, nargs="+", default=[HERE.parent / "src"], help="trees to measure"
     )
     args = parser.parse_args(argv)
@@ -81,12 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     first = None
     with tempfile.TemporaryDirectory(prefix="fairgate-instructions-") as tmp:
         for src in args.src:
-            low, low_served = count(src.resolve(), args.state, small, Path(tmp))
-            high, high_served = count(src.resolve(), args.state, large, Path(tmp))
+            low, low_served = count(src.resolve(), args.state, small, Path(tmp), args.stream)
+            high, high_served = count(src.resolve(), args.state, large, Path(tmp), args.stream)
             per = (high - low) / (high_served - low_served)
             first = first or per
             print(
-                f"{src}: {per:,.0f} instructions a request ({args.state} state; "
+                f"{src}: {per:,.0f} instructions a {'stream' if args.stream else 'request'} "
+                f"({args.state} state; "
                 f"{high_served - low_served} requests apart), {per / first:.3f}x the first"
             )
             sys.stdout.flush()
