@@ -125,6 +125,18 @@ def read_until(sock: socket.socket, done: Callable[[bytes], bool], timeout: floa
     return received
 
 
+def answer_ended(answer: bytes) -> bool:
+    """Whether ``answer`` holds a whole HTTP/1.1 answer (chunked, or with a length)."""
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            return len(body) >= int(value)
+    return body.endswith(b"0\r\n\r\n")
+
+
 def read_to_end(sock: socket.socket, timeout: float) -> tuple[bytes, str]:
     """Everything until the connection ends: (bytes, "eof" | "reset" | "timeout")."""
     received = b""

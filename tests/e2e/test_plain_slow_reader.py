@@ -11,7 +11,16 @@ from dataclasses import dataclass
 
 import pytest
 from tests.e2e.conftest import model, write_config
-from tests.e2e.robust_wire import chat_body, connect, get, post, read_until, samples, until
+from tests.e2e.robust_wire import (
+    answer_ended,
+    chat_body,
+    connect,
+    get,
+    post,
+    read_until,
+    samples,
+    until,
+)
 
 from fairgate.server.process import GatewayProcess
 from fairgate.sim.process import SimProcess
@@ -64,21 +73,9 @@ def test_a_client_that_does_not_read_its_plain_answer_does_not_hold_the_replica(
         # well before the stalled client is dropped (2 x STALL)
         until(lambda: env.in_flight() == 0, STALL / 2, "the replica's in-flight back to 0")
         # and the client still gets the whole answer once it reads
-        answer = read_until(sock, _whole, timeout=20)
+        answer = read_until(sock, answer_ended, timeout=20)
     finally:
         sock.close()
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
-    assert _whole(answer), "the answer must arrive whole"
+    assert answer_ended(answer), "the answer must arrive whole"
     assert len(answer) > 256 * 1024, "the answer must be larger than the buffers"
-
-
-def _whole(received: bytes) -> bool:
-    """The head and as many body bytes as its content-length says."""
-    head, sep, body = received.partition(b"\r\n\r\n")
-    if not sep:
-        return False
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return len(body) >= int(value)
-    return False

@@ -27,7 +27,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from tests.e2e.conftest import admin_call, model, write_config
-from tests.e2e.robust_wire import chat_body, connect, post, read_until, until
+from tests.e2e.robust_wire import answer_ended, chat_body, connect, post, read_until, until
 from tests.oidc_provider.fixture import OidcProvider
 
 from fairgate.config import load_config
@@ -106,23 +106,11 @@ class Stream:
 
     def rest(self) -> tuple[bytes, float]:
         """What follows until the gateway ends the answer, and when it ended."""
-        got = read_until(self.sock, lambda got: _ended(self.head + got), timeout=60)
+        got = read_until(self.sock, lambda got: answer_ended(self.head + got), timeout=60)
         ended = time.monotonic()
         self.sock.close()
-        assert _ended(self.head + got), f"the answer was not ended: {got[-300:]!r}"
+        assert answer_ended(self.head + got), f"the answer was not ended: {got[-300:]!r}"
         return got, ended
-
-
-def _ended(answer: bytes) -> bool:
-    """Whether ``answer`` holds a whole HTTP/1.1 answer (chunked, or with a length)."""
-    head, sep, body = answer.partition(b"\r\n\r\n")
-    if not sep:
-        return False
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.lower() == b"content-length":
-            return len(body) >= int(value)
-    return body.endswith(b"0\r\n\r\n")
 
 
 def running(sim: SimProcess) -> int:
