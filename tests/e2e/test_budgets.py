@@ -17,7 +17,7 @@ import io
 import os
 import signal
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -208,6 +208,38 @@ def test_a_kill_mid_stream_keeps_the_streams_reservation_in_the_spend(
     assert sorted(rows) == [("interrupted", 0, 10, 1, 10, 1)] * 2 + [("refused", 429, 0, 0, 0, 0)]
 
 
+def _dear_then_cheap(
+    tmp_path: Path,
+    start_sim: StartSim,
+    budgets: Sequence[tuple[str, int] | tuple[str, int, str]],
+    **extra: Any,
+) -> Path:
+    """A gateway's configuration: ``big`` (1,000 micro GPU-hours a token) on an engine too
+    slow to send its headers within 1 s, falling back to ``small`` (1) on a fast one."""
+    slow = start_sim("--model", "big", "--tokens-per-second", "10", "--ttft", "0")
+    fast = start_sim("--model", "small", "--speed", "0")
+    dear = {"input_per_mtok": 0.0, "output_per_mtok": 1000.0}
+    return configure(
+        tmp_path,
+        [model("big", slow, cost=dear, fallbacks=["small"]), model("small", fast, cost=PRICES)],
+        budgets=budgets,
+        limits_section={"headers_timeout": "1s"},
+        **extra,
+    )
+
+
+def _ask_big_served_by_small(gateway: GatewayProcess) -> None:
+    """One request for ``big`` of 100 tokens: ``small`` answers it."""
+    answer = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        headers={**AUTH, "content-type": "application/json"},
+        content=chat_body(stream=False, max_tokens=100, model="big"),
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model"] == "small"
+
+
 def test_an_expensive_attempt_that_timed_out_is_charged_at_its_own_prices(
     tmp_path: Path, start_sim: StartSim
 ) -> None:
@@ -215,24 +247,9 @@ def test_an_expensive_attempt_that_timed_out_is_charged_at_its_own_prices(
     does not answer in time: its engine had the request, so its reservation is charged
     at big's prices, to the team's budget and to big's own; before, the whole charge
     was priced at small's and big's budget was given its reservation back."""
-    slow = start_sim("--model", "big", "--tokens-per-second", "10", "--ttft", "0")
-    fast = start_sim("--model", "small", "--speed", "0")
-    dear = {"input_per_mtok": 0.0, "output_per_mtok": 1000.0}
-    config = configure(
-        tmp_path,
-        [model("big", slow, cost=dear, fallbacks=["small"]), model("small", fast, cost=PRICES)],
-        budgets=[("team:t", 10**9), ("team:t", 10**9, "big")],
-        limits_section={"headers_timeout": "1s"},
-    )
+    config = _dear_then_cheap(tmp_path, start_sim, [("team:t", 10**9), ("team:t", 10**9, "big")])
     with GatewayProcess(config) as gateway:
-        answer = httpx.post(
-            gateway.url + "/v1/chat/completions",
-            headers={**AUTH, "content-type": "application/json"},
-            content=chat_body(stream=False, max_tokens=100, model="big"),
-            timeout=30,
-        )
-        assert answer.status_code == 200, answer.text
-        assert answer.json()["model"] == "small"
+        _ask_big_served_by_small(gateway)
         me = httpx.get(gateway.url + "/me", headers=AUTH, timeout=10).json()
     spent = {budget["model"]: budget["spent_micro"] for budget in me["budgets"]}
     assert spent == {None: 100 * 1000 + 100, "big": 100 * 1000}
@@ -256,14 +273,10 @@ def test_the_dear_attempt_stays_the_dear_models_in_the_records(
     usage records. big's own budget is seeded with big's charge and small's with small's
     alone, and the spend report by model shows the same split. Before, the record said
     only ``small``: big's budget came back empty and small's held big's charge too."""
-    slow = start_sim("--model", "big", "--tokens-per-second", "10", "--ttft", "0")
-    fast = start_sim("--model", "small", "--speed", "0")
-    dear = {"input_per_mtok": 0.0, "output_per_mtok": 1000.0}
-    config = configure(
+    config = _dear_then_cheap(
         tmp_path,
-        [model("big", slow, cost=dear, fallbacks=["small"]), model("small", fast, cost=PRICES)],
-        budgets=[("team:t", 10**9), ("team:t", 10**9, "big"), ("team:t", 10**9, "small")],
-        limits_section={"headers_timeout": "1s"},
+        start_sim,
+        [("team:t", 10**9), ("team:t", 10**9, "big"), ("team:t", 10**9, "small")],
         state={"backend": "memory"},
         master_key_file=master_key(tmp_path),
     )
@@ -274,14 +287,7 @@ def test_the_dear_attempt_stays_the_dear_models_in_the_records(
         return {budget["model"]: budget["spent_micro"] for budget in me["budgets"]}
 
     with GatewayProcess(config) as gateway:
-        answer = httpx.post(
-            gateway.url + "/v1/chat/completions",
-            headers={**AUTH, "content-type": "application/json"},
-            content=chat_body(stream=False, max_tokens=100, model="big"),
-            timeout=30,
-        )
-        assert answer.status_code == 200, answer.text
-        assert answer.json()["model"] == "small"
+        _ask_big_served_by_small(gateway)
         total = written(gateway, 1)
         report = spend(gateway, "model").json()
         assert spent(gateway) == charged  # as charged at the time
