@@ -14,7 +14,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The suite and the demo start many gateway and simulator processes: the sources are
+# compiled to bytecode once here, so that none of them compiles them again (an
+# environment with PYTHONDONTWRITEBYTECODE set would otherwise recompile in each).
+COMPILE := $(BIN)/python -m compileall -q -j 0 src
+
 demo: install
+	$(COMPILE)
 	$(BIN)/fairgate demo
 
 # TEST_WORKERS=2 (or auto) runs the suite on that many pytest-xdist workers, each test
@@ -23,6 +29,7 @@ demo: install
 TEST_WORKERS ?= 0
 
 test: install
+	$(COMPILE)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The security properties (marked `fuzz`) with many more examples than `make test` gives

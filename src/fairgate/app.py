@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import grpc
@@ -116,7 +117,6 @@ from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.tags import TagPolicy
 from fairgate.routing import Decision, strategy_for
-from fairgate.scim import build_scim
 from fairgate.state import (
     MemoryCounterStore,
     MemoryResponseOwners,
@@ -154,6 +154,9 @@ from fairgate.upstream.pool_capacity import PoolCapacity
 from fairgate.upstream.pool_members import PoolMembers, Seating
 from fairgate.vault import refresher_for
 from fairgate.web import build_web
+
+if TYPE_CHECKING:
+    from fairgate.scim import ScimParts
 
 __all__ = ["Gateway"]
 
@@ -467,8 +470,13 @@ class Gateway:
             admission=self.admission,
         )
         admin_guard = _guard(config, clock, auth_metrics, "admin", self.state)
-        self.scim = (
-            build_scim(
+        self.scim: ScimParts | None = None
+        if config.scim is not None:
+            # Imported only when configured: scim2-server's models are a third of the
+            # gateway's import time, paid at every start of every process.
+            from fairgate.scim import build_scim
+
+            self.scim = build_scim(
                 config.scim,
                 store=self.store,
                 audit=self.tenancy.audit,
@@ -476,9 +484,6 @@ class Gateway:
                 clock=clock,
                 metrics=ScimMetrics(self.metrics.registry),
             )
-            if config.scim is not None
-            else None
-        )
         self.admin_app = build_admin_app(
             tenancy=self.tenancy,
             master_key_sha256=sha256(master.read()) if master is not None else None,
