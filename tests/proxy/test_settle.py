@@ -114,6 +114,28 @@ async def test_the_budget_and_the_record_get_the_one_cost_of_the_model_that_serv
     assert books.metric("fairgate_tokens_total", model="dear", kind="prompt") == 1_000
 
 
+async def test_an_answer_released_before_its_write_is_charged_and_recorded_once(
+    store: Any,
+) -> None:
+    """A whole answer the server cannot take yet gives back its places at once; the
+    settle after the write then charges, records and releases nothing again."""
+    books = Books(store)
+    ex = exchange()
+    ticket = await admitted(books, ex)
+    ex.replica, ex.status, ex.usage = "r0", 200, Usage(1_000, 300)
+    await books.settler.release(ex, ticket)
+    cost = PRICES["m"].cost_of(Usage(1_000, 300))
+    # the reservation at the dear model's prices is settled to the real cost already
+    assert await books.spent() == cost
+    assert len(books.records) == 1
+    assert ex.complete, "a disconnect no longer cancels it"
+    await books.settler.settle(ex, ticket)
+    assert await books.spent() == cost
+    [record] = books.records
+    assert record.cost == cost
+    assert books.metric("fairgate_tokens_total", model="m", kind="prompt") == 1_000
+
+
 async def test_an_answer_without_usage_is_charged_its_reservation_flagged_estimated(
     store: Any,
 ) -> None:

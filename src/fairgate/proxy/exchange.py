@@ -129,6 +129,7 @@ class Exchange:
     preempted: float | None = None
     complete: bool = False  # the request is settling: a disconnect no longer cancels it
     recorded: bool = False  # charged, priced and recorded (proxy.settle: at its answer's end)
+    released: bool = False  # gave back its places before the settle (``Settler.release``)
     intent: int | None = None  # the journal segment of its write-ahead entry (proxy.records)
     ending: bool = False  # the next message carries the stream's terminal event (proxy.relay)
     unwatch: Callable[[], object] | None = None  # ends the disconnect watch (proxy.pipeline)

@@ -20,7 +20,8 @@ An inference request is held in ``InFlight`` (proxy/in_flight.py) from its ident
 stage to its settle: cut if its credential stops being valid meanwhile. Every message
 goes out through ``send``, which hands the answer's last one (or a
 stream's terminal event) to the server only after ``Settler.end`` recorded the request
-(proxy/settle.py says why).
+(proxy/settle.py says why), and a plain answer's message the server would hold until
+the client reads an earlier one only after ``Settler.release`` gave its places back.
 Nothing here reads the configuration file, the store or the environment.
 """
 
@@ -51,6 +52,7 @@ from fairgate.server.protocol import (
     ABORT_EXTENSION,
     DISCONNECT_EXTENSION,
     INVALID_BODY_EXTENSION,
+    WRITE_WAITS_EXTENSION,
 )
 
 __all__ = ["Pipeline"]
@@ -106,6 +108,7 @@ class Pipeline:
         )
         ticket = Ticket()
         end = self._settler.end
+        waits = scope.get("extensions", {}).get(WRITE_WAITS_EXTENSION)
 
         async def send(message: Message) -> None:
             # the answer's last message, or the one with its stream's terminal event: the
@@ -114,6 +117,12 @@ class Pipeline:
                 ex.ending or not message.get("more_body")
             ):
                 end(ex)
+            if waits is not None and not ex.stream and not ex.released and waits():
+                # a plain answer is whole before it is sent: its places go back before
+                # the server waits for the client to read (Settler.release)
+                if ex.first_byte_at is None:
+                    ex.first_byte_at = time.monotonic()
+                await self._settler.release(ex, ticket)
             await to_server(message)
 
         try:

@@ -380,9 +380,9 @@ class Relay:
             headers.append((b"content-encoding", opened.coding))
         # No slow-reader deadline here: the answer is in memory already, and a client
         # that never reads it is dropped by the listener's stall timeout.
+        ex.status = opened.status  # before the start: its record may be made then
         await send({"type": "http.response.start", "status": opened.status, "headers": headers})
         ex.first_byte_at = time.monotonic()
-        ex.status = opened.status
         await send({"type": "http.response.body", "body": opened.body})
 
     async def stream(

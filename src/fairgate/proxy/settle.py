@@ -29,6 +29,11 @@ then: what happens after (the client not reading the rest, the engine's connecti
 breaking after the terminal event) does not change the record, only the metrics, and
 the charge is the same.
 
+A plain answer is whole in the gateway before it is written. When the server cannot
+take it yet (an earlier answer on the same connection is still waiting for the client
+to read it), the pipeline calls ``Settler.release`` first: steps 1 to 4 are made then,
+and the client's reading holds nothing the engines' capacity is shared by.
+
 Before that, as each attempt is about to reach an engine, ``intend`` journals a
 write-ahead entry (``proxy.records``): what the request owes if the process is killed
 before its record is made, its reservation for this attempt and every earlier
@@ -59,6 +64,13 @@ __all__ = ["Settler"]
 _FREE = Money(0)
 
 log = logging.getLogger("fairgate.request")
+
+
+def _stop_watching(ex: Exchange) -> None:
+    ex.complete = True  # from here on a disconnect does not cancel the request
+    if ex.unwatch is not None:
+        ex.unwatch()
+        ex.unwatch = None
 
 
 class Settler:
@@ -143,19 +155,27 @@ class Settler:
         self.price(ex, charge(ex))
         self._record_of(ex)
 
+    async def release(self, ex: Exchange, ticket: Ticket) -> None:
+        """``ex``'s answer is whole in the gateway, but handing it to the server must wait
+        for the client to read an earlier one: charge, cost, record and give back now
+        (once), so that a client that does not read holds no admission place, fair-share
+        seat or in-flight count of its key while the listener waits for it; ``settle``
+        then makes only the metrics."""
+        self.end(ex)
+        _stop_watching(ex)
+        ex.released = True
+        await self._give_back(ticket, ex)
+
     async def settle(self, ex: Exchange, ticket: Ticket | None = None) -> None:
         """Settle ``ex`` in the order of the module text; ``ticket`` is what the limit
         and admit stages took for it (None: refused before them, or neither ran)."""
-        ex.complete = True  # from here on a disconnect does not cancel the request
-        if ex.unwatch is not None:
-            ex.unwatch()
-            ex.unwatch = None
+        _stop_watching(ex)
         ex.finished = time.monotonic()
         recorded = ex.recorded  # charged, priced and recorded as its answer ended
         if not recorded:
             self.price(ex, charge(ex))
         try:
-            if ticket is not None:
+            if ticket is not None and not ex.released:
                 await self._give_back(ticket, ex)
         finally:
             if not recorded:

@@ -39,6 +39,11 @@ reading (the close then waits for ever). This subclass adds:
   that registers one callback (or ``None`` to clear it) called when the connection
   is lost; the pipeline cancels the request's task with it, so noticing a client's
   disconnect costs no watcher task per request.
+- the ASGI extension ``fairgate.write_waits`` (``WRITE_WAITS_EXTENSION``): a callable
+  that answers true when the next message sent would wait for the client to read (the
+  bytes buffered toward it are over ``write_buffer_bytes``: an earlier answer on the
+  connection not taken yet); the pipeline then gives back what a whole answer holds
+  before handing it over.
 """
 
 from __future__ import annotations
@@ -57,11 +62,18 @@ from fairgate.core.errors import error_body
 from fairgate.core.network import Network
 from fairgate.server.connections import ConnectionCaps, Refusal
 
-__all__ = ["ABORT_EXTENSION", "DISCONNECT_EXTENSION", "INVALID_BODY_EXTENSION", "limited_protocol"]
+__all__ = [
+    "ABORT_EXTENSION",
+    "DISCONNECT_EXTENSION",
+    "INVALID_BODY_EXTENSION",
+    "WRITE_WAITS_EXTENSION",
+    "limited_protocol",
+]
 
 ABORT_EXTENSION = "fairgate.abort"
 DISCONNECT_EXTENSION = "fairgate.on_disconnect"
 INVALID_BODY_EXTENSION = "fairgate.invalid_body"
+WRITE_WAITS_EXTENSION = "fairgate.write_waits"
 
 
 def _closing_answer(status: bytes, message: str, code: str) -> bytes:
@@ -110,6 +122,7 @@ class _LimitedProtocol(HttpToolsProtocol):
             ABORT_EXTENSION: self.abort,
             DISCONNECT_EXTENSION: self._set_on_lost,
             INVALID_BODY_EXTENSION: self._body_was_invalid,
+            WRITE_WAITS_EXTENSION: self._write_waits,
         }
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -155,6 +168,11 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def _set_on_lost(self, callback: Callable[[], None] | None) -> None:
         self._on_lost = callback
+
+    def _write_waits(self) -> bool:
+        # uvicorn's send waits for the client to drain the buffer first when paused
+        # (a lost connection resumes writing: nothing waits then)
+        return self.flow is not None and self.flow.write_paused
 
     def data_received(self, data: bytes) -> None:
         if self._refused or self._upgrade is not None:
