@@ -38,7 +38,7 @@ from fairgate.sim.process import SimProcess
 from fairgate.tenancy import open_tenancy
 from fairgate.tenancy.actor import Actor
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.solo, pytest.mark.timeout(240)]
 
 LOW_CLIENTS = 500
 SLOTS = 32

@@ -15,7 +15,7 @@ from tests.e2e.browser.harness import ROOT
 from tests.e2e.browser.streams import p99, stream_gaps
 from tests.e2e.conftest import TEST_KEY
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.solo]
 
 STREAMS, TOKENS = 8, 80  # at 25 tokens/s: 3.2 s, 632 gaps of about 40 ms per phase
 ADDRESSES = ",".join(f"127.0.0.{n}" for n in range(2, 10))
