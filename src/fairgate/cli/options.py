@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fairgate.config import Config, ConfigError, load_config
+if TYPE_CHECKING:  # imported when a configuration is loaded: `fairgate sim` needs none
+    from fairgate.config import Config
 
 __all__ = ["ConfigOption", "fail", "load_or_exit"]
 
@@ -38,6 +39,8 @@ def load_or_exit(path: Path | None, *, read_vault: bool = True) -> Config:
     Its ``vault:`` secrets are read too (``read_vault``), so every command has them;
     one that cannot be read is named on stderr with the reason, and the exit status is 1.
     """
+    from fairgate.config import ConfigError, load_config
+
     if path is None:
         raise fail("no configuration file: pass -c FILE or set FAIRGATE_CONFIG")
     try:
