@@ -16,7 +16,7 @@ import pytest
 from tests.proxy.asgi_client import Client
 
 from fairgate.proxy.exchange import Exchange, Outcome
-from fairgate.proxy.relay import AttemptFailed, Deadlines, Relay
+from fairgate.proxy.relay import DRAIN_SECONDS, AttemptFailed, Deadlines, Relay
 from fairgate.proxy.reservation import Reservation, charge
 from fairgate.proxy.usage import Usage
 from fairgate.upstream import UpstreamPool
@@ -262,7 +262,14 @@ async def test_an_engine_that_holds_its_stream_open_after_done_cannot_hold_the_c
     usage = b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}\n\n'
     done = b"data: [DONE]\n\n"
     engine = await serve(chunked_stream(content("a"), usage, done, content("late")), hold=True)
-    client, ex = await attempt(engine, exchange(stream=True), replace(DEADLINES, idle=0.5))
+    # nor hold the request (its replica, its seat) for the idle deadline: the drain after
+    # [DONE] is bounded on its own (DRAIN_SECONDS), then the connection is closed
+    idle = 20 * DRAIN_SECONDS
+    started = time.monotonic()
+    client, ex = await attempt(
+        engine, exchange(stream=True), replace(DEADLINES, idle=idle, total=2 * idle)
+    )
+    assert time.monotonic() - started < idle / 2
     assert client.body == content("a") + usage + done
     assert ex.outcome == Outcome.OK
     charge(ex)

@@ -56,7 +56,7 @@ from fairgate.upstream import (
     UpstreamTooLarge,
 )
 
-__all__ = ["AttemptFailed", "Deadlines", "Opened", "Relay", "SlowReader", "Target"]
+__all__ = ["DRAIN_SECONDS", "AttemptFailed", "Deadlines", "Opened", "Relay", "SlowReader", "Target"]
 
 log = logging.getLogger("fairgate.proxy")
 
@@ -64,6 +64,10 @@ _RETRY_STATUSES = frozenset({502, 503, 504})
 _DRAIN_BYTES = 64 * 1024
 """What an engine may send after a stream's ``[DONE]`` (dropped) before its connection is
 closed rather than kept: a chunked answer's end is 5 bytes."""
+DRAIN_SECONDS = 1.0
+"""How long after a stream's ``[DONE]`` the engine has to end its answer before its
+connection is closed rather than kept. An engine ends it in the same write or the next
+one; until it does, the request still holds its replica and its places."""
 _SSE = b"text/event-stream"
 
 
@@ -488,12 +492,14 @@ class Relay:
             dog.stop()
 
     async def _drain(self, ex: Exchange, response: UpstreamResponse, dog: Watchdog) -> bool:
-        """Whether the engine's answer ended within ``_DRAIN_BYTES`` after ``[DONE]`` and
-        before the idle (and total) deadline: then its connection can go back to the pool.
-        What arrives is dropped unread: it neither reaches the client nor changes the
-        charge (``docs/limits.md``). False closes the connection instead."""
+        """Whether the engine's answer ended within ``_DRAIN_BYTES`` and ``DRAIN_SECONDS``
+        after ``[DONE]`` (and before the idle and total deadlines): then its connection
+        can go back to the pool. What arrives is dropped unread: it neither reaches the
+        client nor changes the charge (``docs/limits.md``). False closes the connection
+        instead."""
         left = _DRAIN_BYTES
-        end = ex.started + self.deadlines.total
+        now = time.monotonic()
+        end = min(ex.started + self.deadlines.total, now + DRAIN_SECONDS)
         while left >= 0:
             at = time.monotonic() + self.deadlines.idle
             dog.move(at if at < end else end)
