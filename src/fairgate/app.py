@@ -57,6 +57,7 @@ from fairgate.auth import (
     sha256,
 )
 from fairgate.auth.jwt import (
+    EXCHANGE_COUNTER,
     ExchangeIssuer,
     Exchanger,
     KeySource,
@@ -72,6 +73,7 @@ from fairgate.core.client_addr import ClientAddresses
 from fairgate.core.clock import Clock, SystemClock
 from fairgate.core.errors import StoreUnavailable
 from fairgate.core.limits import Limits
+from fairgate.core.money import Money
 from fairgate.core.principal import Principal
 from fairgate.core.route_classes import RouteClass, RouteRules
 from fairgate.engines import EngineAdapter, adapter_for
@@ -85,8 +87,10 @@ from fairgate.fleet.control import server_credentials
 from fairgate.fleet.controller import FleetController
 from fairgate.fleet.follow import StoreRoutes
 from fairgate.limits import (
+    Demand,
     LeaseRefresher,
     Limiter,
+    Subject,
 )
 from fairgate.observability.auth_metrics import AuthMetrics
 from fairgate.observability.dispatch_metrics import DispatchMetrics
@@ -744,16 +748,26 @@ class Gateway:
                     e.map,
                     e.key_ttl,
                     e.max_keys,
+                    e.exchanges_per_minute,
                 )
                 for e in block.exchange
             ]
             people = self.tenancy.people
+            limiter = self.limiter
+
+            async def throttle(key_id: str, per_minute: int) -> None:
+                # a counter of its own per identity (not the key's requests per minute)
+                subject = Subject(EXCHANGE_COUNTER + key_id, "", "")
+                demand = Demand(subject, Limits(rpm=per_minute), "", 1, Money(0))
+                await limiter.admit(demand, clock.wall())
+
             exchanger = Exchanger(
                 issuers,
                 self.authenticator,
                 people,
                 lambda key_id, ttl, keep: people.exchange_key(key_id, ttl=ttl, keep=keep),
                 limits=limits,
+                throttle=throttle,
                 on_refused=metrics.refused,
             )
         return tokens.authenticate, exchanger

@@ -13,6 +13,9 @@
   SDK, and two exchanges land on one key id (one spend line);
 - one workload token exchanged 110 times, 100 of them at once, leaves its identity the
   default 100 live keys: the oldest, cached, is refused within a second;
+- an identity past its exchanges per minute is refused 429 with a Retry-After, and the
+  refused exchanges store nothing (no live key of it is revoked); another identity is
+  still served;
 - an issuer that does not answer at start-up stops `fairgate serve` with one line.
 """
 
@@ -48,6 +51,7 @@ pytestmark = pytest.mark.slow
 MASTER = "a-master-key-for-the-jwt-tests-only"
 WITHIN = 1.0  # seconds: how soon a revocation holds on the replica that made it
 BAD_KEY = "fg-" + "x" * 43
+EXCHANGES_PER_MINUTE = 120  # above the 111 exchanges of the max_keys test
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
@@ -79,6 +83,7 @@ def _jwt_section(provider: OidcProvider, ci: OidcProvider) -> dict[str, Any]:
                 "issuer": ci.issuer,
                 "audience": "fairgate-ci",
                 "key_ttl": "10m",
+                "exchanges_per_minute": EXCHANGES_PER_MINUTE,
                 "map": [{"claim": "project_path", "value": "lab/infer", "team": "t"}],
             }
         ],
@@ -459,6 +464,38 @@ def test_one_token_exchanged_over_and_over_keeps_max_keys_live_and_the_oldest_is
     for secret in given[:10]:  # exchanged before the hundred: all older than them
         assert chat(setup, secret).status_code == 401
     assert chat(setup, given[-1]).status_code == 200
+
+
+def test_an_identity_past_its_exchanges_per_minute_is_refused_and_stores_nothing(
+    setup: Setup,
+) -> None:
+    sub = "project_path:lab/infer:ref_type:branch:ref:loop"
+    workload = setup.ci.mint(sub=sub, aud="fairgate-ci", project_path="lab/infer")
+    given = [_exchange(setup, workload)["api_key"] for _ in range(EXCHANGES_PER_MINUTE)]
+    # within the same minute, one more is refused, saying when to try again
+    for _ in range(3):
+        answer = httpx.post(
+            setup.gateway.url + "/v1/auth/exchange",
+            headers={"authorization": f"Bearer {workload}"},
+            timeout=30,
+        )
+        assert answer.status_code == 429, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "exchange_rate_exceeded" and "api_key" not in answer.json()
+        assert 1 <= int(answer.headers["retry-after"]) <= 60
+    # a refused exchange stored no secret: had it, it would have revoked the oldest of the
+    # identity's 100 live keys (max_keys), which is still served past the cache's second
+    time.sleep(2 * WITHIN)
+    assert chat(setup, given[-100]).status_code == 200
+    with sqlite3.connect(setup.db) as db:
+        (live,) = db.execute(
+            "SELECT count(*) FROM person_keys WHERE key_id = ?",
+            (person_key_id(setup.ci.issuer, sub),),
+        ).fetchone()
+    assert live == 100
+    # the count is the identity's own: another workload of the same issuer is served
+    other = setup.ci.mint(sub=sub + "-other", aud="fairgate-ci", project_path="lab/infer")
+    assert chat(setup, _exchange(setup, other)["api_key"]).status_code == 200
 
 
 def test_an_issuer_that_does_not_answer_stops_the_start_up_with_one_line(

@@ -16,6 +16,7 @@ jwt:
       audience: fairgate
       key_ttl: 1h
       max_keys: 100      # unexpired keys per workload identity; one more revokes the oldest
+      exchanges_per_minute: 120  # per workload identity, on every gateway together; more: 429
       map: [{claim: project_path, value: lab/infer, team: physics}]
 
 The issuer is compared whole (no trailing slash added or removed) and must be
@@ -76,6 +77,9 @@ class JwtExchange(Section):
     map: Annotated[tuple[JwtMap, ...], NonEmpty]
     key_ttl: PositiveDuration = Field(default=3600.0, le=MAX_KEY_TTL)
     max_keys: Annotated[StrictInt, Field(ge=1, le=MAX_EXCHANGED_KEYS)] = 100
+    exchanges_per_minute: Annotated[StrictInt, Field(ge=1, le=MAX_EXCHANGED_KEYS)] = 120
+    """Exchanges per workload identity in any minute (each one stores a new secret):
+    a job that loops on the endpoint, or a stolen token, cannot flood the store."""
 
 
 class Jwt(Section):

@@ -13,7 +13,7 @@ describes the block and its limits.
 """
 
 from fairgate.auth.jwt.authenticator import PersonDirectory, TokenAuthenticator, resolve_person
-from fairgate.auth.jwt.exchange import EXCHANGE_PATH, ExchangeIssuer, Exchanger
+from fairgate.auth.jwt.exchange import EXCHANGE_COUNTER, EXCHANGE_PATH, ExchangeIssuer, Exchanger
 from fairgate.auth.jwt.keys import KeySource, ProviderUnavailable, get_json
 from fairgate.auth.jwt.mapping import Placement, Rule, person_key_id, place
 from fairgate.auth.jwt.verifier import (
@@ -26,6 +26,7 @@ from fairgate.auth.jwt.verifier import (
 
 __all__ = [
     "ALGORITHMS",
+    "EXCHANGE_COUNTER",
     "EXCHANGE_PATH",
     "Claims",
     "ExchangeIssuer",

@@ -13,9 +13,12 @@ identity lands on one key id: one spend line, one set of limits, whatever the
 number of tokens. A person holds at most the issuer's ``max_keys`` unexpired
 exchanged keys: one more revokes their oldest (like an OAuth provider's refresh
 tokens), so a token exchanged in a loop, or stolen, cannot pile up secrets; a
-workload that re-presents the same token after a restart still gets a key. The
+workload that re-presents the same token after a restart still gets a key. Each
+workload identity may exchange the issuer's ``exchanges_per_minute`` tokens in any
+minute, counted on the state back end (every gateway together); one more is 429
+``exchange_rate_exceeded`` with a ``Retry-After``, and stores nothing. The
 issuer is told by the unverified ``iss``; the verification that follows is that
-issuer's. Every refusal is the bad-key 401.
+issuer's. Every other refusal is the bad-key 401.
 """
 
 from __future__ import annotations
@@ -31,14 +34,20 @@ from fairgate.auth.jwt.authenticator import PersonDirectory, log_refusal, resolv
 from fairgate.auth.jwt.mapping import Rule
 from fairgate.auth.jwt.verifier import TokenRefused, TokenVerifier, looks_like_jws
 from fairgate.auth.secrets import bearer_credential
-from fairgate.core.errors import StoreUnavailable
+from fairgate.core.errors import RateLimited, StoreUnavailable
 from fairgate.core.limits import Limits
 
-__all__ = ["EXCHANGE_PATH", "ExchangeIssuer", "Exchanger"]
+__all__ = ["EXCHANGE_COUNTER", "EXCHANGE_PATH", "ExchangeIssuer", "Exchanger", "Throttle"]
 
 log = logging.getLogger("fairgate.auth.jwt")
 
 EXCHANGE_PATH = "/v1/auth/exchange"
+EXCHANGE_COUNTER = "exchange/"
+"""Prefix of the limiter subject that counts an identity's exchanges (its key id after)."""
+
+Throttle = Callable[[str, int], Awaitable[None]]
+"""(key id, exchanges per minute) → counts one exchange of that identity, or raises
+``RateLimited`` past the rate (``StateUnavailable`` is the limiter's to answer: 503)."""
 
 MintKey = Callable[[str, float, int], Awaitable[tuple[str, float]]]
 """(key id, ttl seconds, keys kept) → (secret, expires_at): ``fairgate.tenancy.People.exchange_key``
@@ -51,6 +60,7 @@ class ExchangeIssuer:
     rules: Sequence[Rule]
     key_ttl: float
     max_keys: int
+    per_minute: int = 120
 
 
 class Exchanger:
@@ -64,8 +74,10 @@ class Exchanger:
         mint: MintKey,
         *,
         limits: Limits,
+        throttle: Throttle | None = None,
         on_refused: Callable[[str], None] = lambda _reason: None,
     ) -> None:
+        self._throttle = throttle
         self._issuers = {i.verifier.issuer: i for i in issuers}
         self._keys = keys
         self._people = people
@@ -88,6 +100,8 @@ class Exchanger:
             claims = await issuer.verifier.verify(token)
             subject = claims.subject
             record = await resolve_person(self._people, claims, issuer.rules, self._limits)
+            if self._throttle is not None:
+                await self._count(record.key_id, issuer.per_minute, client_addr)
             secret, expires_at = await self._mint(record.key_id, issuer.key_ttl, issuer.max_keys)
         except TokenRefused as refused:
             self._on_refused(refused.reason)
@@ -114,6 +128,24 @@ class Exchanger:
                 "project": record.project,
             }
         )
+
+    async def _count(self, key_id: str, per_minute: int, client_addr: str) -> None:
+        assert self._throttle is not None
+        try:
+            await self._throttle(key_id, per_minute)
+        except RateLimited as limited:
+            log.warning(
+                "token exchange from %s refused: key %s past %d exchanges a minute",
+                client_addr,
+                key_id,
+                per_minute,
+            )
+            raise RateLimited(
+                f"Token exchange limit: this workload identity may exchange {per_minute}"
+                " tokens per minute; use the key it holds until it expires.",
+                code="exchange_rate_exceeded",
+                retry_after=limited.retry_after,
+            ) from None
 
     def _issuer_of(self, token: str) -> ExchangeIssuer:
         any_verifier = next(iter(self._issuers.values())).verifier
