@@ -209,6 +209,30 @@ async def test_unknown_kids_fetch_the_key_set_at_most_once_per_min_refresh(s: Se
     assert len(s.provider.fetched) == 2
 
 
+async def test_a_key_set_without_a_usable_key_does_not_replace_the_known_keys(s: Setup) -> None:
+    # a provider answering an empty set (a broken deploy, an outage page in JSON) made
+    # every token refused until the set was fetched again, a min_refresh after it healed
+    valid = s.provider.sign(claims())
+    s.provider.keys = []
+    s.provider.extra = [{"kty": "oct", "kid": "sym", "k": _b64(b"secret" * 8)}]
+    s.provider.fetched.clear()
+    s.clock.advance(61)
+    token = valid  # its kid changed: an unknown kid makes the set fetched again
+    header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
+    header["kid"] = "rotated-away"
+    assert await refused(s, _b64(json.dumps(header).encode()) + "." + token.split(".", 1)[1]) == (
+        "unknown_kid"
+    )
+    assert len(s.provider.fetched) == 1
+    assert (await s.verifier.verify(valid)).subject == "ada"
+    # at start-up, such a set is a provider that cannot be used yet
+    fresh = KeySource(
+        ISSUER, jwks_url=JWKS, min_refresh=60.0, clock=s.clock, fetch=s.provider.fetch
+    )
+    with pytest.raises(ProviderUnavailable, match="no usable signing key"):
+        await fresh.start()
+
+
 async def test_a_provider_down_at_start_raises_and_keeps_its_tokens_refused() -> None:
     provider, clock = Provider(), ManualClock()
     provider.down = True

@@ -9,7 +9,9 @@ A ``kid`` the key set lacks makes it fetched again, at most once per
 once: concurrent callers wait on the same fetch (single flight), callers
 arriving while the last fetch is younger than ``min_refresh`` get None at once.
 Only asymmetric signing keys are kept (RSA, EC, OKP; a key marked ``use: enc``
-is dropped), so no published key can ever be an HMAC secret. Every URL is https
+is dropped), so no published key can ever be an HMAC secret. A set holding no such
+key is the provider's fault, not a rotation: it replaces nothing (the keys known so
+far stay; at start-up the provider counts as unavailable). Every URL is https
 (http only for a loopback host); requests follow no redirect, ignore proxy
 variables of the environment, and read at most 512 KiB.
 """
@@ -189,4 +191,8 @@ class KeySource:
                 keys[kid] = imported
             else:
                 anonymous.append(imported)
+        if not keys and not anonymous:
+            # no token could be verified with it: a provider's fault (a broken deploy, an
+            # error page in JSON), not a rotation; the keys known so far stay
+            raise ProviderUnavailable(f"{url} holds no usable signing key")
         self._keys, self._anonymous, self._loaded = keys, anonymous, True
