@@ -31,6 +31,7 @@ from fairgate.proxy.endpoints import EndpointTable, ModelEntry
 from fairgate.proxy.exchange import Exchange, Outcome
 from fairgate.proxy.forward import Forwarder
 from fairgate.proxy.relay import Deadlines, Relay
+from fairgate.proxy.reservation import Reservation, charge
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.ticket import Ticket
 from fairgate.routing import strategy_for
@@ -161,6 +162,45 @@ async def test_a_replica_failing_before_any_byte_is_tried_again_on_another_and_i
     assert r1.breaker.consecutive_failures == 0
     assert route.metric("fairgate_upstream_retries_total", model="m") == 1
     assert route.metric("fairgate_upstream_errors_total", replica="r0", reason="upstream_503") == 1
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+async def test_a_retried_502_or_504_is_charged_its_reservation_and_a_503_nothing(
+    status: int, sim: SimProcess, other_sim: SimProcess, routes: list[Route]
+) -> None:
+    # A 502 or 504 answered by a proxy in front of the engine (its connection to the
+    # engine broke, its deadline ran out) may come after the engine generated for the
+    # request; a 503 is a refusal before any work. Charged nothing, the first two let a
+    # caller have tokens made for free, on every retry.
+    r0, r1 = replica("r0", sim, weight=2), replica("r1", other_sim)
+    route = route_of(routes, [configured("m")], [r0, r1])
+    await asyncio.to_thread(sim.faults, fail_next=1, fail_status=status)  # r0 is tried first
+    ex = route.request()
+    ex.reservation = reservation = Reservation(10, 8)
+    client = await route.forward(ex)
+    assert client.status == 200, client.body
+    served = charge(ex)
+    assert served is not None and not served.estimated  # r1's own report
+    if status == 503:
+        assert (ex.unanswered, ex.usage) == ((), served)
+    else:
+        assert ex.unanswered == ("m",)
+        assert ex.usage == served.plus(reservation.usage())
+
+
+async def test_every_replica_answering_504_is_relayed_and_charged_a_reservation_each(
+    sim: SimProcess, other_sim: SimProcess, routes: list[Route]
+) -> None:
+    route = route_of(routes, [configured("m")], [replica("r0", sim), replica("r1", other_sim)])
+    for engine in (sim, other_sim):
+        await asyncio.to_thread(engine.faults, fail_next=1, fail_status=504)
+    ex = route.request()
+    ex.reservation = reservation = Reservation(10, 8)
+    client = await route.forward(ex)
+    assert client.status == 504  # the last engine answer, relayed
+    assert charge(ex) is None  # no attempt was answered
+    assert ex.usage == reservation.usage(2)
+    assert ex.usage is not None and ex.usage.estimated
 
 
 async def test_an_answer_once_started_is_never_retried(

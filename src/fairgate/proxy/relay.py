@@ -102,7 +102,8 @@ class AttemptFailed(Exception):
     ``error`` is what the client gets if no other attempt succeeds; ``answer``,
     when set, is the engine's own failed answer (status, content type, body),
     relayed instead when it is the last one. ``ran`` is true when the engine may
-    have generated for the request (it was sent, and no answer says otherwise):
+    have generated for the request (it was sent, and no answer says otherwise: a
+    ``502`` or ``504`` of a proxy in front of the engine does not, a ``503`` does):
     such an attempt is charged its reservation (``proxy.reservation``).
     ``replica_at_fault`` is false when the failure says nothing about the replica's
     health (the request's own total deadline ran out, a plain answer's headers are
@@ -126,7 +127,7 @@ class AttemptFailed(Exception):
         self.error = error
         self.retryable = retryable
         self.answer = answer
-        self.ran = ran and answer is None
+        self.ran = ran
 
 
 class SlowReader(Exception):
@@ -275,6 +276,10 @@ class Relay:
                 BadGateway("the model failed to answer"),
                 retryable=True,
                 answer=(status, content_type, body),
+                # a 503 is a refusal before any work; a 502 or 504 (a proxy in front of
+                # the engine: its connection broke, or its deadline ran out) may come
+                # after the engine generated for the request, by an unknown amount
+                ran=status != 503,
             )
         return Opened(response, status, content_type, body, False, plain, coding, key)
 
