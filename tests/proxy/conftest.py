@@ -35,7 +35,9 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     url = request.getfixturevalue("redis_url")
     # a prefix of the test's own: other runs (and xdist workers) share the server
     prefix = f"fg-test:proxy:{uuid.uuid4().hex}:"
-    redis = RedisCounterStore(url, prefix=prefix)
+    # 5 s, not the 0.5 s default: on a loaded machine this process can be slow to read an
+    # answer, and these tests are not about the back end's deadline (tests/state are)
+    redis = RedisCounterStore(url, prefix=prefix, timeout=5.0)
     yield redis
     await redis.aclose()
     await delete_prefix(url, prefix)

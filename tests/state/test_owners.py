@@ -24,7 +24,7 @@ async def owners(request: pytest.FixtureRequest) -> AsyncIterator[Owners]:
         yield MemoryResponseOwners(60.0)
         return
     url = request.getfixturevalue("redis_url")
-    store = RedisCounterStore(url, prefix=f"fgtest:{uuid.uuid4().hex}:")
+    store = RedisCounterStore(url, prefix=f"fgtest:{uuid.uuid4().hex}:", timeout=5.0)
     try:
         yield RedisResponseOwners(store, 60.0)
     finally:
@@ -52,7 +52,7 @@ async def test_the_memory_entries_expire_and_stay_bounded() -> None:
 
 
 async def test_redis_entries_expire(redis_url: str) -> None:
-    store = RedisCounterStore(redis_url, prefix=f"fgtest:{uuid.uuid4().hex}:")
+    store = RedisCounterStore(redis_url, prefix=f"fgtest:{uuid.uuid4().hex}:", timeout=5.0)
     try:
         owners = RedisResponseOwners(store, 60.0)
         await owners.remember("resp_1", "a")
