@@ -769,6 +769,7 @@ class Gateway:
                 limits=limits,
                 throttle=throttle,
                 on_refused=metrics.refused,
+                on_exchanged=metrics.exchanged,
             )
         return tokens.authenticate, exchanger
 

@@ -39,6 +39,7 @@ import httpx
 import openai
 import pytest
 from tests.e2e.conftest import TEST_KEY, model, write_config
+from tests.e2e.robust_wire import samples
 from tests.oidc_provider.fixture import OidcProvider
 from tests.redis_server import free_port
 
@@ -153,6 +154,11 @@ def refusals(setup: Setup) -> dict[str, float]:
             reason = labels.split('reason="', 1)[1].split('"', 1)[0]
             counts[reason] = float(value)
     return counts
+
+
+def metric(setup: Setup, name: str, **labels: str) -> float:
+    text = httpx.get(setup.gateway.admin_url + "/metrics", timeout=30).text
+    return samples(text, name, **labels)
 
 
 def admin(setup: Setup, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -448,6 +454,7 @@ def test_one_token_exchanged_over_and_over_keeps_max_keys_live_and_the_oldest_is
 ) -> None:
     sub = "project_path:lab/infer:ref_type:branch:ref:flood"
     workload = setup.ci.mint(sub=sub, aud="fairgate-ci", project_path="lab/infer")
+    revoked = metric(setup, "fairgate_jwt_exchange_revocations_total")
     oldest = _exchange(setup, workload)["api_key"]
     assert chat(setup, oldest).status_code == 200  # verified and cached
     # the same token again and again, as a restarting workload (or a thief) would
@@ -460,6 +467,8 @@ def test_one_token_exchanged_over_and_over_keeps_max_keys_live_and_the_oldest_is
             "SELECT count(*) FROM person_keys WHERE key_id = ?", (key_id,)
         ).fetchone()
     assert live == 100  # the default jwt.exchange[].max_keys
+    # counted for the operator: the cap is being hit (a loop, or max_keys set too low)
+    assert metric(setup, "fairgate_jwt_exchange_revocations_total") - revoked == 11
     _refused_soon(setup, oldest)
     for secret in given[:10]:  # exchanged before the hundred: all older than them
         assert chat(setup, secret).status_code == 401
@@ -471,6 +480,7 @@ def test_an_identity_past_its_exchanges_per_minute_is_refused_and_stores_nothing
 ) -> None:
     sub = "project_path:lab/infer:ref_type:branch:ref:loop"
     workload = setup.ci.mint(sub=sub, aud="fairgate-ci", project_path="lab/infer")
+    limited = metric(setup, "fairgate_jwt_exchanges_total", outcome="rate_limited")
     given = [_exchange(setup, workload)["api_key"] for _ in range(EXCHANGES_PER_MINUTE)]
     # within the same minute, one more is refused, saying when to try again
     for _ in range(3):
@@ -483,6 +493,7 @@ def test_an_identity_past_its_exchanges_per_minute_is_refused_and_stores_nothing
         error = answer.json()["error"]
         assert error["code"] == "exchange_rate_exceeded" and "api_key" not in answer.json()
         assert 1 <= int(answer.headers["retry-after"]) <= 60
+    assert metric(setup, "fairgate_jwt_exchanges_total", outcome="rate_limited") - limited == 3
     # a refused exchange stored no secret: had it, it would have revoked the oldest of the
     # identity's 100 live keys (max_keys), which is still served past the cache's second
     time.sleep(2 * WITHIN)

@@ -72,7 +72,8 @@ async def test_revoked_ahead_restored_and_the_exchanged_keys_follow(
     record = await tenancy.people.person(key_id, ISS, "cy", Placement("a1", None), LIMITS)
     assert record is not None and record.revoked_at is None
 
-    secret, expires_at = await tenancy.people.exchange_key(key_id, ttl=600, keep=100)
+    secret, expires_at, revoked = await tenancy.people.exchange_key(key_id, ttl=600, keep=100)
+    assert revoked == 0
     directory = StoreKeyDirectory(store)
     found = await directory.find_key(sha256(secret), 0)
     assert found is not None and found.key_id == key_id and found.expires_at == expires_at
@@ -116,14 +117,17 @@ async def test_one_token_exchanged_over_and_over_keeps_keep_keys_and_the_oldest_
     key_id = person_key_id(ISS, "job")
     assert await tenancy.people.person(key_id, ISS, "job", Placement("a1", None), LIMITS)
     directory = StoreKeyDirectory(store)
-    first, _ = await tenancy.people.exchange_key(key_id, ttl=600, keep=5)
+    first = (await tenancy.people.exchange_key(key_id, ttl=600, keep=5)).secret
     assert await directory.find_key(sha256(first), 0) is not None
     before = await newest(store)
-    given = []
+    given, revoked = [], []
     for _ in range(12):
         clock.advance(1)
-        given.append((await tenancy.people.exchange_key(key_id, ttl=600, keep=5))[0])
+        exchanged = await tenancy.people.exchange_key(key_id, ttl=600, keep=5)
+        given.append(exchanged.secret)
+        revoked.append(exchanged.revoked)
     assert await _live_keys(store, key_id) == 5
+    assert revoked == [0] * 4 + [1] * 8  # each exchange past the five says it revoked one
     assert await directory.find_key(sha256(first), 0) is None  # the oldest went first
     assert ("key", key_id) in await feed(store, before)  # and every replica's cache drops it
     for secret in given[-5:]:
@@ -145,7 +149,9 @@ async def test_one_token_exchanged_over_and_over_keeps_keep_keys_and_the_oldest_
         for replica in replicas:
             await replica.close()
     assert await _live_keys(store, key_id) == 5
-    served = [s for s in given + [s for s, _ in at_once] if await directory.find_key(sha256(s), 0)]
+    served = [
+        s for s in given + [e.secret for e in at_once] if await directory.find_key(sha256(s), 0)
+    ]
     assert len(served) == 5 and not set(served) & set(given)  # the older ones all revoked
 
 
@@ -156,16 +162,16 @@ async def test_keys_of_another_person_and_expired_keys_do_not_count(
     job, other = person_key_id(ISS, "job"), person_key_id(ISS, "other")
     for key_id, sub in ((job, "job"), (other, "other")):
         assert await tenancy.people.person(key_id, ISS, sub, Placement("a1", None), LIMITS)
-    others = [(await tenancy.people.exchange_key(other, ttl=600, keep=2))[0] for _ in range(2)]
-    short, _ = await tenancy.people.exchange_key(job, ttl=10, keep=2)
+    others = [(await tenancy.people.exchange_key(other, ttl=600, keep=2)).secret for _ in range(2)]
+    short = (await tenancy.people.exchange_key(job, ttl=10, keep=2)).secret
     clock.advance(11)
-    kept = [(await tenancy.people.exchange_key(job, ttl=600, keep=2))[0] for _ in range(2)]
+    kept = [(await tenancy.people.exchange_key(job, ttl=600, keep=2)).secret for _ in range(2)]
     directory = StoreKeyDirectory(store)
     for secret in others + kept:
         assert await directory.find_key(sha256(secret), 0) is not None
     assert await directory.find_key(sha256(short), 0) is None
     assert (await _live_keys(store, job), await _live_keys(store, other)) == (2, 2)
     clock.advance(1)
-    last, _ = await tenancy.people.exchange_key(job, ttl=600, keep=1)  # a cap lowered
+    last = (await tenancy.people.exchange_key(job, ttl=600, keep=1)).secret  # a cap lowered
     assert (await _live_keys(store, job), await _live_keys(store, other)) == (1, 2)
     assert await directory.find_key(sha256(last), 0) is not None

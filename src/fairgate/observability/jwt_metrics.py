@@ -9,6 +9,10 @@ fairgate_jwt_refusals_total{reason}   access tokens refused (the inference API a
                                       known_refusal (a refused token presented again),
                                       not_a_token (exchange without one)
 fairgate_jwt_key_fetches_total        key-set fetches from the issuers
+fairgate_jwt_exchanges_total{outcome} /v1/auth/exchange calls with a valid token: issued,
+                                      rate_limited (past exchanges_per_minute)
+fairgate_jwt_exchange_revocations_total  exchanged keys revoked because their person
+                                      held max_keys (a loop, or max_keys set too low)
 """
 
 from __future__ import annotations
@@ -33,6 +37,23 @@ class JwtMetrics:
             "Key-set (JWKS) fetches from the access-token issuers",
             registry=registry,
         )
+
+        self._exchanges = Counter(
+            "fairgate_jwt_exchanges",
+            "Token exchanges with a valid workload token, by outcome (issued, rate_limited)",
+            ["outcome"],
+            registry=registry,
+        )
+        self._revocations = Counter(
+            "fairgate_jwt_exchange_revocations",
+            "Exchanged keys revoked because their person held max_keys unexpired ones",
+            registry=registry,
+        )
+
+    def exchanged(self, outcome: str, revoked: int) -> None:
+        self._exchanges.labels(outcome).inc()
+        if revoked:
+            self._revocations.inc(revoked)
 
     def refused(self, reason: str) -> None:
         self._refused.labels(reason).inc()

@@ -3,7 +3,7 @@
     record = await tenancy.people.person(key_id, issuer, subject, placement, limits)
     await tenancy.people.revoke(actor, issuer="https://sso…", subject="f:1234")
     await tenancy.people.restore(actor, issuer=…, subject=…)
-    secret, expires_at = await tenancy.people.exchange_key(key_id, ttl=3600, keep=100)
+    secret, expires_at, revoked = await tenancy.people.exchange_key(key_id, ttl=3600, keep=100)
 
 ``person`` is what authentication calls for a verified token (it implements
 ``fairgate.auth.jwt.PersonDirectory``): the person's key row is created on first
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping, Sequence
+from typing import NamedTuple
 
 from fairgate.auth.jwt.mapping import Placement, person_key_id
 from fairgate.auth.pepper import KeyHasher
@@ -32,7 +33,7 @@ from fairgate.tenancy.actor import Actor
 from fairgate.tenancy.base import Service
 from fairgate.tenancy.errors import BadRequest, Forbidden
 
-__all__ = ["People", "Person"]
+__all__ = ["ExchangedKey", "People", "Person"]
 
 log = logging.getLogger("fairgate.tenancy")
 
@@ -46,6 +47,15 @@ def _limit_columns(limits: Limits) -> dict[str, int | None]:
         "rpd": None,
         "max_in_flight": limits.max_in_flight,
     }
+
+
+class ExchangedKey(NamedTuple):
+    """A new exchanged secret (shown once), its expiry (Unix seconds), and how many of the
+    person's oldest unexpired secrets it revoked (past the ``keep`` they may hold)."""
+
+    secret: str
+    expires_at: float
+    revoked: int
 
 
 class People(Service):
@@ -149,10 +159,10 @@ class People(Service):
                 )
         return key_id
 
-    async def exchange_key(self, key_id: str, *, ttl: float, keep: int) -> tuple[str, float]:
-        """A new secret for the person's key, valid ``ttl`` seconds; the secret (shown once)
-        and its expiry (Unix seconds). Expired exchanged secrets are pruned on the way, and
-        the person's oldest past ``keep`` unexpired ones revoked (``people.add_secret``)."""
+    async def exchange_key(self, key_id: str, *, ttl: float, keep: int) -> ExchangedKey:
+        """A new secret for the person's key, valid ``ttl`` seconds. Expired exchanged
+        secrets are pruned on the way, and the person's oldest past ``keep`` unexpired
+        ones revoked (``people.add_secret``)."""
         secret, _, _ = new_key()
         wall = self._clock.wall()
         now = from_unix(wall)
@@ -168,7 +178,7 @@ class People(Service):
                 keep,
                 evicted,
             )
-        return secret, wall + ttl
+        return ExchangedKey(secret, wall + ttl, evicted)
 
     @staticmethod
     def _key_id(actor: Actor, issuer: str, subject: str) -> str:

@@ -49,9 +49,10 @@ Throttle = Callable[[str, int], Awaitable[None]]
 """(key id, exchanges per minute) → counts one exchange of that identity, or raises
 ``RateLimited`` past the rate (``StateUnavailable`` is the limiter's to answer: 503)."""
 
-MintKey = Callable[[str, float, int], Awaitable[tuple[str, float]]]
-"""(key id, ttl seconds, keys kept) → (secret, expires_at): ``fairgate.tenancy.People.exchange_key``
-(the person's oldest unexpired keys past the number kept are revoked, in the store)."""
+MintKey = Callable[[str, float, int], Awaitable[tuple[str, float, int]]]
+"""(key id, ttl seconds, keys kept) → (secret, expires_at, revoked):
+``fairgate.tenancy.People.exchange_key`` (the person's oldest unexpired keys past the
+number kept are revoked, in the store, and counted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +77,10 @@ class Exchanger:
         limits: Limits,
         throttle: Throttle | None = None,
         on_refused: Callable[[str], None] = lambda _reason: None,
+        on_exchanged: Callable[[str, int], None] = lambda _outcome, _revoked: None,
     ) -> None:
         self._throttle = throttle
+        self._on_exchanged = on_exchanged
         self._issuers = {i.verifier.issuer: i for i in issuers}
         self._keys = keys
         self._people = people
@@ -102,13 +105,16 @@ class Exchanger:
             record = await resolve_person(self._people, claims, issuer.rules, self._limits)
             if self._throttle is not None:
                 await self._count(record.key_id, issuer.per_minute, client_addr)
-            secret, expires_at = await self._mint(record.key_id, issuer.key_ttl, issuer.max_keys)
+            secret, expires_at, revoked = await self._mint(
+                record.key_id, issuer.key_ttl, issuer.max_keys
+            )
         except TokenRefused as refused:
             self._on_refused(refused.reason)
             log_refusal("token exchange", client_addr, refused, subject)
             raise await self._keys.refusal(client_addr) from None
         except StoreUnavailable as exc:
             raise auth_unavailable("token exchange failed: the store", exc) from None
+        self._on_exchanged("issued", revoked)
         log.info(
             "token exchange from %s: key %s for %r of %s, %.0fs",
             client_addr,
@@ -134,6 +140,7 @@ class Exchanger:
         try:
             await self._throttle(key_id, per_minute)
         except RateLimited as limited:
+            self._on_exchanged("rate_limited", 0)
             log.warning(
                 "token exchange from %s refused: key %s past %d exchanges a minute",
                 client_addr,
