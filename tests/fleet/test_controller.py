@@ -465,3 +465,30 @@ async def test_running_replicas_are_not_moved_onto_a_node_that_joins_later(store
     await register(controller, "gpu02")
     await controller.tick()
     assert sorted(r["id"] for r in controller.replicas_view()) == before
+
+
+async def test_replicas_of_names_with_dashes_get_ids_of_their_own(store: Store) -> None:
+    # "{model}-{node}-{port}" is the same for model a-b on node c and model a on node b-c
+    # at the same port: the second replica took the first one's id
+    def deployed(name: str, zone: str) -> Model:
+        deploy = {"engine": "sim", "model": "sim", "gpus_per_replica": 0, "replicas": 1}
+        return Model.model_validate(
+            {"name": name, "deploy": {**deploy, "node_labels": {"zone": zone}}}
+        )
+
+    clock = Clock()
+    controller = await started(store, clock, deployed("a-b", "x"), deployed("a", "y"))
+    for node, zone, address in (("c", "x", "10.0.0.1"), ("b-c", "y", "10.0.0.2")):
+        seen = NodeSeen(node, NO_GPU, {"zone": zone}, [], 0.0, address=address)
+        controller.service.nodes[node] = seen
+        await controller.registered(seen)
+    await settled(controller, clock)
+    placed = {(r["model"], r["node"]): r["id"] for r in controller.replicas_view()}
+    assert set(placed) == {("a-b", "c"), ("a", "b-c")}
+    assert len(set(placed.values())) == 2
+    async with store.read() as conn:
+        stored = {(r.model, r.node): r.id for r in await rows.list_replicas(conn)}
+    assert stored == placed
+    # and both survive a restart of the control plane as they are
+    again = await started(store, clock, deployed("a-b", "x"), deployed("a", "y"))
+    assert {(r["model"], r["node"]): r["id"] for r in again.replicas_view()} == placed

@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 _EMPTY = Inventory(source="none")
 _ROUTED_STATE = ROUTED_STATE
 _REFUSED_FOR = 30.0
+_ID_TRIES = 100  # suffixes tried for a new replica's id before the placement gives up
 _STANDBY_REASON = (
     "this control plane is on standby: another holds the store's lease and places the replicas"
 )
@@ -694,19 +695,8 @@ class FleetController:
                         new.node,
                     )
                     continue
-                replica_id = f"{model.name}-{new.node}-{port}"
                 node = self.nodes[new.node]
-                async with self.store.write() as conn:
-                    await rows.add_replica(
-                        conn,
-                        id=replica_id,
-                        model=model.name,
-                        node=new.node,
-                        gpus=new.gpus,
-                        port=port,
-                        desired_version=node.desired_version + 1,
-                        now=self._now(),
-                    )
+                replica_id = await self._add_replica(model.name, new.node, new.gpus, port, node)
                 self.replicas[replica_id] = _Placed(
                     replica_id, model.name, new.node, new.gpus, port, "placed"
                 )
@@ -931,6 +921,35 @@ class FleetController:
 
     def nodes_view(self) -> list[dict[str, Any]]:
         return [self.node_view(node) for _, node in sorted(self.nodes.items())]
+
+    async def _add_replica(
+        self, model: str, node_name: str, gpus: Sequence[int], port: int, node: _Node
+    ) -> str:
+        """Store a new replica; its id. ``{model}-{node}-{port}``, or that with ``~2``,
+        ``~3`` … after it when taken: names may hold dashes, so two (model, node) pairs
+        can spell the same id (model ``a-b`` on node ``c``, model ``a`` on node ``b-c``),
+        and the store may hold rows of a model no longer deployed."""
+        base = f"{model}-{node_name}-{port}"
+        for n in range(1, _ID_TRIES + 1):
+            replica_id = base if n == 1 else f"{base}~{n}"
+            if replica_id in self.replicas:
+                continue
+            try:
+                async with self.store.write() as conn:
+                    await rows.add_replica(
+                        conn,
+                        id=replica_id,
+                        model=model,
+                        node=node_name,
+                        gpus=gpus,
+                        port=port,
+                        desired_version=node.desired_version + 1,
+                        now=self._now(),
+                    )
+            except StoreConflict:
+                continue
+            return replica_id
+        raise StoreConflict(f"no free replica id after {base!r}")
 
     async def _delete(self, placed: _Placed) -> None:
         """``placed`` is no replica any more: out of memory and out of the store."""
