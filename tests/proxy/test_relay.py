@@ -276,6 +276,37 @@ async def test_an_engine_that_holds_its_stream_open_after_done_cannot_hold_the_c
     assert ex.usage == Usage(7, 2)
 
 
+async def test_a_responses_stream_ends_at_its_final_event_as_a_chat_stream_at_done(
+    serve: Serve,
+) -> None:
+    # The Responses API's stream has no [DONE]: its response.completed is the last event.
+    # An engine that held the stream open after it kept the request (its replica, its
+    # places) until the idle deadline, then an error event followed the final one.
+    def event(kind: str, body: dict[str, object]) -> bytes:
+        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(body) + b"\n\n"
+
+    delta = event(
+        "response.output_text.delta", {"type": "response.output_text.delta", "delta": "a"}
+    )
+    usage = {"input_tokens": 7, "output_tokens": 2, "total_tokens": 9}
+    final = event(
+        "response.completed",
+        {"type": "response.completed", "response": {"id": "resp_1", "usage": usage}},
+    )
+    late = event("response.output_text.delta", {"type": "response.output_text.delta", "delta": "z"})
+    engine = await serve(chunked_stream(delta, final, late), hold=True)
+    ex = exchange(stream=True)
+    ex.path = ex.endpoint = "/v1/responses"
+    idle = 20 * DRAIN_SECONDS
+    started = time.monotonic()
+    client, ex = await attempt(engine, ex, replace(DEADLINES, idle=idle, total=2 * idle))
+    assert time.monotonic() - started < idle / 2
+    assert client.body == delta + final
+    assert ex.outcome == Outcome.OK
+    charge(ex)
+    assert ex.usage == Usage(7, 2)
+
+
 async def test_an_engines_503_is_retried_elsewhere_and_its_answer_kept(serve: Serve) -> None:
     body = b'{"error":{"message":"overloaded"}}'
     with pytest.raises(AttemptFailed) as failed:

@@ -6,8 +6,9 @@ Until then nothing has reached the client, so a failure is an ``AttemptFailed``
 the pipeline may retry on another replica or a fallback model. Once the relay
 starts writing, the answer is committed: a later failure ends the stream with
 an error event and no ``[DONE]``, and is recorded as truncated. A stream's
-``[DONE]`` ends the client's stream: whatever the engine sends after it is
-neither relayed nor read for usage or errors (``Relay._drain``).
+``[DONE]`` (the Responses API's final event, ``response.completed`` …, in its
+streams, which have none) ends the client's stream: whatever the engine sends after
+it is neither relayed nor read for usage or errors (``Relay._drain``).
 
 Nothing relayed holds the replica's internal key (``proxy.encoding``): a plain
 answer is checked whole (decompressed, within ``max_response_bytes``, when it is
@@ -65,7 +66,7 @@ _DRAIN_BYTES = 64 * 1024
 """What an engine may send after a stream's ``[DONE]`` (dropped) before its connection is
 closed rather than kept: a chunked answer's end is 5 bytes."""
 DRAIN_SECONDS = 1.0
-"""How long after a stream's ``[DONE]`` the engine has to end its answer before its
+"""How long after a stream's ``[DONE]`` (or final event) the engine has to end its answer before its
 connection is closed rather than kept. An engine ends it in the same write or the next
 one; until it does, the request still holds its replica and its places."""
 _SSE = b"text/event-stream"
@@ -477,8 +478,9 @@ class Relay:
                     ex.outcome, ex.reason = Outcome.TRUNCATED, "engine_closed_stream"
                 completed = True
                 if done:
-                    # the client's stream ends at ``[DONE]``: what the engine sends after
-                    # it is only read, to keep its connection, never relayed
+                    # the client's stream ends at ``[DONE]`` (or a Responses API stream's
+                    # final event): what the engine sends after it is only read, to keep
+                    # its connection, never relayed
                     ended_client = True
                     await self._end(ex, send, dog)
                     completed = await self._drain(ex, response, dog)
@@ -533,9 +535,10 @@ class Relay:
         strip_usage: bool,
     ) -> tuple[bytes, bool, bool, ResponseScope | None]:
         """A chunk split into events and each taken for what it is: (what to relay, whether
-        the stream's end was among them, whether ``[DONE]`` was, the Responses API watch
-        until it has its id). Nothing after ``[DONE]`` is taken: not relayed, not read for
-        usage or errors."""
+        the stream's end was among them, whether the client's stream ends with them —
+        ``[DONE]``, or the Responses API's final event —, the Responses API watch until it
+        has its id). Nothing after that end is taken: not relayed, not read for usage or
+        errors."""
         out: list[bytes] = []
         terminal = done = False
         try:
@@ -584,7 +587,10 @@ class Relay:
                 watch = None
             # an event is whole here, so a key split across reads is caught
             out.append(scrub(raw, key))
-            if kind == "done":
+            if kind == "done" or (kind == "final" and not event.adds):
+                # [DONE], or the Responses API's final event (its streams have none):
+                # the client's stream ends here (llama-server's stop events do not: a
+                # batch's prompts end one by one, and its OpenAI routes send [DONE])
                 done = True
                 break
         return (out[0] if len(out) == 1 else b"".join(out)), terminal, done, watch
