@@ -8,7 +8,6 @@ checks, metric scrapes) are asyncio tasks the Gateway owns and stops.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator
@@ -75,6 +74,7 @@ from fairgate.core.errors import StoreUnavailable
 from fairgate.core.limits import Limits
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
+from fairgate.core.request_ids import request_ids
 from fairgate.core.route_classes import RouteClass, RouteRules
 from fairgate.engines import EngineAdapter, adapter_for
 from fairgate.fairshare import FairShare
@@ -443,7 +443,7 @@ class Gateway:
                 reclaim=self.reclaimer,
             ),
             settler=settler,
-            request_ids=_request_ids(),
+            request_ids=request_ids(),
             stopping=lambda: self.draining,
             exchange=self.exchanger.exchange if self.exchanger is not None else None,
             limit=self.limit,
@@ -1156,13 +1156,3 @@ def _output_policy(config: Config) -> OutputPolicy:
         assumed=config.state.default_completion_tokens,
         max_prompts=limits.max_prompts,
     )
-
-
-def _request_ids() -> Callable[[], str]:
-    prefix = os.urandom(6).hex()
-    counter = itertools.count(1)
-
-    def next_id() -> str:
-        return f"{prefix}{next(counter):010x}"
-
-    return next_id

@@ -8,6 +8,7 @@ one connection, which a whole gateway makes hard to reach.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -136,14 +137,25 @@ def test_the_listening_socket_is_inheritable_by_workers() -> None:
         sock.close()
 
 
-async def test_an_unparsable_request_gets_the_error_envelope(server: tuple[str, int]) -> None:
+async def test_an_unparsable_request_gets_the_error_envelope(
+    server: tuple[str, int], caplog: pytest.LogCaptureFixture
+) -> None:
     reader, writer = await asyncio.open_connection(*server)
     writer.write(b"GET /x HTTP/1.1\r\nHost: a\r\nX-Bad: \x01value\r\n\r\n")
-    received, ended = await read_all(reader)
+    with caplog.at_level(logging.WARNING, logger="fairgate.server"):
+        received, ended = await read_all(reader)
     writer.close()
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ")
     assert b"content-type: application/json" in head
+    # like every answer of the gateway, one a caller can quote: the log names it too
+    [request_id] = [
+        line.split(b": ", 1)[1].decode()
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"x-request-id: ")
+    ]
+    [logged] = [r.getMessage() for r in caplog.records if request_id in r.getMessage()]
+    assert "127.0.0.1" in logged and "400 invalid_http" in logged
     assert orjson.loads(body) == {
         "error": {
             "message": "invalid HTTP request",

@@ -39,6 +39,9 @@ reading (the close then waits for ever). This subclass adds:
   that registers one callback (or ``None`` to clear it) called when the connection
   is lost; the pipeline cancels the request's task with it, so noticing a client's
   disconnect costs no watcher task per request.
+- the answers the listener writes itself (``400 invalid_http``, ``431``, ``400
+  upgrade_not_supported``) carry an ``x-request-id`` of their own, in the OpenAI error
+  envelope, and are logged with it and the client's address (``fairgate.server``).
 - the ASGI extension ``fairgate.write_waits`` (``WRITE_WAITS_EXTENSION``): a callable
   that answers true when the next message sent would wait for the client to read (the
   bytes buffered toward it are over ``write_buffer_bytes``: an earlier answer on the
@@ -50,9 +53,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httptools
@@ -60,6 +65,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from fairgate.core.errors import error_body
 from fairgate.core.network import Network
+from fairgate.core.request_ids import request_ids
 from fairgate.server.connections import ConnectionCaps, Refusal
 
 __all__ = [
@@ -75,25 +81,37 @@ DISCONNECT_EXTENSION = "fairgate.on_disconnect"
 INVALID_BODY_EXTENSION = "fairgate.invalid_body"
 WRITE_WAITS_EXTENSION = "fairgate.write_waits"
 
-
-def _closing_answer(status: bytes, message: str, code: str) -> bytes:
-    """A whole answer in the OpenAI error envelope, after which the connection closes."""
-    body = error_body(message, "invalid_request_error", code)
-    return (
-        b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
-        b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-    )
+log = logging.getLogger("fairgate.server")
 
 
-_431 = _closing_answer(
+@dataclass(frozen=True, slots=True)
+class _Closing:
+    """An answer the listener writes itself, in the OpenAI error envelope, after which
+    the connection closes."""
+
+    status: bytes
+    message: str
+    code: str
+
+    def answer(self, request_id: str) -> bytes:
+        body = error_body(self.message, "invalid_request_error", self.code)
+        return (
+            b"HTTP/1.1 " + self.status + b"\r\ncontent-type: application/json\r\n"
+            b"x-request-id: " + request_id.encode() + b"\r\n"
+            b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+
+
+_431 = _Closing(
     b"431 Request Header Fields Too Large", "request header fields too large", "headers_too_large"
 )
-_400 = _closing_answer(b"400 Bad Request", "invalid HTTP request", "invalid_http")
-_UPGRADE = _closing_answer(
+_400 = _Closing(b"400 Bad Request", "invalid HTTP request", "invalid_http")
+_UPGRADE = _Closing(
     b"400 Bad Request",
     "protocol upgrades (Connection: Upgrade) are not supported; send the request without one",
     "upgrade_not_supported",
 )
+_ids = request_ids()  # the listener's own answers: no request reached the app
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 _LINGER = 1.0  # seconds a refused connection waits for its client to close first
 
@@ -186,7 +204,6 @@ class _LimitedProtocol(HttpToolsProtocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
-            self.logger.warning("Invalid HTTP request received.")
             self.send_400_response("Invalid HTTP request received.")
             return
         except httptools.HttpParserUpgrade:
@@ -208,7 +225,7 @@ class _LimitedProtocol(HttpToolsProtocol):
             if self._responding():
                 self.cycle.keep_alive = False  # pipelined behind an answer: after it, close
             else:
-                self.transport.write(_UPGRADE)
+                self._close_with(_UPGRADE)
                 self.transport.close()
         elif self.cycle is not None:
             self.cycle.keep_alive = False
@@ -234,7 +251,6 @@ class _LimitedProtocol(HttpToolsProtocol):
         if self.parser.should_upgrade():
             if _has_body(self.headers):
                 self._upgrade = "refused"  # the app never sees it (answered in _upgraded)
-                self.logger.warning("Refused a protocol upgrade request with a body.")
                 return
             self._upgrade = "served"
         self.scope["extensions"] = self._extensions  # type: ignore[typeddict-item]
@@ -277,15 +293,13 @@ class _LimitedProtocol(HttpToolsProtocol):
                 self._invalid_body = True
                 cycle.disconnected = True
                 cycle.message_event.set()
-                self.transport.write(_400)
-                self.transport.close()
+                self._close_with(_400)
                 return
             # Unparsable bytes pipelined behind an answer in progress: finish it, then close.
             self.flow.pause_reading()
             self.cycle.keep_alive = False
             return
-        self.transport.write(_400)
-        self.transport.close()
+        self._close_with(_400)
 
     def _refuse_head(self) -> None:
         self._stop_head_timer()
@@ -294,7 +308,19 @@ class _LimitedProtocol(HttpToolsProtocol):
             self.flow.pause_reading()
             self.cycle.keep_alive = False
             return
-        self.transport.write(_431)
+        self._close_with(_431)
+
+    def _close_with(self, closing: _Closing) -> None:
+        """Write ``closing`` under a request id of its own, log it, close."""
+        request_id = _ids()
+        log.warning(
+            "request %s from %s refused by the listener: %s %s",
+            request_id,
+            _peer(self.transport),
+            closing.status.split(b" ", 1)[0].decode(),
+            closing.code,
+        )
+        self.transport.write(closing.answer(request_id))
         self.transport.close()
 
     def _body_was_invalid(self) -> bool:
