@@ -37,7 +37,6 @@ class JwtMetrics:
             "Key-set (JWKS) fetches from the access-token issuers",
             registry=registry,
         )
-
         self._exchanges = Counter(
             "fairgate_jwt_exchanges",
             "Token exchanges with a valid workload token, by outcome (issued, rate_limited)",

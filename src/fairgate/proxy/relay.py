@@ -66,9 +66,9 @@ _DRAIN_BYTES = 64 * 1024
 """What an engine may send after a stream's ``[DONE]`` (dropped) before its connection is
 closed rather than kept: a chunked answer's end is 5 bytes."""
 DRAIN_SECONDS = 1.0
-"""How long after a stream's ``[DONE]`` (or final event) the engine has to end its answer before its
-connection is closed rather than kept. An engine ends it in the same write or the next
-one; until it does, the request still holds its replica and its places."""
+"""How long after a stream's ``[DONE]`` (or final event) the engine has to end its answer
+before its connection is closed rather than kept. An engine ends it in the same write or
+the next one; until it does, the request still holds its replica and its places."""
 _SSE = b"text/event-stream"
 
 
