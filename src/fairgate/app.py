@@ -74,7 +74,6 @@ from fairgate.core.errors import StoreUnavailable
 from fairgate.core.limits import Limits
 from fairgate.core.money import Money
 from fairgate.core.principal import Principal
-from fairgate.core.request_ids import request_ids
 from fairgate.core.route_classes import RouteClass, RouteRules
 from fairgate.engines import EngineAdapter, adapter_for
 from fairgate.fairshare import FairShare
@@ -121,6 +120,7 @@ from fairgate.proxy.salt import CacheSalter
 from fairgate.proxy.settle import Settler
 from fairgate.proxy.tags import TagPolicy
 from fairgate.routing import Decision, strategy_for
+from fairgate.server.request_ids import request_ids
 from fairgate.state import (
     MemoryCounterStore,
     MemoryResponseOwners,

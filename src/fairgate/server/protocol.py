@@ -65,8 +65,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from fairgate.core.errors import error_body
 from fairgate.core.network import Network
-from fairgate.core.request_ids import request_ids
 from fairgate.server.connections import ConnectionCaps, Refusal
+from fairgate.server.request_ids import request_ids
 
 __all__ = [
     "ABORT_EXTENSION",
