@@ -695,8 +695,7 @@ class FleetController:
                         new.node,
                     )
                     continue
-                node = self.nodes[new.node]
-                replica_id = await self._add_replica(model.name, new.node, new.gpus, port, node)
+                replica_id = await self._add_replica(model.name, new.node, new.gpus, port)
                 self.replicas[replica_id] = _Placed(
                     replica_id, model.name, new.node, new.gpus, port, "placed"
                 )
@@ -922,14 +921,13 @@ class FleetController:
     def nodes_view(self) -> list[dict[str, Any]]:
         return [self.node_view(node) for _, node in sorted(self.nodes.items())]
 
-    async def _add_replica(
-        self, model: str, node_name: str, gpus: Sequence[int], port: int, node: _Node
-    ) -> str:
+    async def _add_replica(self, model: str, node_name: str, gpus: Sequence[int], port: int) -> str:
         """Store a new replica; its id. ``{model}-{node}-{port}``, or that with ``~2``,
         ``~3`` … after it when taken: names may hold dashes, so two (model, node) pairs
         can spell the same id (model ``a-b`` on node ``c``, model ``a`` on node ``b-c``),
         and the store may hold rows of a model no longer deployed."""
         base = f"{model}-{node_name}-{port}"
+        node = self.nodes[node_name]
         for n in range(1, _ID_TRIES + 1):
             replica_id = base if n == 1 else f"{base}~{n}"
             if replica_id in self.replicas:

@@ -61,7 +61,7 @@ class ExchangeIssuer:
     rules: Sequence[Rule]
     key_ttl: float
     max_keys: int
-    per_minute: int = 120
+    per_minute: int  # exchanges per identity a minute (the config's default rules)
 
 
 class Exchanger:
